@@ -1,0 +1,69 @@
+# The commands of the README. Each one installs what it needs first, so on a fresh
+# Debian 12 machine `make demo` and `make test` are the whole set-up.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+PREFIX     ?= /usr/local
+# Python tools (PyTorch and NumPy for reference values and side-by-side benchmarks)
+# live in a virtual environment kept outside the tree, so a fresh checkout reuses it.
+VENV       ?= $(HOME)/.cache/flare/venv
+PYTHON     := $(VENV)/bin/python
+THREADS    ?= 2
+
+DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
+                   zlib1g-dev dataset-fashion-mnist python3-venv
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build test test-asan demo bench-ops fixtures venv install clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "Installing Debian packages:" $$missing; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD)/Makefile: CMakeLists.txt | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite once more under AddressSanitizer (with LeakSanitizer) and UBSan.
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	$(BUILD)/demo
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+$(PYTHON):
+	/usr/bin/python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q torch numpy
+
+venv: deps $(PYTHON)
+
+# Regenerates the committed test fixtures from NumPy and PyTorch.
+fixtures: venv
+	for script in tests/fixtures/gen_*.py; do $(PYTHON) $$script || exit 1; done
+
+# Operator benchmarks, side by side with PyTorch at the same thread count.
+bench-ops: build venv
+	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

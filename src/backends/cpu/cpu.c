@@ -1,0 +1,431 @@
+/* The CPU backend: its table, storage, views, dense copies and casts. */
+#include "cpu.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- storage and views ---- */
+
+static void storage_release(cpu_storage *s)
+{
+    if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (s->data)
+        fl_memory_free(s->owner, s->data, s->bytes);
+    free(s);
+}
+
+static void cpu_release(fl_tensor *t)
+{
+    cpu_tensor *c = t->impl;
+    storage_release(c->storage);
+    free(c);
+    t->impl = NULL;
+}
+
+void cpu_dense_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+int cpu_alloc(fl_tensor *out)
+{
+    cpu_tensor *c = malloc(sizeof *c);
+    cpu_storage *s = malloc(sizeof *s);
+    size_t bytes = (size_t)out->numel * cpu_element_size(out->dtype);
+    void *data = NULL;
+    fl_memory_manager *owner = NULL;
+    if (c && s && bytes > 0)
+        data = fl_memory_alloc(bytes, &owner);
+    if (!c || !s || (bytes > 0 && !data)) {
+        free(c);
+        free(s);
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate %zu bytes", bytes);
+    }
+    *s = (cpu_storage){.data = data, .bytes = bytes, .refcount = 1, .owner = owner};
+    c->storage = s;
+    c->offset = 0;
+    c->contiguous = true;
+    cpu_dense_strides(out->ndim, out->shape, c->strides);
+    out->impl = c;
+    return 0;
+}
+
+static bool strides_are_dense(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t expected = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (shape[i] != 1 && strides[i] != expected)
+            return false;
+        expected *= shape[i];
+    }
+    return true;
+}
+
+int cpu_view(fl_tensor *out, const fl_tensor *base, int64_t offset, const int64_t *strides)
+{
+    cpu_tensor *c = malloc(sizeof *c);
+    if (!c)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a view");
+    cpu_tensor *b = cpu_impl(base);
+    c->storage = b->storage;
+    __atomic_add_fetch(&c->storage->refcount, 1, __ATOMIC_RELAXED);
+    c->offset = offset;
+    memcpy(c->strides, strides, (size_t)out->ndim * sizeof *strides);
+    c->contiguous = strides_are_dense(out->ndim, out->shape, strides);
+    out->impl = c;
+    return 0;
+}
+
+/* ---- threads ---- */
+
+int cpu_threads(void)
+{
+    static int applied;
+    int n = fl_num_threads();
+    if (n != __atomic_load_n(&applied, __ATOMIC_RELAXED)) {
+        omp_set_num_threads(n);
+        __atomic_store_n(&applied, n, __ATOMIC_RELAXED);
+    }
+    return n;
+}
+
+/* ---- strided copies ---- */
+
+/* A strided layout reduced to the fewest dimensions: size-1 axes dropped and axes
+ * merged where the outer one steps exactly over the inner one. */
+typedef struct layout {
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    int64_t strides[FL_MAX_DIMS];
+} layout;
+
+static layout coalesce(const fl_tensor *t)
+{
+    const cpu_tensor *c = cpu_impl(t);
+    layout l = {0};
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 1)
+            continue;
+        if (l.ndim > 0 && l.strides[l.ndim - 1] == c->strides[i] * t->shape[i]) {
+            l.shape[l.ndim - 1] *= t->shape[i];
+            l.strides[l.ndim - 1] = c->strides[i];
+        } else {
+            l.shape[l.ndim] = t->shape[i];
+            l.strides[l.ndim] = c->strides[i];
+            l.ndim++;
+        }
+    }
+    if (l.ndim == 0) {
+        l.ndim = 1;
+        l.shape[0] = 1;
+        l.strides[0] = 1;
+    }
+    return l;
+}
+
+/* The element offset of row `row` (a row being the innermost axis) of layout l. */
+static int64_t row_offset(const layout *l, int64_t row)
+{
+    int64_t offset = 0;
+    for (int i = l->ndim - 2; i >= 0; i--) {
+        offset += (row % l->shape[i]) * l->strides[i];
+        row /= l->shape[i];
+    }
+    return offset;
+}
+
+#define COPY_ROWS(type)                                                                  \
+    do {                                                                                 \
+        type *d = dense;                                                                 \
+        type *s = strided;                                                               \
+        _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)") \
+        for (int64_t r = 0; r < rows; r++) {                                             \
+            type *sp = s + row_offset(&l, r);                                            \
+            type *dp = d + r * inner;                                                    \
+            if (to_dense)                                                                \
+                for (int64_t j = 0; j < inner; j++)                                      \
+                    dp[j] = sp[j * step];                                                \
+            else                                                                         \
+                for (int64_t j = 0; j < inner; j++)                                      \
+                    sp[j * step] = dp[j];                                                \
+        }                                                                                \
+    } while (0)
+
+static void copy_strided(void *dense, const fl_tensor *t, bool to_dense)
+{
+    if (t->numel == 0)
+        return;
+    layout l = coalesce(t);
+    int64_t inner = l.shape[l.ndim - 1], step = l.strides[l.ndim - 1];
+    int64_t rows = t->numel / inner;
+    int threads = t->numel >= CPU_PARALLEL_GRAIN && rows > 1 ? cpu_threads() : 1;
+    void *strided = cpu_data(t);
+    switch (cpu_element_size(t->dtype)) {
+    case 1: COPY_ROWS(uint8_t); break;
+    case 2: COPY_ROWS(uint16_t); break;
+    case 4: COPY_ROWS(uint32_t); break;
+    default: COPY_ROWS(uint64_t); break;
+    }
+}
+
+void cpu_copy_to_dense(void *dst, const fl_tensor *t)
+{
+    if (cpu_contiguous(t))
+        memcpy(dst, cpu_data(t), (size_t)t->numel * cpu_element_size(t->dtype));
+    else
+        copy_strided(dst, t, true);
+}
+
+void cpu_copy_from_dense(const fl_tensor *dst, const void *src)
+{
+    if (cpu_contiguous(dst))
+        memcpy(cpu_data(dst), src, (size_t)dst->numel * cpu_element_size(dst->dtype));
+    else
+        copy_strided((void *)src, dst, false);
+}
+
+void *cpu_scratch_alloc(size_t bytes) { return aligned_alloc(FL_MEMORY_ALIGNMENT, (bytes + 63) & ~(size_t)63); }
+void cpu_scratch_free(void *scratch) { free(scratch); }
+
+const void *cpu_dense(const fl_tensor *t, void **scratch)
+{
+    *scratch = NULL;
+    if (cpu_contiguous(t))
+        return cpu_data(t);
+    *scratch = cpu_scratch_alloc((size_t)t->numel * cpu_element_size(t->dtype) + 1);
+    if (!*scratch)
+        return NULL;
+    cpu_copy_to_dense(*scratch, t);
+    return *scratch;
+}
+
+/* ---- data movement ---- */
+
+static int cpu_from_host(fl_tensor *out, const void *src)
+{
+    int rc = cpu_alloc(out);
+    if (rc == 0 && out->numel > 0)
+        memcpy(cpu_data(out), src, (size_t)out->numel * cpu_element_size(out->dtype));
+    return rc;
+}
+
+static int cpu_to_host(const fl_tensor *t, void *dst)
+{
+    cpu_copy_to_dense(dst, t);
+    return 0;
+}
+
+#define FILL(type, v)                                                                   \
+    do {                                                                                \
+        type *p = cpu_data(out), x = (v);                                               \
+        _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)") \
+        for (int64_t i = 0; i < n; i++)                                                 \
+            p[i] = x;                                                                   \
+    } while (0)
+
+static int cpu_full(fl_tensor *out, double value)
+{
+    int rc = cpu_alloc(out);
+    if (rc)
+        return rc;
+    int64_t n = out->numel;
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    switch (out->dtype) {
+    case FL_BOOL: FILL(_Bool, value != 0); break;
+    case FL_U8: FILL(uint8_t, (uint8_t)value); break;
+    case FL_I32: FILL(int32_t, (int32_t)value); break;
+    case FL_I64: FILL(int64_t, (int64_t)value); break;
+    case FL_F16: FILL(uint16_t, fl_float_to_half((float)value)); break;
+    case FL_BF16: FILL(uint16_t, fl_float_to_bf16((float)value)); break;
+    case FL_F32: FILL(float, (float)value); break;
+    case FL_F64: FILL(double, value); break;
+    default: return fl_backend_error(FL_ERR_DTYPE, "cannot fill dtype %d", out->dtype);
+    }
+    return 0;
+}
+
+/* ---- casts: a typed loop for every pair of the six native dtypes; the 16-bit
+ * floats go through f32 ---- */
+
+#define CONVERT_LOOP(dst_type, src_type)                                                 \
+    do {                                                                                 \
+        dst_type *d = dst;                                                               \
+        const src_type *s = src;                                                         \
+        _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)") \
+        for (int64_t i = 0; i < n; i++)                                                  \
+            d[i] = (dst_type)s[i];                                                       \
+    } while (0)
+
+#define CONVERT_FROM(src_type)                                  \
+    switch (dst_dtype) {                                        \
+    case FL_BOOL: CONVERT_LOOP(_Bool, src_type); break;         \
+    case FL_U8: CONVERT_LOOP(uint8_t, src_type); break;         \
+    case FL_I32: CONVERT_LOOP(int32_t, src_type); break;        \
+    case FL_I64: CONVERT_LOOP(int64_t, src_type); break;        \
+    case FL_F32: CONVERT_LOOP(float, src_type); break;          \
+    case FL_F64: CONVERT_LOOP(double, src_type); break;         \
+    default: break;                                             \
+    }
+
+static void convert_native(void *dst, fl_dtype dst_dtype, const void *src, fl_dtype src_dtype, int64_t n)
+{
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    switch (src_dtype) {
+    case FL_BOOL: CONVERT_FROM(_Bool); break;
+    case FL_U8: CONVERT_FROM(uint8_t); break;
+    case FL_I32: CONVERT_FROM(int32_t); break;
+    case FL_I64: CONVERT_FROM(int64_t); break;
+    case FL_F32: CONVERT_FROM(float); break;
+    case FL_F64: CONVERT_FROM(double); break;
+    default: break;
+    }
+}
+
+static void half_to_f32(float *d, const uint16_t *s, int64_t n, bool brain)
+{
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        d[i] = brain ? fl_bf16_to_float(s[i]) : fl_half_to_float(s[i]);
+}
+
+static void f32_to_half(uint16_t *d, const float *s, int64_t n, bool brain)
+{
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        d[i] = brain ? fl_float_to_bf16(s[i]) : fl_float_to_half(s[i]);
+}
+
+static bool is_half(fl_dtype d) { return d == FL_F16 || d == FL_BF16; }
+
+static int cpu_cast(fl_tensor *out, const fl_tensor *a)
+{
+    int rc = cpu_alloc(out);
+    if (rc)
+        return rc;
+    int64_t n = a->numel;
+    if (n == 0)
+        return 0;
+    if (a->dtype == out->dtype) {
+        cpu_copy_to_dense(cpu_data(out), a);
+        return 0;
+    }
+    void *scratch, *staged = NULL;
+    const void *src = cpu_dense(a, &scratch);
+    if (!src)
+        return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy");
+    fl_dtype src_dtype = a->dtype;
+    if (is_half(src_dtype)) {
+        staged = cpu_scratch_alloc((size_t)n * sizeof(float));
+        if (!staged) {
+            cpu_scratch_free(scratch);
+            return fl_backend_error(FL_ERR_MEMORY, "no memory for a cast");
+        }
+        half_to_f32(staged, src, n, src_dtype == FL_BF16);
+        src = staged;
+        src_dtype = FL_F32;
+    }
+    if (is_half(out->dtype)) {
+        float *f = (float *)src;
+        void *tmp = NULL;
+        if (src_dtype != FL_F32) {
+            tmp = f = cpu_scratch_alloc((size_t)n * sizeof(float));
+            if (f)
+                convert_native(f, FL_F32, src, src_dtype, n);
+        }
+        if (f)
+            f32_to_half(cpu_data(out), f, n, out->dtype == FL_BF16);
+        else
+            rc = fl_backend_error(FL_ERR_MEMORY, "no memory for a cast");
+        cpu_scratch_free(tmp);
+    } else if (src_dtype == out->dtype) {
+        memcpy(cpu_data(out), src, (size_t)n * cpu_element_size(out->dtype));
+    } else {
+        convert_native(cpu_data(out), out->dtype, src, src_dtype, n);
+    }
+    cpu_scratch_free(staged);
+    cpu_scratch_free(scratch);
+    return rc;
+}
+
+/* ---- views ---- */
+
+static int cpu_reshape(fl_tensor *out, const fl_tensor *a)
+{
+    if (cpu_contiguous(a)) {
+        int64_t strides[FL_MAX_DIMS];
+        cpu_dense_strides(out->ndim, out->shape, strides);
+        return cpu_view(out, a, cpu_impl(a)->offset, strides);
+    }
+    int rc = cpu_alloc(out);
+    if (rc == 0)
+        cpu_copy_to_dense(cpu_data(out), a);
+    return rc;
+}
+
+static int cpu_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
+{
+    int64_t strides[FL_MAX_DIMS];
+    for (int i = 0; i < out->ndim; i++)
+        strides[i] = cpu_impl(a)->strides[axes[i]];
+    return cpu_view(out, a, cpu_impl(a)->offset, strides);
+}
+
+static int cpu_expand(fl_tensor *out, const fl_tensor *a)
+{
+    int64_t strides[FL_MAX_DIMS];
+    for (int i = 0; i < out->ndim; i++)
+        strides[i] = a->shape[i] == out->shape[i] ? cpu_impl(a)->strides[i] : 0;
+    return cpu_view(out, a, cpu_impl(a)->offset, strides);
+}
+
+static int cpu_slice(fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
+{
+    const cpu_tensor *c = cpu_impl(a);
+    int64_t offset = c->offset, strides[FL_MAX_DIMS];
+    for (int i = 0; i < out->ndim; i++) {
+        offset += start[i] * c->strides[i];
+        strides[i] = c->strides[i] * step[i];
+    }
+    return cpu_view(out, a, offset, strides);
+}
+
+void cpu_register_core(fl_backend *b)
+{
+    b->release = cpu_release;
+    b->from_host = cpu_from_host;
+    b->to_host = cpu_to_host;
+    b->full = cpu_full;
+    b->cast = cpu_cast;
+    b->reshape = cpu_reshape;
+    b->permute = cpu_permute;
+    b->expand = cpu_expand;
+    b->slice = cpu_slice;
+}
+
+static fl_backend cpu_backend = {.name = "cpu"};
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_init(void)
+{
+    cpu_register_core(&cpu_backend);
+    cpu_register_random(&cpu_backend);
+    cpu_register_elementwise(&cpu_backend);
+    cpu_register_reduce(&cpu_backend);
+    cpu_register_index(&cpu_backend);
+    cpu_register_linalg(&cpu_backend);
+}
+
+fl_backend *fl_cpu_backend(void)
+{
+    pthread_once(&cpu_once, cpu_init);
+    return &cpu_backend;
+}

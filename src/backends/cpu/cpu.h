@@ -1,0 +1,86 @@
+/*
+ * The CPU backend's per-tensor state and the helpers its kernel files share.
+ *
+ * A tensor is a strided view of reference-counted storage: views (reshape of a
+ * contiguous tensor, permute, expand, slice) share storage and never copy. Kernels
+ * take the fast path when their operands are contiguous and otherwise either walk
+ * the strides or ask for a dense copy with cpu_dense().
+ *
+ * Each kernel family lives in its own file and fills its entries of the table in a
+ * cpu_register_*() function called from cpu.c.
+ */
+#ifndef FLARE_CPU_H
+#define FLARE_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flare/backend.h"
+#include "flare/memory.h"
+
+typedef struct cpu_storage {
+    void *data;
+    size_t bytes;
+    int refcount;
+    fl_memory_manager *owner; /* the manager that allocated data */
+} cpu_storage;
+
+typedef struct cpu_tensor {
+    cpu_storage *storage;
+    int64_t offset; /* in elements */
+    int64_t strides[FL_MAX_DIMS]; /* in elements; 0 for broadcast axes */
+    bool contiguous; /* row-major dense from offset: the fast path */
+} cpu_tensor;
+
+static inline size_t cpu_element_size(fl_dtype d)
+{
+    static const unsigned char sizes[FL_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return sizes[d];
+}
+
+static inline cpu_tensor *cpu_impl(const fl_tensor *t) { return (cpu_tensor *)t->impl; }
+
+/* The address of t's first element (at its offset). */
+static inline void *cpu_data(const fl_tensor *t)
+{
+    const cpu_tensor *c = (const cpu_tensor *)t->impl;
+    return (char *)c->storage->data + c->offset * (int64_t)cpu_element_size(t->dtype);
+}
+
+static inline bool cpu_contiguous(const fl_tensor *t) { return ((const cpu_tensor *)t->impl)->contiguous; }
+
+/* Gives out fresh, contiguous, uninitialized storage. Returns 0 or an fl_status. */
+int cpu_alloc(fl_tensor *out);
+/* Makes out a view of base's storage with the given offset and strides (elements). */
+int cpu_view(fl_tensor *out, const fl_tensor *base, int64_t offset, const int64_t *strides);
+/* Row-major strides of a shape. */
+void cpu_dense_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Copies t's values, row-major, into dst (numel elements of t's dtype). */
+void cpu_copy_to_dense(void *dst, const fl_tensor *t);
+/* Copies src's values (dense, row-major, dst's dtype and shape) into the strided view
+ * dst; the inverse of cpu_copy_to_dense. */
+void cpu_copy_from_dense(const fl_tensor *dst, const void *src);
+/* A dense pointer to t's values: its own data when contiguous, else a copy made in
+ * *scratch, which the caller frees with cpu_scratch_free (it may stay NULL).
+ * Returns NULL if the copy cannot be allocated. */
+const void *cpu_dense(const fl_tensor *t, void **scratch);
+void *cpu_scratch_alloc(size_t bytes);
+void cpu_scratch_free(void *scratch);
+
+/* The thread count for kernels, applied to OpenMP (and so to oneDNN) when it changes. */
+int cpu_threads(void);
+/* Below this many elements an elementwise kernel runs on one thread: waking the
+ * team costs more than the work. */
+#define CPU_PARALLEL_GRAIN 32768
+
+/* Kernel families (each in its own file). */
+void cpu_register_core(fl_backend *b);        /* cpu.c: data movement, casts, views */
+void cpu_register_random(fl_backend *b);      /* random.c */
+void cpu_register_elementwise(fl_backend *b); /* elementwise.c */
+void cpu_register_reduce(fl_backend *b);      /* reduce.c, sort.c */
+void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update_slice, where, gather, ... */
+void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c, pool.c */
+
+#endif

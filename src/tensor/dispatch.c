@@ -1,0 +1,153 @@
+/* Argument checks, broadcasting, and the call of one backend primitive. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+bool fl__axis(const char *fn, int axis, int ndim, int *out)
+{
+    int a = axis < 0 ? axis + ndim : axis;
+    if (a < 0 || a >= ndim) {
+        fl__error(FL_ERR_AXIS, fn, "axis %d is out of range for a tensor of %d dimensions", axis, ndim);
+        return false;
+    }
+    *out = a;
+    return true;
+}
+
+bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask)
+{
+    if (!axes || count == 0) {
+        *mask = ndim ? (1u << ndim) - 1 : 0;
+        return true;
+    }
+    unsigned m = 0;
+    for (int i = 0; i < count; i++) {
+        int a;
+        if (!fl__axis(fn, axes[i], ndim, &a))
+            return false;
+        if (m & (1u << a)) {
+            fl__error(FL_ERR_AXIS, fn, "axis %d is listed twice", axes[i]);
+            return false;
+        }
+        m |= 1u << a;
+    }
+    *mask = m;
+    return true;
+}
+
+bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int64_t *bshape, int *ndim,
+                          int64_t *out)
+{
+    int n = andim > bndim ? andim : bndim;
+    for (int i = 0; i < n; i++) {
+        int64_t da = i < n - andim ? 1 : ashape[i - (n - andim)];
+        int64_t db = i < n - bndim ? 1 : bshape[i - (n - bndim)];
+        if (da != db && da != 1 && db != 1)
+            return false;
+        out[i] = da == 1 ? db : da;
+    }
+    *ndim = n;
+    return true;
+}
+
+bool fl__same_shape(const fl_tensor *a, const fl_tensor *b)
+{
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+}
+
+void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name)
+{
+    void *entry;
+    memcpy(&entry, (const char *)backend + offset, sizeof entry);
+    if (!entry)
+        return fl__error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
+                         backend->name, entry_name);
+    fl_memory_set_operation(entry_name);
+    return entry;
+}
+
+fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
+{
+    if (rc == 0)
+        return out;
+    char message[512], described[4 * FL_DESC_SIZE] = "", buf[FL_DESC_SIZE];
+    fl_status status = fl__take_backend_error(message, sizeof message);
+    if (status == FL_OK)
+        status = (fl_status)rc;
+    size_t n = 0;
+    for (int i = 0; i < ninputs && i < 3; i++)
+        n += (size_t)snprintf(described + n, sizeof described - n, "%s%s", i ? ", " : "",
+                              fl__describe(inputs[i], buf));
+    fl__error(status, fn, "%s (backend %s; inputs %s; output %s)", message[0] ? message : fl_status_name(status),
+              out->backend->name, described, fl__describe(out, buf));
+    fl_release(out);
+    return NULL;
+}
+
+fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
+{
+    if (t->dtype == dtype)
+        return fl_retain((fl_tensor *)t);
+    fl_unary_fn cast = fl__primitive("fl_cast", t->backend, FL_PRIMITIVE(cast), "cast");
+    if (!cast)
+        return NULL;
+    fl_tensor *out = fl__new(t->backend, dtype, t->ndim, t->shape);
+    if (!out)
+        return fl__error(FL_ERR_MEMORY, "fl_cast", "out of memory");
+    return fl__finish("fl_cast", out, cast(out, t), 1, &t);
+}
+
+fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
+{
+    if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0)
+        return fl_retain((fl_tensor *)t);
+    fl_unary_fn reshape = fl__primitive("fl_reshape", t->backend, FL_PRIMITIVE(reshape), "reshape");
+    if (!reshape)
+        return NULL;
+    fl_tensor *out = fl__new(t->backend, t->dtype, ndim, shape);
+    if (!out)
+        return fl__error(FL_ERR_MEMORY, "fl_reshape", "out of memory");
+    return fl__finish("fl_reshape", out, reshape(out, t), 1, &t);
+}
+
+fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
+{
+    if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0)
+        return fl_retain((fl_tensor *)t);
+    char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
+    if (t->ndim > ndim)
+        return fl__error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl__describe(t, a),
+                         fl__describe_shape(ndim, shape, b));
+    int64_t padded[FL_MAX_DIMS];
+    int lead = ndim - t->ndim;
+    for (int i = 0; i < ndim; i++) {
+        padded[i] = i < lead ? 1 : t->shape[i - lead];
+        if (padded[i] != shape[i] && padded[i] != 1)
+            return fl__error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl__describe(t, a),
+                             fl__describe_shape(ndim, shape, b));
+    }
+    fl_tensor *base = fl__reshape(t, ndim, padded);
+    if (!base)
+        return NULL;
+    if (memcmp(padded, shape, (size_t)ndim * sizeof *shape) == 0)
+        return base;
+    fl_unary_fn expand = fl__primitive("fl_expand", t->backend, FL_PRIMITIVE(expand), "expand");
+    fl_tensor *out = expand ? fl__new(t->backend, t->dtype, ndim, shape) : NULL;
+    if (!out) {
+        fl_release(base);
+        return expand ? fl__error(FL_ERR_MEMORY, "fl_expand", "out of memory") : NULL;
+    }
+    out = fl__finish("fl_expand", out, expand(out, base), 1, (const fl_tensor *const *)&base);
+    fl_release(base);
+    return out;
+}
+
+fl_tensor *fl__full(fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    int (*full)(fl_tensor *, double) = fl__primitive("fl_full", backend, FL_PRIMITIVE(full), "full");
+    fl_tensor *out = full ? fl__new(backend, dtype, ndim, shape) : NULL;
+    if (!out)
+        return full ? fl__error(FL_ERR_MEMORY, "fl_full", "out of memory") : NULL;
+    return fl__finish("fl_full", out, full(out, value), 0, NULL);
+}

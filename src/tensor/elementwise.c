@@ -1,0 +1,219 @@
+/* Elementwise operations: dtype rules, broadcasting, and the scalar forms. */
+#include <math.h>
+
+#include "internal.h"
+
+/* ---- unary ---- */
+
+typedef enum unary_rule {
+    UNARY_NUMERIC,  /* any dtype but bool; the result has the input's dtype */
+    UNARY_FLOAT,    /* integers compute in f32 */
+    UNARY_ROUNDING, /* integers are returned as they are */
+    UNARY_FLOAT_TEST, /* bool out; integers are never nan or inf */
+    UNARY_LOGICAL,  /* computes on bool */
+} unary_rule;
+
+static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const fl_tensor *t, unary_rule rule)
+{
+    if (fl__null_args(fn, 1, t))
+        return NULL;
+    fl_dtype in = t->dtype;
+    bool is_float = fl_dtype_is_float(in);
+    if (in == FL_BOOL && rule != UNARY_LOGICAL && rule != UNARY_FLOAT && rule != UNARY_FLOAT_TEST)
+        return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors");
+    if (!is_float && rule == UNARY_ROUNDING)
+        return fl__out(fl_retain((fl_tensor *)t));
+    if (!is_float && rule == UNARY_FLOAT_TEST)
+        return fl__out(fl__full(t->backend, 0, FL_BOOL, t->ndim, t->shape));
+    fl_dtype compute = rule == UNARY_LOGICAL ? FL_BOOL
+                       : rule == UNARY_FLOAT && !is_float ? FL_DEFAULT_FLOAT
+                                                           : fl__compute_dtype(in);
+    fl_dtype result = rule == UNARY_FLOAT_TEST || rule == UNARY_LOGICAL ? FL_BOOL
+                      : is_float                                        ? in
+                                                                        : compute;
+    fl_unary_fn primitive = fl__primitive(fn, t->backend, offset, entry);
+    if (!primitive)
+        return NULL;
+    fl_tensor *input = fl__cast(t, compute);
+    fl_tensor *out = input ? fl__new(t->backend, rule == UNARY_FLOAT_TEST ? FL_BOOL : compute, t->ndim, t->shape) : NULL;
+    if (out)
+        out = fl__finish(fn, out, primitive(out, input), 1, (const fl_tensor *const *)&input);
+    fl_release(input);
+    if (out && out->dtype != result) {
+        fl_tensor *narrowed = fl__cast(out, result);
+        fl_release(out);
+        out = narrowed;
+    }
+    return fl__out(out);
+}
+
+#define UNARY(name, rule) \
+    fl_tensor *fl_##name(const fl_tensor *t) { return unary("fl_" #name, FL_PRIMITIVE(name), #name, t, rule); }
+
+UNARY(neg, UNARY_NUMERIC)
+UNARY(abs, UNARY_NUMERIC)
+UNARY(sign, UNARY_NUMERIC)
+UNARY(exp, UNARY_FLOAT)
+UNARY(log, UNARY_FLOAT)
+UNARY(log1p, UNARY_FLOAT)
+UNARY(sqrt, UNARY_FLOAT)
+UNARY(rsqrt, UNARY_FLOAT)
+UNARY(sin, UNARY_FLOAT)
+UNARY(cos, UNARY_FLOAT)
+UNARY(tanh, UNARY_FLOAT)
+UNARY(sigmoid, UNARY_FLOAT)
+UNARY(erf, UNARY_FLOAT)
+UNARY(floor, UNARY_ROUNDING)
+UNARY(ceil, UNARY_ROUNDING)
+UNARY(round, UNARY_ROUNDING)
+UNARY(isnan, UNARY_FLOAT_TEST)
+UNARY(isinf, UNARY_FLOAT_TEST)
+UNARY(logical_not, UNARY_LOGICAL)
+
+/* ---- binary ---- */
+
+typedef enum binary_rule {
+    BINARY_ARITHMETIC, /* the promoted dtype */
+    BINARY_NO_BOOL,    /* the promoted dtype, which must not be bool */
+    BINARY_DIVISION,   /* integers divide in f32 */
+    BINARY_COMPARE,    /* compares in the promoted dtype; bool out */
+    BINARY_LOGICAL,    /* computes on bool */
+} binary_rule;
+
+static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const fl_tensor *a, const fl_tensor *b,
+                         binary_rule rule)
+{
+    if (fl__null_args(fn, 2, a, b))
+        return NULL;
+    char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
+    if (a->backend != b->backend)
+        return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
+                         a->backend->name, b->backend->name);
+    fl_dtype common = rule == BINARY_LOGICAL ? FL_BOOL : fl_promote_types(a->dtype, b->dtype);
+    if (rule == BINARY_DIVISION && !fl_dtype_is_float(common))
+        common = FL_DEFAULT_FLOAT;
+    if (rule == BINARY_NO_BOOL && common == FL_BOOL)
+        return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors (%s, %s)", fl__describe(a, da),
+                         fl__describe(b, db));
+    fl_dtype compute = fl__compute_dtype(common);
+    fl_dtype out_dtype = rule == BINARY_COMPARE || rule == BINARY_LOGICAL ? FL_BOOL : compute;
+    fl_binary_fn primitive = fl__primitive(fn, a->backend, offset, entry);
+    if (!primitive)
+        return NULL;
+
+    /* The fast path: nothing to broadcast or convert. */
+    if (a->dtype == compute && b->dtype == compute && fl__same_shape(a, b)) {
+        fl_tensor *out = fl__new(a->backend, out_dtype, a->ndim, a->shape);
+        if (!out)
+            return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        const fl_tensor *inputs[2] = {a, b};
+        return fl__out(fl__finish(fn, out, primitive(out, a, b), 2, inputs));
+    }
+
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    if (!fl__broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, &ndim, shape))
+        return fl__error(FL_ERR_SHAPE, fn, "shapes %s and %s do not broadcast", fl__describe(a, da),
+                         fl__describe(b, db));
+    fl_tensor *ca = fl__cast(a, compute), *cb = ca ? fl__cast(b, compute) : NULL;
+    fl_tensor *ea = cb ? fl__expand(ca, ndim, shape) : NULL, *eb = ea ? fl__expand(cb, ndim, shape) : NULL;
+    fl_tensor *out = eb ? fl__new(a->backend, out_dtype, ndim, shape) : NULL;
+    if (out) {
+        const fl_tensor *inputs[2] = {ea, eb};
+        out = fl__finish(fn, out, primitive(out, ea, eb), 2, inputs);
+    }
+    fl_release(ca);
+    fl_release(cb);
+    fl_release(ea);
+    fl_release(eb);
+    if (out && rule != BINARY_COMPARE && rule != BINARY_LOGICAL && common != compute) {
+        fl_tensor *narrowed = fl__cast(out, common);
+        fl_release(out);
+        out = narrowed;
+    }
+    return fl__out(out);
+}
+
+#define BINARY(name, rule)                                                  \
+    fl_tensor *fl_##name(const fl_tensor *a, const fl_tensor *b)            \
+    {                                                                       \
+        return binary("fl_" #name, FL_PRIMITIVE(name), #name, a, b, rule);  \
+    }
+
+BINARY(add, BINARY_ARITHMETIC)
+BINARY(sub, BINARY_NO_BOOL)
+BINARY(mul, BINARY_ARITHMETIC)
+BINARY(div, BINARY_DIVISION)
+BINARY(pow, BINARY_NO_BOOL)
+BINARY(minimum, BINARY_ARITHMETIC)
+BINARY(maximum, BINARY_ARITHMETIC)
+BINARY(eq, BINARY_COMPARE)
+BINARY(ne, BINARY_COMPARE)
+BINARY(lt, BINARY_COMPARE)
+BINARY(le, BINARY_COMPARE)
+BINARY(logical_and, BINARY_LOGICAL)
+BINARY(logical_or, BINARY_LOGICAL)
+
+/* a > b is b < a: one primitive for each ordering. */
+fl_tensor *fl_gt(const fl_tensor *a, const fl_tensor *b) { return binary("fl_gt", FL_PRIMITIVE(lt), "lt", b, a, BINARY_COMPARE); }
+fl_tensor *fl_ge(const fl_tensor *a, const fl_tensor *b) { return binary("fl_ge", FL_PRIMITIVE(le), "le", b, a, BINARY_COMPARE); }
+
+/* ---- scalars ---- */
+
+/* The dtype of a "weak" scalar next to t: t's own unless the scalar is of a higher
+ * kind (a fraction next to integers gives f32; a number next to bool gives i64). */
+static fl_dtype scalar_dtype(const fl_tensor *t, double value)
+{
+    bool integral = value == trunc(value) && fabs(value) < 0x1p63;
+    if (fl_dtype_is_float(t->dtype))
+        return t->dtype;
+    if (!integral)
+        return FL_DEFAULT_FLOAT;
+    return t->dtype == FL_BOOL ? FL_I64 : t->dtype;
+}
+
+static fl_tensor *with_scalar(const char *fn, fl_tensor *(*op)(const fl_tensor *, const fl_tensor *),
+                              const fl_tensor *t, double value)
+{
+    if (fl__null_args(fn, 1, t))
+        return NULL;
+    fl_tensor *s = fl__full(t->backend, value, scalar_dtype(t, value), 0, NULL);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *result = s ? op(t, s) : NULL;
+    result = fl__scope_return(scope, result);
+    fl_release(s);
+    return result;
+}
+
+#define SCALAR(name, op) \
+    fl_tensor *fl_##name##_scalar(const fl_tensor *t, double value) { return with_scalar("fl_" #name "_scalar", op, t, value); }
+
+SCALAR(add, fl_add)
+SCALAR(sub, fl_sub)
+SCALAR(mul, fl_mul)
+SCALAR(div, fl_div)
+SCALAR(pow, fl_pow)
+SCALAR(maximum, fl_maximum)
+SCALAR(minimum, fl_minimum)
+
+/* ---- composites ---- */
+
+fl_tensor *fl_clamp(const fl_tensor *t, double low, double high)
+{
+    if (!(low <= high))
+        return fl__error(FL_ERR_VALUE, "fl_clamp", "low %g must not exceed high %g", low, high);
+    fl_scope scope = fl_scope_begin();
+    return fl__scope_return(scope, fl_minimum_scalar(fl_maximum_scalar(t, low), high));
+}
+
+fl_tensor *fl_square(const fl_tensor *t) { return fl_mul(t, t); }
+
+fl_tensor *fl_reciprocal(const fl_tensor *t)
+{
+    if (fl__null_args("fl_reciprocal", 1, t))
+        return NULL;
+    fl_tensor *one = fl__full(t->backend, 1, fl_dtype_is_float(t->dtype) ? t->dtype : FL_DEFAULT_FLOAT, 0, NULL);
+    fl_tensor *result = fl_div(one, t);
+    fl_release(one);
+    return result;
+}

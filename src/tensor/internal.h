@@ -1,0 +1,87 @@
+/*
+ * What the files of the tensor layer share: handle allocation, error recording,
+ * argument checks, broadcasting and the dispatch of a primitive.
+ *
+ * Convention: functions named fl__* return references the caller owns (never
+ * registered in a scope); public functions wrap them with fl__out(), which hands the
+ * result to the innermost scope if one is open.
+ */
+#ifndef FLARE_TENSOR_INTERNAL_H
+#define FLARE_TENSOR_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "flare/backend.h"
+#include "flare/memory.h"
+#include "flare/tensor.h"
+
+/* ---- handles ---- */
+
+fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
+/* Registers t with the innermost open scope, if any; passes NULL through. */
+fl_tensor *fl__out(fl_tensor *t);
+
+/* ---- errors ---- */
+
+/* Records "fn: message" unless an error is already recorded. Returns NULL. */
+void *fl__error(fl_status status, const char *fn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The status and message a backend left with fl_backend_error, cleared on read. */
+fl_status fl__take_backend_error(char *message, size_t size);
+/* Formats t as "f32[2, 3]" into buf (at least FL_DESC_SIZE bytes). */
+#define FL_DESC_SIZE 96
+const char *fl__describe(const fl_tensor *t, char *buf);
+const char *fl__describe_shape(int ndim, const int64_t *shape, char *buf);
+
+/* True if any of the count tensors is NULL. If no error is recorded yet (the caller
+ * passed NULL itself) it records FL_ERR_NULL naming fn; otherwise the NULL is the
+ * result of an earlier failure and is propagated silently. */
+bool fl__null_args(const char *fn, int count, ...);
+
+/* Normalizes a possibly negative axis into [0, ndim); false (and an error) if out of range. */
+bool fl__axis(const char *fn, int axis, int ndim, int *out);
+/* Builds the bit mask of axes (NULL/0 = all); false on a bad or repeated axis. */
+bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask);
+
+/* NumPy broadcasting of two shapes into out (FL_MAX_DIMS entries). */
+bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int64_t *bshape, int *ndim,
+                          int64_t *out);
+bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
+
+/* ---- dispatch ---- */
+
+/* Calls a backend primitive for a fresh output and finishes it: on failure the output
+ * is freed and the error recorded with the operation, shapes and dtypes; on success
+ * the output (owned by the caller) is returned. The memory-telemetry operation is
+ * set to op for the duration of the call. */
+#define FL_PRIMITIVE(entry) offsetof(fl_backend, entry)
+/* The function pointer at offset in t's backend table, or NULL (and an error). */
+void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
+fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
+
+/* Owned conversions used to prepare operands; they return t itself (retained) when
+ * there is nothing to do. */
+fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype);
+fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
+fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape);
+/* A tensor of value on a given backend. */
+fl_tensor *fl__full(fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape);
+/* The dtype computations happen in: f16 and bf16 compute in f32. */
+fl_dtype fl__compute_dtype(fl_dtype dtype);
+/* The default float dtype that integer inputs to float functions compute in. */
+#define FL_DEFAULT_FLOAT FL_F32
+
+/* ---- composites ---- */
+
+/* Composite functions are written like user code inside a private scope;
+ * fl__scope_return keeps the result, ends the scope and hands the result to the
+ * caller's scope. */
+fl_tensor *fl__scope_return(fl_scope scope, fl_tensor *result);
+
+/* ---- random ---- */
+
+/* Reserves count Philox counters from the global generator; returns the seed and the
+ * first counter. */
+void fl__random_reserve(uint64_t count, uint64_t *seed, uint64_t *offset);
+
+#endif

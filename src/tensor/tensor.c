@@ -1,0 +1,168 @@
+/* Tensor handles: allocation, reference counts, scopes, introspection, threads. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    fl_tensor *t = malloc(sizeof *t);
+    if (!t)
+        return NULL;
+    t->refcount = 1;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    t->backend = backend;
+    t->impl = NULL;
+    return t;
+}
+
+fl_tensor *fl_tensor_alloc(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    return fl__new(backend, dtype, ndim, shape);
+}
+
+fl_tensor *fl_retain(fl_tensor *t)
+{
+    if (t)
+        __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
+    return t;
+}
+
+void fl_release(fl_tensor *t)
+{
+    if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (t->impl && t->backend->release)
+        t->backend->release(t);
+    free(t);
+}
+
+/* ---- scopes: a per-thread stack of owned references and of scope marks ---- */
+
+typedef struct scope_stack {
+    fl_tensor **items;
+    size_t count, capacity;
+    size_t *marks;
+    int depth, mark_capacity;
+} scope_stack;
+
+static _Thread_local scope_stack scopes;
+
+fl_scope fl_scope_begin(void)
+{
+    if (scopes.depth == scopes.mark_capacity) {
+        int capacity = scopes.mark_capacity ? 2 * scopes.mark_capacity : 16;
+        size_t *marks = realloc(scopes.marks, (size_t)capacity * sizeof *marks);
+        if (!marks) {
+            fl__error(FL_ERR_MEMORY, "fl_scope_begin", "cannot grow the scope stack");
+            return (fl_scope){scopes.count};
+        }
+        scopes.marks = marks;
+        scopes.mark_capacity = capacity;
+    }
+    scopes.marks[scopes.depth++] = scopes.count;
+    return (fl_scope){scopes.count};
+}
+
+void fl_scope_end(fl_scope scope)
+{
+    while (scopes.count > scope.mark)
+        fl_release(scopes.items[--scopes.count]);
+    while (scopes.depth > 0 && scopes.marks[scopes.depth - 1] >= scope.mark)
+        scopes.depth--;
+    if (scopes.depth == 0) {
+        free(scopes.items);
+        free(scopes.marks);
+        memset(&scopes, 0, sizeof scopes);
+    }
+}
+
+fl_tensor *fl__out(fl_tensor *t)
+{
+    if (!t || scopes.depth == 0)
+        return t;
+    if (scopes.count == scopes.capacity) {
+        size_t capacity = scopes.capacity ? 2 * scopes.capacity : 256;
+        fl_tensor **items = realloc(scopes.items, capacity * sizeof *items);
+        if (!items) {
+            fl_release(t);
+            return fl__error(FL_ERR_MEMORY, "fl_scope", "cannot grow the scope");
+        }
+        scopes.items = items;
+        scopes.capacity = capacity;
+    }
+    scopes.items[scopes.count++] = t;
+    return t;
+}
+
+fl_tensor *fl_keep(fl_tensor *t)
+{
+    if (!t || scopes.depth == 0)
+        return t;
+    size_t floor = scopes.marks[scopes.depth - 1];
+    for (size_t i = scopes.count; i > floor; i--) {
+        if (scopes.items[i - 1] == t) {
+            /* Hand the scope's reference to the caller; keep the slot order. */
+            memmove(&scopes.items[i - 1], &scopes.items[i], (scopes.count - i) * sizeof *scopes.items);
+            scopes.count--;
+            return t;
+        }
+    }
+    /* Not owned by this scope (created outside it): give the caller a reference of its own. */
+    return fl_retain(t);
+}
+
+fl_tensor *fl__scope_return(fl_scope scope, fl_tensor *result)
+{
+    fl_keep(result);
+    fl_scope_end(scope);
+    return fl__out(result);
+}
+
+/* ---- introspection ---- */
+
+fl_dtype fl_dtype_of(const fl_tensor *t) { return t ? t->dtype : FL_F32; }
+int fl_ndim(const fl_tensor *t) { return t ? t->ndim : 0; }
+const int64_t *fl_shape(const fl_tensor *t) { return t ? t->shape : NULL; }
+int64_t fl_numel(const fl_tensor *t) { return t ? t->numel : 0; }
+const char *fl_backend_name(const fl_tensor *t) { return t ? t->backend->name : ""; }
+
+int64_t fl_dim(const fl_tensor *t, int axis)
+{
+    int a;
+    if (fl__null_args("fl_dim", 1, t) || !fl__axis("fl_dim", axis, t->ndim, &a))
+        return -1;
+    return t->shape[a];
+}
+
+/* ---- threads ---- */
+
+static int num_threads;
+
+void fl_set_num_threads(int n)
+{
+    if (n < 1) {
+        fl__error(FL_ERR_VALUE, "fl_set_num_threads", "the thread count must be at least 1, got %d", n);
+        return;
+    }
+    num_threads = n;
+}
+
+int fl_num_threads(void)
+{
+    if (num_threads == 0) {
+        const char *env = getenv("FLARE_NUM_THREADS");
+        int n = env ? atoi(env) : 0;
+        if (n < 1)
+            n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        num_threads = n < 1 ? 1 : n;
+    }
+    return num_threads;
+}

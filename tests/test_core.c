@@ -1,0 +1,212 @@
+/* The tensor layer's core: creation, reading back, dtypes, errors, scopes, the
+ * backend registry and the primitive count, random-number determinism. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+static void from_data_round_trips_every_dtype(void **state)
+{
+    const double values[] = {0, 1, -2, 3.5, 100, -0.25};
+    for (fl_dtype d = 0; d < FL_DTYPE_COUNT; d++) {
+        fl_tensor *t = fl_cast(T_F64(FL_SHAPE(2, 3), 0, 1, -2, 3.5, 100, -0.25), d);
+        assert_shape(t, 2, 3);
+        assert_dtype(t, d);
+        double expected[6];
+        for (int i = 0; i < 6; i++) {
+            double v = values[i];
+            if (d == FL_BOOL) v = v != 0;
+            else if (d == FL_U8) v = (double)(uint8_t)(int)v;
+            else if (d == FL_I32 || d == FL_I64) v = trunc(v);
+            expected[i] = v;
+        }
+        support_assert_values(t, expected, 6, 0, 0, __FILE__, __LINE__);
+    }
+}
+
+static void creation_functions(void **state)
+{
+    assert_values(fl_zeros(FL_F32, FL_SHAPE(2, 2)), 0, 0, 0, 0, 0, 0);
+    assert_values(fl_ones(FL_I32, FL_SHAPE(3)), 0, 0, 1, 1, 1);
+    assert_values(fl_full(2.5, FL_F64, FL_SHAPE(1, 2)), 0, 0, 2.5, 2.5);
+    fl_tensor *s = fl_scalar(7, FL_I64);
+    assert_int_equal(fl_ndim(s), 0);
+    assert_int_equal(fl_numel(s), 1);
+    assert_true(fl_item(s) == 7);
+    assert_values(fl_arange(0, 5, 1, FL_I64), 0, 0, 0, 1, 2, 3, 4);
+    assert_values(fl_arange(1, 2, 0.25, FL_F32), 0, 1e-7, 1, 1.25, 1.5, 1.75);
+    assert_values(fl_arange(5, 0, -2, FL_I32), 0, 0, 5, 3, 1);
+    assert_int_equal(fl_numel(fl_arange(3, 3, 1, FL_F32)), 0);
+    assert_values(fl_linspace(0, 1, 5, FL_F64), 0, 1e-15, 0, 0.25, 0.5, 0.75, 1);
+    fl_tensor *empty = fl_zeros(FL_F32, FL_SHAPE(0, 3));
+    assert_shape(empty, 0, 3);
+    assert_int_equal(fl_to_host(empty, NULL, 0), FL_OK);
+    assert_no_error();
+}
+
+static void half_precision_conversions(void **state)
+{
+    /* Exactly representable values survive; others round to nearest even. */
+    float in[] = {0.f, -0.f, 1.f, -2.5f, 65504.f, 1e-7f, 6.1035156e-05f, 1.0009765625f, 70000.f, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        float back = fl_half_to_float(fl_float_to_half(in[i]));
+        if (isnan(in[i]))
+            assert_true(isnan(back));
+        else if (i == 5)
+            assert_true(fabsf(back - 1.1920929e-07f) < 1e-12f); /* nearest subnormal */
+        else if (i == 8)
+            assert_true(isinf(back)); /* overflow */
+        else
+            assert_true(back == in[i]);
+    }
+    assert_int_equal(fl_float_to_half(1.00048828125f), 0x3c00);  /* halfway, rounds to even */
+    assert_int_equal(fl_float_to_half(1.00146484375f), 0x3c02);  /* halfway, rounds up to even */
+    assert_true(fl_bf16_to_float(fl_float_to_bf16(3.140625f)) == 3.140625f);
+    assert_int_equal(fl_float_to_bf16(1.00390625f), 0x3f80);     /* halfway, to even */
+    fl_tensor *h = fl_cast(T_F32(FL_SHAPE(3), 1.5f, -3.25f, 1000.f), FL_F16);
+    assert_dtype(h, FL_F16);
+    assert_values(h, 0, 0, 1.5, -3.25, 1000);
+    assert_values(fl_cast(h, FL_BF16), 0, 0, 1.5, -3.25, 1000);
+}
+
+static void promotion_follows_pytorch(void **state)
+{
+    assert_int_equal(fl_promote_types(FL_BOOL, FL_U8), FL_U8);
+    assert_int_equal(fl_promote_types(FL_U8, FL_I32), FL_I32);
+    assert_int_equal(fl_promote_types(FL_I64, FL_F32), FL_F32);
+    assert_int_equal(fl_promote_types(FL_F16, FL_BF16), FL_F32);
+    assert_int_equal(fl_promote_types(FL_F16, FL_F64), FL_F64);
+    assert_int_equal(fl_promote_types(FL_I32, FL_I32), FL_I32);
+}
+
+static void errors_name_the_function_and_propagate_null(void **state)
+{
+    assert_fails(fl_zeros(FL_F32, FL_SHAPE(2, -1)), FL_ERR_SHAPE, "fl_zeros: negative size in shape [2, -1]");
+    assert_fails(fl_zeros((fl_dtype)42, FL_SHAPE(2)), FL_ERR_DTYPE, "invalid dtype 42");
+    assert_fails(fl_zeros(FL_F32, 9, (int64_t[9]){1}), FL_ERR_SHAPE, "9 dimensions");
+    assert_fails(fl_arange(0, 1, 0, FL_F32), FL_ERR_VALUE, "fl_arange");
+    assert_fails(fl_from_data(NULL, FL_F32, FL_SHAPE(2)), FL_ERR_NULL, "fl_from_data");
+    assert_fails(fl_rand(FL_I32, FL_SHAPE(2)), FL_ERR_DTYPE, "float dtype");
+    /* The first error is kept while NULL flows through later calls. */
+    fl_tensor *bad = fl_zeros(FL_F32, FL_SHAPE(-3));
+    assert_null(fl_cast(bad, FL_F64));
+    assert_null(fl_copy(bad));
+    assert_fails(bad, FL_ERR_SHAPE, "fl_zeros");
+    /* A NULL passed directly is reported as such. */
+    assert_fails(fl_cast(NULL, FL_F32), FL_ERR_NULL, "fl_cast: argument 1 is NULL");
+    fl_tensor *t = fl_zeros(FL_F32, FL_SHAPE(2, 3));
+    char small[4];
+    assert_fails_status(fl_to_host(t, small, sizeof small), FL_ERR_VALUE, "f32[2, 3] needs 24 bytes");
+    assert_true(isnan(fl_item(t)));
+    assert_fails(NULL, FL_ERR_SHAPE, "needs exactly one element");
+}
+
+static void scopes_release_temporaries(void **state)
+{
+    fl_memory_stats before, after;
+    fl_memory_stats_get(&before);
+    fl_scope outer = fl_scope_begin();
+    fl_tensor *kept = NULL;
+    for (int i = 0; i < 3; i++) {
+        fl_scope inner = fl_scope_begin();
+        fl_tensor *a = fl_ones(FL_F32, FL_SHAPE(64, 64));
+        fl_tensor *b = fl_cast(a, FL_F64);
+        if (i == 2)
+            kept = fl_keep(b);
+        fl_scope_end(inner);
+    }
+    fl_scope_end(outer);
+    assert_non_null(kept);
+    fl_scope check = fl_scope_begin();
+    assert_values(fl_reshape(kept, FL_SHAPE(-1)), 0, 0, [0 ... 4095] = 1); /* still alive */
+    fl_scope_end(check);
+    fl_release(kept);
+    fl_memory_stats_get(&after);
+    assert_int_equal(after.in_use, before.in_use);
+    /* Outside any scope the caller owns results and fl_keep does nothing. */
+    fl_tensor *owned = fl_zeros(FL_F32, FL_SHAPE(2));
+    assert_ptr_equal(fl_keep(owned), owned);
+    fl_release(owned);
+}
+
+static void registry_and_primitive_count(void **state)
+{
+    fl_backend *cpu = fl_backend_find("cpu");
+    assert_non_null(cpu);
+    assert_ptr_equal(fl_default_backend(), cpu);
+    assert_null(fl_backend_find("no-such-backend"));
+    assert_int_equal(fl_set_default_backend("no-such-backend"), FL_ERR_VALUE);
+    fl_clear_error();
+    /* The list of primitive names covers the table exactly: from_host is the first
+     * operation entry and pool2d_backward the last. */
+    int count = fl_backend_primitive_count();
+    size_t span = offsetof(fl_backend, pool2d_backward) - offsetof(fl_backend, from_host);
+    assert_int_equal(span / sizeof(void *) + 1, (size_t)count);
+    assert_int_equal(sizeof(fl_backend), offsetof(fl_backend, pool2d_backward) + sizeof(void *));
+    assert_string_equal(fl_backend_primitive_name(0), "from_host");
+    assert_string_equal(fl_backend_primitive_name(count - 1), "pool2d_backward");
+    assert_null(fl_backend_primitive_name(count));
+    /* The table stays small: growing it is a decision, not an accident. */
+    assert_int_equal(count, 62);
+}
+
+static void unimplemented_primitive_is_a_clear_error(void **state)
+{
+    fl_backend *cpu = fl_backend_find("cpu");
+    int (*saved)(fl_tensor *, double) = cpu->full;
+    cpu->full = NULL;
+    assert_fails(fl_zeros(FL_F32, FL_SHAPE(2)), FL_ERR_UNSUPPORTED, "backend 'cpu' does not implement the primitive 'full'");
+    cpu->full = saved;
+}
+
+static void random_numbers_do_not_depend_on_threads(void **state)
+{
+    enum { N = 100003 };
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
+    int threads = fl_num_threads();
+    fl_set_num_threads(1);
+    fl_manual_seed(42);
+    fl_to_host(fl_randn(FL_F32, FL_SHAPE(N)), a, N * sizeof(float));
+    fl_set_num_threads(2);
+    fl_manual_seed(42);
+    fl_to_host(fl_randn(FL_F32, FL_SHAPE(N)), b, N * sizeof(float));
+    fl_set_num_threads(threads);
+    assert_memory_equal(a, b, N * sizeof(float));
+    /* The moments of a large draw are those of N(0, 1). */
+    double sum = 0, sq = 0;
+    for (int i = 0; i < N; i++) {
+        sum += a[i];
+        sq += (double)a[i] * a[i];
+    }
+    assert_true(fabs(sum / N) < 0.02);
+    assert_true(fabs(sq / N - 1) < 0.02);
+    /* A second draw continues the stream rather than repeating it. */
+    fl_manual_seed(42);
+    fl_tensor *first = fl_rand(FL_F64, FL_SHAPE(8));
+    fl_tensor *second = fl_rand(FL_F64, FL_SHAPE(8));
+    double x[8], y[8];
+    fl_to_host(first, x, sizeof x);
+    fl_to_host(second, y, sizeof y);
+    assert_memory_not_equal(x, y, sizeof x);
+    for (int i = 0; i < 8; i++)
+        assert_true(x[i] >= 0 && x[i] < 1);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(from_data_round_trips_every_dtype),
+        scoped_test(creation_functions),
+        scoped_test(half_precision_conversions),
+        scoped_test(promotion_follows_pytorch),
+        scoped_test(errors_name_the_function_and_propagate_null),
+        scoped_test(scopes_release_temporaries),
+        scoped_test(registry_and_primitive_count),
+        scoped_test(unimplemented_primitive_is_a_clear_error),
+        scoped_test(random_numbers_do_not_depend_on_threads),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
