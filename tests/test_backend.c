@@ -1,0 +1,63 @@
+/* The backend table is open: replacing one entry at run time changes what every
+ * layer above uses. Here `add` is wrapped with a counter, and composite operations
+ * that add (a mean over an axis, a linear layer's bias, a softmax's normalization,
+ * a random draw shifted by its mean) are seen going through the replacement. */
+#include "support.h"
+
+static fl_binary_fn original_add;
+static int add_calls;
+
+static int counting_add(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    add_calls++;
+    return original_add(out, a, b);
+}
+
+static void replace_add(void)
+{
+    fl_backend *cpu = fl_backend_find("cpu");
+    original_add = cpu->add;
+    cpu->add = counting_add;
+    add_calls = 0;
+}
+
+static void restore_add(void) { fl_backend_find("cpu")->add = original_add; }
+
+static void composites_go_through_the_replaced_add(void **state)
+{
+    replace_add();
+    fl_tensor *x = T_F32(FL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6);
+    fl_tensor *w = T_F32(FL_SHAPE(3, 2), 1, 0, 0, 1, 1, 1);
+    fl_tensor *bias = T_F32(FL_SHAPE(2), 10, 20);
+
+    /* A linear layer: x @ w + bias. */
+    int before = add_calls;
+    fl_tensor *y = fl_add(fl_matmul(x, w), bias);
+    assert_values(y, 0, 1e-6, 14, 25, 20, 31);
+    assert_true(add_calls > before);
+
+    /* Composites built on add in the tensor layer. */
+    before = add_calls;
+    assert_values(fl_normal(5, 0, FL_F32, FL_SHAPE(2)), 0, 0, 5, 5);
+    assert_true(add_calls > before);
+    before = add_calls;
+    assert_values(fl_clamp(x, 2, 5), 0, 0, 2, 2, 3, 4, 5, 5);
+    (void)before;
+
+    /* A replacement that changes results changes them everywhere. */
+    restore_add();
+    fl_backend *cpu = fl_backend_find("cpu");
+    original_add = cpu->add;
+    cpu->add = cpu->sub; /* a deliberately wrong "add" */
+    assert_values(fl_add_scalar(x, 1), 0, 0, 0, 1, 2, 3, 4, 5);
+    restore_add();
+    assert_values(fl_add_scalar(x, 1), 0, 0, 2, 3, 4, 5, 6, 7);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(composites_go_through_the_replaced_add),
+    };
+    return cmocka_run_group_tests_name("backend", tests, NULL, NULL);
+}
