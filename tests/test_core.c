@@ -124,6 +124,16 @@ static void scopes_release_temporaries(void **state)
     fl_release(kept);
     fl_memory_stats_get(&after);
     assert_int_equal(after.in_use, before.in_use);
+    /* An inner scope opened before the outer one made anything ends alone. */
+    fl_memory_stats_get(&before);
+    fl_scope first = fl_scope_begin();
+    fl_scope second = fl_scope_begin();
+    fl_scope_end(second);
+    fl_tensor *survivor = fl_zeros(FL_F32, FL_SHAPE(1024)); /* owned by first */
+    assert_non_null(survivor);
+    fl_scope_end(first);
+    fl_memory_stats_get(&after);
+    assert_int_equal(after.in_use, before.in_use);
     /* Outside any scope the caller owns results and fl_keep does nothing. */
     fl_tensor *owned = fl_zeros(FL_F32, FL_SHAPE(2));
     assert_ptr_equal(fl_keep(owned), owned);

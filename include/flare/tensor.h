@@ -75,7 +75,8 @@ fl_tensor *fl_retain(fl_tensor *t);
 void fl_release(fl_tensor *t);
 
 typedef struct fl_scope {
-    size_t mark;
+    size_t mark; /* where this scope's tensors begin on the thread's stack */
+    int depth;   /* its nesting level, counting from 1 */
 } fl_scope;
 
 fl_scope fl_scope_begin(void);

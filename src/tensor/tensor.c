@@ -62,21 +62,25 @@ fl_scope fl_scope_begin(void)
         size_t *marks = realloc(scopes.marks, (size_t)capacity * sizeof *marks);
         if (!marks) {
             fl__error(FL_ERR_MEMORY, "fl_scope_begin", "cannot grow the scope stack");
-            return (fl_scope){scopes.count};
+            return (fl_scope){scopes.count, scopes.depth};
         }
         scopes.marks = marks;
         scopes.mark_capacity = capacity;
     }
     scopes.marks[scopes.depth++] = scopes.count;
-    return (fl_scope){scopes.count};
+    return (fl_scope){scopes.count, scopes.depth};
 }
 
 void fl_scope_end(fl_scope scope)
 {
+    /* Ending a scope also ends any inner scope left open inside it. Marks alone cannot
+     * tell nested scopes apart (an inner scope opened before the outer one made
+     * anything has the same mark), so the depth decides. */
+    if (scope.depth < 1 || scope.depth > scopes.depth)
+        return;
     while (scopes.count > scope.mark)
         fl_release(scopes.items[--scopes.count]);
-    while (scopes.depth > 0 && scopes.marks[scopes.depth - 1] >= scope.mark)
-        scopes.depth--;
+    scopes.depth = scope.depth - 1;
     if (scopes.depth == 0) {
         free(scopes.items);
         free(scopes.marks);
