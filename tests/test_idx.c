@@ -144,6 +144,29 @@ static void scalar_and_empty_files(void **state)
     assert_no_error();
 }
 
+/* Pipes have no size to check the header against: they are read as they come. */
+static void pipes_are_read_as_streams(void **state)
+{
+    for (int gzip = 0; gzip < 2; gzip++) {
+        for (int cut = 0; cut < 2; cut++) {
+            size_t len;
+            unsigned char *bytes = read_fixture(gzip ? "idx_i16.gz" : "idx_i16", &len);
+            int fds[2];
+            assert_int_equal(pipe(fds), 0);
+            assert_int_equal(write(fds[1], bytes, len - cut), (ssize_t)(len - cut));
+            close(fds[1]);
+            char path[64];
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+            if (cut)
+                assert_load_fails(path, FL_ERR_IO, gzip ? "truncated gzip stream" : "file ends at 23");
+            else
+                assert_close(fl_load_idx(path), fixture("idx.bin", "i16"), 0, 0);
+            close(fds[0]);
+            free(bytes);
+        }
+    }
+}
+
 /* ---- errors ---- */
 
 static void missing_files_and_null_paths(void **state)
@@ -388,6 +411,7 @@ int main(void)
         scoped_test(gzip_members_are_concatenated),
         scoped_test(gzip_is_detected_by_its_magic_bytes_not_the_name),
         scoped_test(scalar_and_empty_files),
+        scoped_test(pipes_are_read_as_streams),
         scoped_test(missing_files_and_null_paths),
         scoped_test(malformed_headers),
         scoped_test(sizes_larger_than_the_data_do_not_allocate_them),

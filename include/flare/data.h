@@ -31,10 +31,11 @@ extern "C" {
  * The file must hold exactly the values its header describes: trailing bytes are an
  * error, as they are for NumPy's and torchvision's readers, since they mean that the
  * header and the data disagree. Headers of more than FL_MAX_DIMS dimensions, or that
- * describe more than FL_IDX_MAX_BYTES of values, are rejected. Every error (status
- * FL_ERR_IO) names the file and the byte offset where reading failed; offsets in a
- * gzipped file count decompressed bytes, and errors in the gzip stream itself also
- * give the compressed offset.
+ * describe more than FL_IDX_MAX_BYTES of values, are rejected. Errors (status
+ * FL_ERR_IO) name the file and, but for a file that cannot be opened, the byte offset
+ * where reading failed; offsets in a gzipped file count decompressed bytes, and
+ * errors in the gzip stream itself also give the compressed offset. Memory grows with
+ * the data the file really holds, whatever its header promises.
  */
 fl_tensor *fl_load_idx(const char *path);
 

@@ -12,9 +12,9 @@
 #include "flare/data.h"
 
 #define INPUT_CHUNK (256 * 1024)
-/* A gzipped file's decompressed size is unknown until it ends, so its buffer grows
- * from this size as data arrives: a corrupt header cannot make us allocate more than
- * about twice the data the file really holds. */
+/* The size of a gzipped file's content (or a pipe's) is unknown until it ends, so
+ * the buffer grows from this size as data arrives: a corrupt header cannot make us
+ * allocate more than about twice the data the file really holds. */
 #define FIRST_CAPACITY ((size_t)1 << 20)
 
 static const struct idx_type {
@@ -30,7 +30,8 @@ static const struct idx_type {
 typedef struct source {
     const char *path;
     FILE *file;
-    uint64_t file_size;
+    uint64_t file_size; /* known only for regular files */
+    bool regular;
     bool gzip;
     bool member_ended; /* a gzip member ended: more input must start another (as `cat a.gz b.gz`) */
     bool failed;       /* an error is recorded */
@@ -93,6 +94,7 @@ static bool source_open(source *s, const char *path)
         source_error(s, FL_ERR_IO, "cannot read: it is a directory");
         return false;
     }
+    s->regular = S_ISREG(st.st_mode);
     s->file_size = (uint64_t)st.st_size;
     s->input = malloc(INPUT_CHUNK);
     if (!s->input) {
@@ -181,6 +183,12 @@ static void *truncated(source *s, const char *what, uint64_t expected, uint64_t 
                         ", %sfile ends at %" PRIu64, expected, what, at, s->gzip ? "the decompressed " : "", end);
 }
 
+static void *trailing(source *s, uint64_t extra, uint64_t at)
+{
+    return source_error(s, FL_ERR_IO, "%" PRIu64 " bytes of trailing data at offset %" PRIu64
+                        ", after the values the header describes", extra, at);
+}
+
 static bool read_exactly(source *s, void *dst, size_t n, const char *what)
 {
     uint64_t at = s->offset;
@@ -230,17 +238,15 @@ static void to_host_order(unsigned char *data, int64_t count, const struct idx_t
 static unsigned char *read_values(source *s, uint64_t expected, size_t tensor_bytes)
 {
     uint64_t at = s->offset;
-    if (!s->gzip) {
-        /* The file's size is known: check it before allocating what the header asks for. */
+    bool sized = s->regular && !s->gzip;
+    if (sized) {
+        /* The content's size is known: check it before allocating what the header asks for. */
         if (s->file_size < at + expected)
             return truncated(s, "data", expected, at, s->file_size);
         if (s->file_size > at + expected)
-            return source_error(s, FL_ERR_IO,
-                                "%" PRIu64 " bytes of trailing data at offset %" PRIu64
-                                ", after the values the header describes",
-                                s->file_size - (at + expected), at + expected);
+            return trailing(s, s->file_size - (at + expected), at + expected);
     }
-    size_t capacity = s->gzip && expected > FIRST_CAPACITY ? FIRST_CAPACITY : (size_t)expected;
+    size_t capacity = !sized && expected > FIRST_CAPACITY ? FIRST_CAPACITY : (size_t)expected;
     unsigned char *data = malloc(capacity ? capacity : 1);
     size_t got = 0;
     while (data && got < expected) {
@@ -270,9 +276,7 @@ static unsigned char *read_values(source *s, uint64_t expected, size_t tensor_by
         for (size_t n; (n = source_read(s, rest, sizeof rest)) > 0;)
             extra += n;
         if (!s->failed && extra > 0)
-            source_error(s, FL_ERR_IO,
-                         "%" PRIu64 " bytes of trailing data at offset %" PRIu64 ", after the values the header describes",
-                         extra, at + expected);
+            trailing(s, extra, at + expected);
     }
     if (!s->failed && tensor_bytes > capacity) {
         unsigned char *grown = realloc(data, tensor_bytes);
@@ -331,12 +335,13 @@ static fl_tensor *load(source *s)
     if (!data)
         return NULL;
     to_host_order(data, (int64_t)numel, type);
-    fl_tensor *t = fl_from_data(data, type->dtype, ndim, shape);
+    fl_tensor *t = fl_keep(fl_from_data(data, type->dtype, ndim, shape));
     free(data);
     return t;
 }
 
-fl_tensor *fl_load_idx(const char *path)
+/* The tensor in path, owned by the caller (not registered in a scope). */
+static fl_tensor *load_idx(const char *path)
 {
     if (!path)
         return fl__error(FL_ERR_NULL, "fl_load_idx", "the path is NULL");
@@ -345,6 +350,8 @@ fl_tensor *fl_load_idx(const char *path)
     source_close(&s);
     return t;
 }
+
+fl_tensor *fl_load_idx(const char *path) { return fl__out(load_idx(path)); }
 
 /* ---- MNIST and Fashion-MNIST ---- */
 
@@ -361,7 +368,7 @@ static fl_tensor *load_mnist_file(const char *dir, const char *split, const char
             return fl__error(FL_ERR_IO, "fl_load_mnist", "%s/%s-%s: no such file, plain or with .gz: %s", dir, split,
                              name, strerror(errno));
     }
-    return fl_load_idx(path);
+    return load_idx(path);
 }
 
 static fl_status check_mnist(const fl_tensor *images, const char *images_path, const fl_tensor *labels,
@@ -398,21 +405,17 @@ fl_status fl_load_mnist(const char *dir, bool train, fl_tensor **images, fl_tens
     }
     const char *split = train ? "train" : "t10k";
     char images_path[4096], labels_path[4096];
-    /* A private scope releases whatever was loaded if anything fails. */
-    fl_scope scope = fl_scope_begin();
     fl_tensor *x = load_mnist_file(dir, split, "images-idx3-ubyte", images_path, sizeof images_path);
     fl_tensor *y = x ? load_mnist_file(dir, split, "labels-idx1-ubyte", labels_path, sizeof labels_path) : NULL;
     fl_status status = !y ? (fl_last_status() != FL_OK ? fl_last_status() : FL_ERR_IO)
                           : check_mnist(x, images_path, y, labels_path);
-    if (status == FL_OK) {
-        fl_keep(x);
-        fl_keep(y);
-    }
-    fl_scope_end(scope);
-    if (status != FL_OK)
+    if (status != FL_OK) {
+        fl_release(x);
+        fl_release(y);
         return status;
-    /* Hand both to the caller's scope, if one is open; if it cannot take them, it has
-     * released them. */
+    }
+    /* Hand both to the caller's scope, if one is open; one that cannot take a tensor
+     * releases it. */
     *images = fl__out(x);
     *labels = fl__out(y);
     if (!*images || !*labels) {
