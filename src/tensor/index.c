@@ -388,6 +388,13 @@ fl_tensor *fl_one_hot(const fl_tensor *index, int64_t num_classes, fl_dtype dtyp
     fl_tensor *wide = checked_index(fn, index, NULL, -1, num_classes);
     if (!wide)
         return NULL;
+    int64_t shape[FL_MAX_DIMS];
+    memcpy(shape, index->shape, sizeof shape);
+    shape[index->ndim] = num_classes;
+    if (index->numel == 0 || num_classes == 0) {
+        fl_release(wide);
+        return fl__out(fl__full(index->backend, 0, dtype, index->ndim + 1, shape));
+    }
     fl_scope scope = fl_scope_begin();
     fl_tensor *classes = fl_to_backend(fl_arange(0, (double)num_classes, 1, FL_I64), index->backend->name);
     fl_tensor *hot = fl_cast(fl_eq(fl_unsqueeze(wide, -1), classes), dtype);
