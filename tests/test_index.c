@@ -301,6 +301,8 @@ static void index_select_matches_torch(void **state)
     /* A transposed table takes the element-by-element path; a 0-d index keeps the axis. */
     fl_tensor *t = fl_transpose(T_I32(FL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), 0, 1); /* [[1,4],[2,5],[3,6]] */
     assert_values(fl_index_select(t, 0, T_I64(FL_SHAPE(2), 2, 0)), 0, 0, 3, 6, 1, 4);
+    fl_tensor *reversed = fl_index(T_I64(FL_SHAPE(3), 0, 1, 2), FL_INDEX(FL_RANGE_STEP(FL_END, FL_END, -2)));
+    assert_values(fl_index_select(t, 0, reversed), 0, 0, 3, 6, 1, 4); /* a strided index */
     assert_values(fl_index_select(t, 1, fl_scalar(1, FL_I64)), 0, 0, 4, 5, 6);
     assert_shape(fl_index_select(t, 1, fl_scalar(1, FL_I64)), 3, 1);
     assert_shape(fl_index_select(t, 0, fl_zeros(FL_I64, FL_SHAPE(0))), 0, 2);
