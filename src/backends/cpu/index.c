@@ -1,6 +1,17 @@
-/* The CPU backend's arange, concat, update_slice, where, gather, scatter_add and
- * index_select. (Being written: arange only so far.) */
+/* The CPU backend's arange and its copying primitives: concat, update_slice, where,
+ * gather, scatter_add and index_select.
+ *
+ * Copies move elements by size (1, 2, 4 or 8 bytes), so every dtype, f16 and bf16
+ * included, takes the same path; only scatter_add computes. Inputs may be any strided
+ * view (transposed, sliced, expanded); outputs are fresh dense tensors. Index tensors
+ * hold i64 values the tensor layer has already checked to be in range. */
+#include <string.h>
+
 #include "cpu.h"
+
+#define THREADS(n) ((n) >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1)
+
+/* ---- arange ---- */
 
 #define ARANGE(type)                                          \
     do {                                                      \
@@ -25,4 +36,413 @@ static int cpu_arange(fl_tensor *out, double start, double step)
     return 0;
 }
 
-void cpu_register_index(fl_backend *b) { b->arange = cpu_arange; }
+/* ---- strided copies between two views ---- */
+
+/* A copy of one shape between two strided layouts, reduced to the fewest axes: size-1
+ * axes dropped, and neighbours merged where both sides step evenly over them. */
+typedef struct copy_plan {
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    int64_t dst[FL_MAX_DIMS], src[FL_MAX_DIMS]; /* strides in elements */
+} copy_plan;
+
+static copy_plan plan_copy(int ndim, const int64_t *shape, const int64_t *dst_strides, const int64_t *src_strides)
+{
+    copy_plan p = {0};
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1)
+            continue;
+        int last = p.ndim - 1;
+        if (last >= 0 && p.dst[last] == dst_strides[i] * shape[i] && p.src[last] == src_strides[i] * shape[i]) {
+            p.shape[last] *= shape[i];
+            p.dst[last] = dst_strides[i];
+            p.src[last] = src_strides[i];
+        } else {
+            p.shape[p.ndim] = shape[i];
+            p.dst[p.ndim] = dst_strides[i];
+            p.src[p.ndim] = src_strides[i];
+            p.ndim++;
+        }
+    }
+    if (p.ndim == 0) {
+        p.ndim = 1;
+        p.shape[0] = 1;
+        p.dst[0] = p.src[0] = 1;
+    }
+    return p;
+}
+
+#define COPY_ROW(type)                                          \
+    do {                                                        \
+        type *d_ = (type *)d;                                   \
+        const type *s_ = (const type *)s;                       \
+        for (int64_t j = 0; j < inner; j++)                     \
+            d_[j * dst_step] = s_[j * src_step];                \
+    } while (0)
+
+/* dst[i...] = src[i...] over shape, both given by their first element and strides. */
+static void copy_strided(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides,
+                         int ndim, const int64_t *shape, size_t size)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    if (numel == 0)
+        return;
+    copy_plan p = plan_copy(ndim, shape, dst_strides, src_strides);
+    int64_t inner = p.shape[p.ndim - 1], dst_step = p.dst[p.ndim - 1], src_step = p.src[p.ndim - 1];
+    int64_t rows = numel / inner;
+    int threads = rows > 1 ? THREADS(numel) : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t dst_offset = 0, src_offset = 0, rest = r;
+        for (int i = p.ndim - 2; i >= 0; i--) {
+            int64_t coord = rest % p.shape[i];
+            rest /= p.shape[i];
+            dst_offset += coord * p.dst[i];
+            src_offset += coord * p.src[i];
+        }
+        char *d = (char *)dst + dst_offset * (int64_t)size;
+        const char *s = (const char *)src + src_offset * (int64_t)size;
+        if (dst_step == 1 && src_step == 1) {
+            memcpy(d, s, (size_t)inner * size);
+            continue;
+        }
+        switch (size) {
+        case 1: COPY_ROW(uint8_t); break;
+        case 2: COPY_ROW(uint16_t); break;
+        case 4: COPY_ROW(uint32_t); break;
+        default: COPY_ROW(uint64_t); break;
+        }
+    }
+}
+
+static int cpu_concat(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
+{
+    int rc = cpu_alloc(out);
+    if (rc)
+        return rc;
+    int64_t strides[FL_MAX_DIMS];
+    cpu_dense_strides(out->ndim, out->shape, strides);
+    size_t size = cpu_element_size(out->dtype);
+    char *base = cpu_data(out);
+    int64_t position = 0;
+    for (int i = 0; i < count; i++) {
+        const fl_tensor *in = inputs[i];
+        copy_strided(base + position * strides[axis] * (int64_t)size, strides, cpu_data(in), cpu_impl(in)->strides,
+                     in->ndim, in->shape, size);
+        position += in->shape[axis];
+    }
+    return 0;
+}
+
+static int cpu_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
+                            const int64_t *step)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    cpu_copy_to_dense(cpu_data(out), base);
+    if (src->numel == 0)
+        return 0;
+    int64_t dense[FL_MAX_DIMS], region[FL_MAX_DIMS], offset = 0;
+    cpu_dense_strides(out->ndim, out->shape, dense);
+    for (int i = 0; i < out->ndim; i++) {
+        offset += start[i] * dense[i];
+        region[i] = dense[i] * step[i];
+    }
+    size_t size = cpu_element_size(out->dtype);
+    copy_strided((char *)cpu_data(out) + offset * (int64_t)size, region, cpu_data(src), cpu_impl(src)->strides,
+                 src->ndim, src->shape, size);
+    return 0;
+}
+
+/* ---- where ---- */
+
+#define SELECT_ROW(type)                                                     \
+    do {                                                                     \
+        type *y_ = (type *)y;                                                \
+        const type *a_ = (const type *)a_row, *b_ = (const type *)b_row;     \
+        for (int64_t j = 0; j < inner; j++)                                  \
+            y_[j] = c[j * step[0]] ? a_[j * step[1]] : b_[j * step[2]];      \
+    } while (0)
+
+/* The common case, every operand dense: one flat loop the compiler vectorizes. */
+#define SELECT_DENSE(type)                                                                     \
+    do {                                                                                       \
+        type *y_ = cpu_data(out);                                                              \
+        const type *a_ = cpu_data(a), *b_ = cpu_data(b);                                       \
+        const _Bool *c_ = cpu_data(cond);                                                      \
+        _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)") \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            y_[i] = c_[i] ? a_[i] : b_[i];                                                     \
+    } while (0)
+
+static int cpu_where(fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    if (cpu_contiguous(cond) && cpu_contiguous(a) && cpu_contiguous(b)) {
+        int64_t n = out->numel;
+        int threads = THREADS(n);
+        switch (cpu_element_size(out->dtype)) {
+        case 1: SELECT_DENSE(uint8_t); break;
+        case 2: SELECT_DENSE(uint16_t); break;
+        case 4: SELECT_DENSE(uint32_t); break;
+        default: SELECT_DENSE(uint64_t); break;
+        }
+        return 0;
+    }
+    const cpu_tensor *operands[3] = {cpu_impl(cond), cpu_impl(a), cpu_impl(b)};
+    int ndim = out->ndim;
+    int64_t inner = ndim ? out->shape[ndim - 1] : 1, rows = out->numel / inner, step[3] = {0, 0, 0};
+    for (int k = 0; k < 3 && ndim; k++)
+        step[k] = operands[k]->strides[ndim - 1];
+    size_t size = cpu_element_size(out->dtype);
+    int threads = rows > 1 ? THREADS(out->numel) : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t offsets[3] = {0, 0, 0}, rest = r;
+        for (int i = ndim - 2; i >= 0; i--) {
+            int64_t coord = rest % out->shape[i];
+            rest /= out->shape[i];
+            for (int k = 0; k < 3; k++)
+                offsets[k] += coord * operands[k]->strides[i];
+        }
+        const _Bool *c = (const _Bool *)cpu_data(cond) + offsets[0];
+        const char *a_row = (const char *)cpu_data(a) + offsets[1] * (int64_t)size;
+        const char *b_row = (const char *)cpu_data(b) + offsets[2] * (int64_t)size;
+        char *y = (char *)cpu_data(out) + r * inner * (int64_t)size;
+        switch (size) {
+        case 1: SELECT_ROW(uint8_t); break;
+        case 2: SELECT_ROW(uint16_t); break;
+        case 4: SELECT_ROW(uint32_t); break;
+        default: SELECT_ROW(uint64_t); break;
+        }
+    }
+    return 0;
+}
+
+/* ---- gather, scatter_add, index_select ----
+ *
+ * Each walks an index-shaped space split around the indexed axis into (outer, k,
+ * inner): outer runs over the axes before it, inner over the axes after it. The
+ * element offsets of the outer and inner coordinates in a strided tensor are
+ * tabulated once, so the inner loops do no division. */
+
+typedef struct axis_split {
+    int64_t outer, length, inner;
+    int64_t *outer_offsets, *inner_offsets; /* in elements, of the tensor tabulated */
+} axis_split;
+
+/* Tabulates the offsets in a tensor of the given strides of every coordinate of
+ * shape's axes [from, to). */
+static void tabulate(int64_t *table, const int64_t *shape, const int64_t *strides, int from, int to)
+{
+    table[0] = 0;
+    int64_t n = 1;
+    for (int i = to - 1; i >= from; i--) {
+        /* Coordinates of axis i vary slowest among [i, to): prefix the table so far. */
+        for (int64_t c = shape[i] - 1; c >= 0; c--)
+            for (int64_t k = 0; k < n; k++)
+                table[c * n + k] = table[k] + c * strides[i];
+        n *= shape[i];
+    }
+}
+
+static int split_around(axis_split *s, const int64_t *shape, int ndim, int axis, const int64_t *strides)
+{
+    s->outer = s->inner = 1;
+    for (int i = 0; i < axis; i++)
+        s->outer *= shape[i];
+    for (int i = axis + 1; i < ndim; i++)
+        s->inner *= shape[i];
+    s->length = shape[axis];
+    s->outer_offsets = cpu_scratch_alloc((size_t)(s->outer + 1) * sizeof(int64_t));
+    s->inner_offsets = cpu_scratch_alloc((size_t)(s->inner + 1) * sizeof(int64_t));
+    if (!s->outer_offsets || !s->inner_offsets) {
+        cpu_scratch_free(s->outer_offsets);
+        cpu_scratch_free(s->inner_offsets);
+        return fl_backend_error(FL_ERR_MEMORY, "no memory for offset tables");
+    }
+    tabulate(s->outer_offsets, shape, strides, 0, axis);
+    tabulate(s->inner_offsets, shape, strides, axis + 1, ndim);
+    return 0;
+}
+
+static void split_free(axis_split *s)
+{
+    cpu_scratch_free(s->outer_offsets);
+    cpu_scratch_free(s->inner_offsets);
+}
+
+#define GATHER_LOOP(type)                                                                       \
+    do {                                                                                        \
+        const type *a_ = cpu_data(a);                                                           \
+        type *y_ = cpu_data(out);                                                               \
+        _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)")      \
+        for (int64_t ok = 0; ok < s.outer * s.length; ok++) {                                   \
+            int64_t o = ok / s.length, base = s.outer_offsets[o];                               \
+            const int64_t *idx = positions + ok * s.inner;                                          \
+            type *y = y_ + ok * s.inner;                                                        \
+            for (int64_t j = 0; j < s.inner; j++)                                               \
+                y[j] = a_[base + idx[j] * stride + s.inner_offsets[j]];                         \
+        }                                                                                       \
+    } while (0)
+
+/* out (index's shape) takes a's element at the index value along axis and out's own
+ * coordinates elsewhere. */
+static int cpu_gather(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    void *scratch;
+    const int64_t *positions = cpu_dense(index, &scratch);
+    if (!positions)
+        return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of the index");
+    /* a's offsets are tabulated over the index's shape: out's coordinates address a. */
+    axis_split s;
+    if ((rc = split_around(&s, out->shape, out->ndim, axis, cpu_impl(a)->strides))) {
+        cpu_scratch_free(scratch);
+        return rc;
+    }
+    int64_t stride = cpu_impl(a)->strides[axis];
+    int threads = s.outer * s.length > 1 ? THREADS(out->numel) : 1;
+    switch (cpu_element_size(out->dtype)) {
+    case 1: GATHER_LOOP(uint8_t); break;
+    case 2: GATHER_LOOP(uint16_t); break;
+    case 4: GATHER_LOOP(uint32_t); break;
+    default: GATHER_LOOP(uint64_t); break;
+    }
+    split_free(&s);
+    cpu_scratch_free(scratch);
+    return 0;
+}
+
+/* Writes that collide differ only along axis, so threads split the outer and inner
+ * coordinates (inner in blocks, for locality) and each walks the axis in order: no
+ * races, and the sums are the same for any thread count. */
+#define SCATTER_BLOCK 256
+#define SCATTER_ADD_LOOP(type)                                                                  \
+    do {                                                                                        \
+        type *y_ = cpu_data(out);                                                               \
+        const type *src_ = values;                                                              \
+        _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)")      \
+        for (int64_t ob = 0; ob < s.outer * blocks; ob++) {                                     \
+            int64_t o = ob / blocks, from = ob % blocks * SCATTER_BLOCK;                        \
+            int64_t to = from + SCATTER_BLOCK < s.inner ? from + SCATTER_BLOCK : s.inner;       \
+            type *y = y_ + s.outer_offsets[o];                                                  \
+            for (int64_t k = 0; k < s.length; k++) {                                            \
+                int64_t row = (o * s.length + k) * s.inner;                                     \
+                for (int64_t j = from; j < to; j++)                                             \
+                    y[s.inner_offsets[j] + positions[row + j] * stride] += src_[row + j];           \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* out = base, then out[index[p] along axis, p elsewhere] += src[p] for every p of
+ * index's shape (src has index's shape). */
+static int cpu_scatter_add(fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
+                           const fl_tensor *src)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    cpu_copy_to_dense(cpu_data(out), base);
+    if (index->numel == 0)
+        return 0;
+    void *index_scratch, *src_scratch = NULL;
+    const int64_t *positions = cpu_dense(index, &index_scratch);
+    const void *values = positions ? cpu_dense(src, &src_scratch) : NULL;
+    axis_split s = {0};
+    int64_t strides[FL_MAX_DIMS];
+    cpu_dense_strides(out->ndim, out->shape, strides);
+    if (!values)
+        rc = fl_backend_error(FL_ERR_MEMORY, "no memory for dense copies of the index and source");
+    else
+        rc = split_around(&s, index->shape, index->ndim, axis, strides);
+    if (rc == 0) {
+        int64_t stride = strides[axis];
+        int64_t blocks = (s.inner + SCATTER_BLOCK - 1) / SCATTER_BLOCK;
+        int threads = s.outer * blocks > 1 ? THREADS(index->numel) : 1;
+        switch (out->dtype) {
+        case FL_BOOL: SCATTER_ADD_LOOP(_Bool); break;
+        case FL_U8: SCATTER_ADD_LOOP(uint8_t); break;
+        case FL_I32: SCATTER_ADD_LOOP(int32_t); break;
+        case FL_I64: SCATTER_ADD_LOOP(int64_t); break;
+        case FL_F32: SCATTER_ADD_LOOP(float); break;
+        case FL_F64: SCATTER_ADD_LOOP(double); break;
+        default: rc = fl_backend_error(FL_ERR_DTYPE, "scatter_add has no %s kernel", fl_dtype_name(out->dtype));
+        }
+        split_free(&s);
+    }
+    cpu_scratch_free(index_scratch);
+    cpu_scratch_free(src_scratch);
+    return rc;
+}
+
+#define SELECT_ELEMENTS(type)                                                    \
+    do {                                                                         \
+        type *y_ = (type *)y;                                                    \
+        const type *a_ = (const type *)a_data + from;                            \
+        for (int64_t j = 0; j < s.inner; j++)                                    \
+            y_[j] = a_[s.inner_offsets[j]];                                      \
+    } while (0)
+
+/* out[o, k, j] = a[o, index[k], j]: whole slices, so when a's inner axes are dense
+ * (an embedding table [vocab, dim] along axis 0) each is one memcpy. */
+static int cpu_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    void *scratch;
+    const int64_t *positions = cpu_dense(index, &scratch);
+    if (!positions)
+        return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of the index");
+    axis_split s;
+    if ((rc = split_around(&s, a->shape, a->ndim, axis, cpu_impl(a)->strides))) {
+        cpu_scratch_free(scratch);
+        return rc;
+    }
+    bool dense_slices = true;
+    for (int64_t j = 0; j < s.inner && dense_slices; j++)
+        dense_slices = s.inner_offsets[j] == j;
+    size_t size = cpu_element_size(a->dtype);
+    int64_t count = index->numel, stride = cpu_impl(a)->strides[axis];
+    const char *a_data = cpu_data(a);
+    char *y_data = cpu_data(out);
+    int threads = s.outer * count > 1 ? THREADS(out->numel) : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t ok = 0; ok < s.outer * count; ok++) {
+        int64_t o = ok / count, k = ok % count;
+        int64_t from = s.outer_offsets[o] + positions[k] * stride;
+        char *y = y_data + ok * s.inner * (int64_t)size;
+        if (dense_slices) {
+            memcpy(y, a_data + from * (int64_t)size, (size_t)s.inner * size);
+            continue;
+        }
+        switch (size) {
+        case 1: SELECT_ELEMENTS(uint8_t); break;
+        case 2: SELECT_ELEMENTS(uint16_t); break;
+        case 4: SELECT_ELEMENTS(uint32_t); break;
+        default: SELECT_ELEMENTS(uint64_t); break;
+        }
+    }
+    split_free(&s);
+    cpu_scratch_free(scratch);
+    return 0;
+}
+
+void cpu_register_index(fl_backend *b)
+{
+    b->arange = cpu_arange;
+    b->concat = cpu_concat;
+    b->update_slice = cpu_update_slice;
+    b->where = cpu_where;
+    b->gather = cpu_gather;
+    b->scatter_add = cpu_scatter_add;
+    b->index_select = cpu_index_select;
+}
