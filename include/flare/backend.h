@@ -11,8 +11,9 @@
  *    broadcast operands first, which a strided backend does with zero strides) and
  *    the same dtype as each other; arithmetic inputs also have the output's dtype.
  *  - Reductions keep reduced axes with size 1; the tensor layer drops them.
- *  - Primitives never see f16 or bf16 except in from_host, to_host and cast: the
- *    tensor layer computes in f32 and casts the result back.
+ *  - Primitives never compute on f16 or bf16: the tensor layer computes in f32 and
+ *    casts the result back. Data movement (from_host, to_host, cast, the layout and
+ *    indexing primitives) does see them and copies them by element size.
  *
  * Nothing here assumes eager execution: a backend may record the operation in
  * out->impl and compute only when to_host or eval asks for values.
