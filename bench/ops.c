@@ -6,8 +6,9 @@
  *   bench_ops [--threads N] [--filter REGEX] [--min-time S] [--repeats R] [--list] [--serve]
  *
  * Each case prints one JSON line,
- *   {"name": "add_1e6", "seconds": 1.2e-04, "iterations": 512, "repeats": 5}
- * where seconds is the median time of one operation; a case whose operation fails
+ *   {"name": "add_1e6", "seconds": 1.2e-04, "fastest": 1.1e-04, "iterations": 512, "repeats": 5}
+ * where seconds is the median time of one operation over the repeats and fastest the
+ * smallest; a case whose operation fails
  * prints "seconds": null and the error instead. With --serve the program first prints
  * {"cases": [...], "threads": N}, then runs the cases named on stdin, one per line,
  * so that a driver can alternate it with PyTorch case by case.
@@ -131,6 +132,7 @@ typedef struct options {
 
 typedef struct measurement {
     double seconds; /* median time of one operation; NAN after an error */
+    double fastest; /* the fastest repeat's time per operation */
     int64_t iterations;
     int repeats;
 } measurement;
@@ -168,7 +170,7 @@ static int compare_doubles(const void *a, const void *b)
  * in MAX_CASE_TIME. ops_torch.py does exactly the same. */
 static measurement measure(const bench_case *c, fl_tensor *const *in, const options *o)
 {
-    measurement m = {NAN, 0, 0};
+    measurement m = {NAN, NAN, 0, 0};
     if (time_batch(c, in, 1) < 0)
         return m;
     double batch_time = o->min_time / o->repeats;
@@ -198,6 +200,7 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
     }
     qsort(samples, (size_t)repeats, sizeof *samples, compare_doubles);
     m.seconds = repeats % 2 ? samples[repeats / 2] : 0.5 * (samples[repeats / 2 - 1] + samples[repeats / 2]);
+    m.fastest = samples[0];
     m.iterations = n;
     m.repeats = repeats;
     return m;
@@ -248,8 +251,8 @@ static void run_case(const bench_case *c, const options *o)
     } else {
         printf("{\"name\": ");
         print_json_string(c->name);
-        printf(", \"seconds\": %.6e, \"iterations\": %lld, \"repeats\": %d}\n", m.seconds, (long long)m.iterations,
-               m.repeats);
+        printf(", \"seconds\": %.6e, \"fastest\": %.6e, \"iterations\": %lld, \"repeats\": %d}\n", m.seconds,
+               m.fastest, (long long)m.iterations, m.repeats);
     }
     fl_release(in[0]);
     fl_release(in[1]);

@@ -4,7 +4,7 @@ side by side (docs/BENCHMARKS.md).
 
     ops_torch.py [--threads N] [--filter REGEX] [--min-time S] [--repeats R] [--list] [--serve]
 
-Each case prints one JSON line {"name", "seconds", "iterations", "repeats"}, or
+Each case prints one JSON line {"name", "seconds", "fastest", "iterations", "repeats"}, or
 "seconds": null and "error". With --serve it first prints {"cases": [...], "version": ...}
 and then runs the cases named on stdin, one per line.
 """
@@ -108,7 +108,8 @@ def measure(case, options):
         t = timer.timeit(n)
     repeats = int(max(1, min(options.repeats, math.floor(MAX_CASE_TIME / t))))
     samples = [timer.timeit(n) / n for _ in range(repeats)]
-    return {"name": case.name, "seconds": statistics.median(samples), "iterations": n, "repeats": repeats}
+    return {"name": case.name, "seconds": statistics.median(samples), "fastest": min(samples), "iterations": n,
+            "repeats": repeats}
 
 
 def run_case(case, options):

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -93,7 +94,8 @@ class Side:
             return json.loads(line)
         status = self.process.wait()
         self.process = None
-        return {"name": name, "seconds": None, "error": f"{self.label} exited with status {status}"}
+        how = f"was killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
+        return {"name": name, "seconds": None, "error": f"{self.label} {how}"}
 
     def stop(self):
         if self.process:
@@ -114,7 +116,7 @@ def format_seconds(seconds):
 def print_table(rows):
     header = ("case", "Flare", "PyTorch", "Flare/PyTorch")
     lines = [(row["name"], format_seconds(row["flare_s"]), format_seconds(row["torch_s"]),
-              "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}") for row in rows]
+              "n/a" if row["ratio"] is None else f"{row['ratio']:.3g}") for row in rows]
     widths = [max(len(line[i]) for line in lines + [header]) for i in range(4)]
     for i, line in enumerate([header] + lines):
         print(f"{line[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{width}}" for cell, width in zip(line[1:], widths[1:])))
@@ -148,6 +150,7 @@ def main():
     flare = Side("Flare", [args.flare] + common, env)
     torch = Side("PyTorch", [sys.executable, args.torch_script] + common, env)
 
+    load_average = os.getloadavg()[0]
     started = time.monotonic()
     try:
         # PyTorch first: its import takes seconds of CPU that must not overlap Flare's cases.
@@ -163,6 +166,8 @@ def main():
             row = {"name": name, "flare_s": results["Flare"]["seconds"], "torch_s": results["PyTorch"]["seconds"]}
             both = row["flare_s"] is not None and row["torch_s"]
             row["ratio"] = row["flare_s"] / row["torch_s"] if both else None
+            row["flare_fastest_s"] = results["Flare"].get("fastest")
+            row["torch_fastest_s"] = results["PyTorch"].get("fastest")
             for key, label in (("flare", "Flare"), ("torch", "PyTorch")):
                 if "error" in results[label]:
                     row[f"{key}_error"] = results[label]["error"]
@@ -178,14 +183,16 @@ def main():
         "threads": args.threads,
         "machine": machine_name(),
         "cores": os.cpu_count(),
+        "load_average": round(load_average, 2),  # the 1-minute one, as the run began
         "environment": {variable: env.get(variable) for variable in RECORDED_VARIABLES},
         "method": {"min_time_s": args.min_time, "repeats": args.repeats, "statistic": "median",
                    "order": "case by case, alternating which side goes first"},
         "elapsed_s": round(elapsed, 1),
         "rows": rows,
     }
-    print(f"{report['machine']}, {args.threads} threads, PyTorch {report['torch_version']}, "
-          f"{elapsed:.0f} s\n")
+    print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, "
+          f"PyTorch {report['torch_version']}; load average {load_average:.1f} on {os.cpu_count()} cores "
+          f"at the start; {elapsed:.0f} s\n")
     print_table(rows)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
