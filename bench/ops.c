@@ -129,6 +129,7 @@ typedef struct options {
 
 /* Slow operations get fewer repeats (at least one) so that a case stays within this. */
 #define MAX_CASE_TIME 4.0
+#define MAX_REPEATS 1000
 
 typedef struct measurement {
     double seconds; /* median time of one operation; NAN after an error */
@@ -150,9 +151,9 @@ static double time_batch(const bench_case *c, fl_tensor *const *in, int64_t n)
     double start = now();
     for (int64_t i = 0; i < n; i++) {
         fl_tensor *y = c->run(in);
-        fl_status status = y ? fl_eval(y) : fl_last_status();
+        bool failed = !y || fl_eval(y) != FL_OK;
         fl_release(y);
-        if (status != FL_OK)
+        if (failed)
             return -1;
     }
     return now() - start;
@@ -328,8 +329,12 @@ int main(int argc, char **argv)
             usage();
         }
     }
-    if (fl_last_status() != FL_OK || o.min_time <= 0 || o.repeats < 1) {
-        fprintf(stderr, "bench_ops: bad option value %s\n", fl_last_error());
+    if (fl_last_status() != FL_OK) {
+        fprintf(stderr, "bench_ops: %s\n", fl_last_error());
+        return 2;
+    }
+    if (!(o.min_time > 0) || o.repeats < 1 || o.repeats > MAX_REPEATS) {
+        fprintf(stderr, "bench_ops: --min-time must be positive and --repeats from 1 to %d\n", MAX_REPEATS);
         return 2;
     }
 

@@ -132,8 +132,8 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the selected case names")
     parser.add_argument("--serve", action="store_true", help="run the cases named on stdin")
     options = parser.parse_args()
-    if options.min_time <= 0 or options.repeats < 1 or (options.threads is not None and options.threads < 1):
-        parser.error("--min-time, --repeats and --threads must be positive")
+    if not options.min_time > 0 or not 1 <= options.repeats <= 1000 or (options.threads is not None and options.threads < 1):
+        parser.error("--min-time and --threads must be positive, --repeats from 1 to 1000")
     if options.threads:
         torch.set_num_threads(options.threads)
 
