@@ -61,9 +61,11 @@ venv: deps $(PYTHON)
 fixtures: venv
 	for script in tests/fixtures/gen_*.py; do $(PYTHON) $$script || exit 1; done
 
-# Operator benchmarks, side by side with PyTorch at the same thread count.
+# Operator benchmarks, side by side with PyTorch at the same thread count
+# (docs/BENCHMARKS.md); FILTER=REGEX runs the matching cases only.
 bench-ops: build venv
-	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json
+	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
+	    $(if $(FILTER),--filter '$(FILTER)')
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

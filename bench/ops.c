@@ -1,0 +1,366 @@
+/*
+ * The operator benchmark, Flare's side. bench/ops_torch.py runs the same cases in
+ * PyTorch with the same timing method, and bench/run_ops.py runs the two side by side
+ * and prints the table (docs/BENCHMARKS.md explains the method).
+ *
+ *   bench_ops [--threads N] [--filter REGEX] [--min-time S] [--repeats R] [--list] [--serve]
+ *
+ * Each case prints one JSON line,
+ *   {"name": "add_1e6", "seconds": 1.2e-04, "fastest": 1.1e-04, "iterations": 512, "repeats": 5}
+ * where seconds is the median time of one operation over the repeats and fastest the
+ * smallest; a case whose operation fails
+ * prints "seconds": null and the error instead. With --serve the program first prints
+ * {"cases": [...], "threads": N}, then runs the cases named on stdin, one per line,
+ * so that a driver can alternate it with PyTorch case by case.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flare/tensor.h"
+
+/* Matmul, convolution, pooling, reductions and softmax may be missing from a partial
+ * build of the library (they are written on separate branches). Weak references let
+ * the benchmark link anyway and report such a case as not available; the benchmark
+ * links the shared library, so the references resolve whenever it has them. */
+#pragma weak fl_matmul
+#pragma weak fl_sum
+#pragma weak fl_softmax
+#pragma weak fl_conv2d
+#pragma weak fl_conv2d_backward_input
+#pragma weak fl_conv2d_backward_weight
+#pragma weak fl_pool2d
+#pragma weak fl_pool2d_backward
+
+/* ---- the cases ---------------------------------------------------------------- */
+
+static const fl_conv_params conv3x3 = {.padding = {1, 1}};
+static const int64_t conv_x_shape[4] = {8, 64, 56, 56};
+static const int64_t conv_w_shape[4] = {64, 64, 3, 3};
+static const fl_pool_params maxpool2x2 = {.kind = FL_POOL_MAX, .kernel = {2, 2}, .stride = {2, 2}};
+
+static fl_tensor *run_matmul(fl_tensor *const *in) { return fl_matmul(in[0], in[1]); }
+static fl_tensor *run_add(fl_tensor *const *in) { return fl_add(in[0], in[1]); }
+static fl_tensor *run_mul(fl_tensor *const *in) { return fl_mul(in[0], in[1]); }
+static fl_tensor *run_exp(fl_tensor *const *in) { return fl_exp(in[0]); }
+static fl_tensor *run_sum_dim0(fl_tensor *const *in) { return fl_sum(in[0], FL_AXES(0), false); }
+static fl_tensor *run_sum_dim1(fl_tensor *const *in) { return fl_sum(in[0], FL_AXES(1), false); }
+static fl_tensor *run_softmax(fl_tensor *const *in) { return fl_softmax(in[0], -1); }
+static fl_tensor *run_conv_forward(fl_tensor *const *in) { return fl_conv2d(in[0], in[1], &conv3x3); }
+
+/* in: dy, weight */
+static fl_tensor *run_conv_backward_input(fl_tensor *const *in)
+{
+    return fl_conv2d_backward_input(in[0], in[1], conv_x_shape, &conv3x3);
+}
+
+/* in: x, dy */
+static fl_tensor *run_conv_backward_weight(fl_tensor *const *in)
+{
+    return fl_conv2d_backward_weight(in[0], in[1], conv_w_shape, &conv3x3);
+}
+
+static fl_tensor *run_pool_forward(fl_tensor *const *in) { return fl_pool2d(in[0], &maxpool2x2); }
+
+/* in: dy, x. Flare's backward finds each window's maximum again from x; PyTorch's
+ * reads the indices its forward saved (see ops_torch.py). */
+static fl_tensor *run_pool_backward(fl_tensor *const *in) { return fl_pool2d_backward(in[0], in[1], &maxpool2x2); }
+
+typedef struct input_shape {
+    int ndim;
+    int64_t dims[4];
+} input_shape;
+
+typedef struct bench_case {
+    const char *name;
+    fl_tensor *(*run)(fl_tensor *const *in); /* one operation; returns a new tensor */
+    void (*function)(void);                  /* the API function run calls: NULL if missing */
+    const char *function_name;
+    input_shape inputs[2];                   /* N(0, 1) inputs; ndim 0 marks an absent one */
+    int64_t iterations;                      /* a fixed loop count, or 0 to calibrate */
+} bench_case;
+
+/* A case whose inputs are the listed shapes. */
+#define CASE(name_, run_, fn, ...) \
+    {.name = name_, .run = run_, .function = (void (*)(void))fn, .function_name = #fn, .inputs = {__VA_ARGS__}}
+#define VECTOR(n) {1, {n}}
+#define MATRIX(m, n) {2, {m, n}}
+#define NCHW(n, c, h, w) {4, {n, c, h, w}}
+
+static const bench_case cases[] = {
+    CASE("sgemm_1024", run_matmul, fl_matmul, MATRIX(1024, 1024), MATRIX(1024, 1024)),
+    CASE("sgemm_2048", run_matmul, fl_matmul, MATRIX(2048, 2048), MATRIX(2048, 2048)),
+    CASE("add_1e6", run_add, fl_add, VECTOR(1000000), VECTOR(1000000)),
+    CASE("add_1e7", run_add, fl_add, VECTOR(10000000), VECTOR(10000000)),
+    CASE("mul_1e6", run_mul, fl_mul, VECTOR(1000000), VECTOR(1000000)),
+    CASE("mul_1e7", run_mul, fl_mul, VECTOR(10000000), VECTOR(10000000)),
+    CASE("exp_1e6", run_exp, fl_exp, VECTOR(1000000)),
+    CASE("exp_1e7", run_exp, fl_exp, VECTOR(10000000)),
+    CASE("sum_dim1_4096x4096", run_sum_dim1, fl_sum, MATRIX(4096, 4096)),
+    CASE("sum_dim0_4096x4096", run_sum_dim0, fl_sum, MATRIX(4096, 4096)),
+    CASE("softmax_8192x1000", run_softmax, fl_softmax, MATRIX(8192, 1000)),
+    CASE("conv3x3_fwd_8x64x56x56", run_conv_forward, fl_conv2d, NCHW(8, 64, 56, 56), NCHW(64, 64, 3, 3)),
+    CASE("conv3x3_bwd_input_8x64x56x56", run_conv_backward_input, fl_conv2d_backward_input, NCHW(8, 64, 56, 56),
+         NCHW(64, 64, 3, 3)),
+    CASE("conv3x3_bwd_weight_8x64x56x56", run_conv_backward_weight, fl_conv2d_backward_weight,
+         NCHW(8, 64, 56, 56), NCHW(8, 64, 56, 56)),
+    CASE("maxpool2x2_fwd_8x64x112x112", run_pool_forward, fl_pool2d, NCHW(8, 64, 112, 112)),
+    CASE("maxpool2x2_bwd_8x64x112x112", run_pool_backward, fl_pool2d_backward, NCHW(8, 64, 56, 56),
+         NCHW(8, 64, 112, 112)),
+    /* The fixed cost of one operation: a result made and released around no work;
+     * once calibrated as every case, once over a fixed million-iteration loop. */
+    CASE("overhead_add_4", run_add, fl_add, VECTOR(4), VECTOR(4)),
+    {.name = "overhead_add_4_loop1e6", .run = run_add, .function = (void (*)(void))fl_add,
+     .function_name = "fl_add", .inputs = {VECTOR(4), VECTOR(4)}, .iterations = 1000000},
+};
+
+#define CASE_COUNT (int)(sizeof cases / sizeof cases[0])
+
+/* ---- timing --------------------------------------------------------------------- */
+
+typedef struct options {
+    double min_time; /* seconds of timed runs per case, split into the repeats */
+    int repeats;     /* timed batches; the result is their median */
+} options;
+
+/* Slow operations get fewer repeats (at least one) so that a case stays within this. */
+#define MAX_CASE_TIME 4.0
+#define MAX_REPEATS 1000
+
+typedef struct measurement {
+    double seconds; /* median time of one operation; NAN after an error */
+    double fastest; /* the fastest repeat's time per operation */
+    int64_t iterations;
+    int repeats;
+} measurement;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs the operation n times; returns the elapsed seconds, or -1 if it failed. */
+static double time_batch(const bench_case *c, fl_tensor *const *in, int64_t n)
+{
+    double start = now();
+    for (int64_t i = 0; i < n; i++) {
+        fl_tensor *y = c->run(in);
+        bool failed = !y || fl_eval(y) != FL_OK;
+        fl_release(y);
+        if (failed)
+            return -1;
+    }
+    return now() - start;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One warm-up run; then a batch size n that takes min_time / repeats (grown until a
+ * batch takes half of that, so that tiny operations are timed over many runs);
+ * then the median of the repeats' times per operation, with as many repeats as fit
+ * in MAX_CASE_TIME. ops_torch.py does exactly the same. */
+static measurement measure(const bench_case *c, fl_tensor *const *in, const options *o)
+{
+    measurement m = {NAN, NAN, 0, 0};
+    if (time_batch(c, in, 1) < 0)
+        return m;
+    double batch_time = o->min_time / o->repeats;
+    int64_t n = c->iterations;
+    double t;
+    if (n == 0) {
+        n = 1;
+        while ((t = time_batch(c, in, n)) < batch_time / 2) {
+            if (t < 0)
+                return m;
+            n = t < batch_time / 100 ? 10 * n : (int64_t)ceil(n * batch_time / t);
+        }
+        double per_operation = t / (double)n;
+        n = (int64_t)ceil(batch_time / per_operation);
+        t = per_operation * (double)n;
+    } else if ((t = time_batch(c, in, n)) < 0) {
+        return m;
+    }
+    int repeats = (int)fmax(1, fmin(o->repeats, floor(MAX_CASE_TIME / t)));
+
+    double samples[repeats];
+    for (int r = 0; r < repeats; r++) {
+        double elapsed = time_batch(c, in, n);
+        if (elapsed < 0)
+            return m;
+        samples[r] = elapsed / (double)n;
+    }
+    qsort(samples, (size_t)repeats, sizeof *samples, compare_doubles);
+    m.seconds = repeats % 2 ? samples[repeats / 2] : 0.5 * (samples[repeats / 2 - 1] + samples[repeats / 2]);
+    m.fastest = samples[0];
+    m.iterations = n;
+    m.repeats = repeats;
+    return m;
+}
+
+/* ---- output ------------------------------------------------------------------------ */
+
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_error(const char *name, const char *message)
+{
+    printf("{\"name\": ");
+    print_json_string(name);
+    printf(", \"seconds\": null, \"error\": ");
+    print_json_string(message);
+    printf("}\n");
+}
+
+static void run_case(const bench_case *c, const options *o)
+{
+    if (!c->function) {
+        char message[128];
+        snprintf(message, sizeof message, "%s is not in this build of libflare", c->function_name);
+        print_error(c->name, message);
+        return;
+    }
+    fl_clear_error();
+    fl_manual_seed(0);
+    fl_tensor *in[2] = {NULL, NULL};
+    for (int i = 0; i < 2 && c->inputs[i].ndim; i++)
+        in[i] = fl_randn(FL_F32, c->inputs[i].ndim, c->inputs[i].dims);
+    measurement m = measure(c, in, o);
+    if (isnan(m.seconds)) {
+        print_error(c->name, fl_last_error());
+    } else {
+        printf("{\"name\": ");
+        print_json_string(c->name);
+        printf(", \"seconds\": %.6e, \"fastest\": %.6e, \"iterations\": %lld, \"repeats\": %d}\n", m.seconds,
+               m.fastest, (long long)m.iterations, m.repeats);
+    }
+    fl_release(in[0]);
+    fl_release(in[1]);
+}
+
+static const bench_case *find_case(const char *name)
+{
+    for (int i = 0; i < CASE_COUNT; i++)
+        if (strcmp(cases[i].name, name) == 0)
+            return &cases[i];
+    return NULL;
+}
+
+/* Runs the cases named on stdin, one per line, after announcing the selected ones. */
+static void serve(const bool *selected, const options *o)
+{
+    printf("{\"cases\": [");
+    for (int i = 0, first = 1; i < CASE_COUNT; i++) {
+        if (!selected[i])
+            continue;
+        printf(first ? "" : ", ");
+        print_json_string(cases[i].name);
+        first = 0;
+    }
+    printf("], \"threads\": %d}\n", fl_num_threads());
+    fflush(stdout);
+
+    char line[256];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        const bench_case *c = find_case(line);
+        if (c)
+            run_case(c, o);
+        else
+            print_error(line, "no such case");
+        fflush(stdout);
+    }
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: bench_ops [--threads N] [--filter REGEX] [--min-time SECONDS] [--repeats R] "
+                    "[--list] [--serve]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.min_time = 0.3, .repeats = 5};
+    const char *filter = NULL;
+    bool list = false, serving = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--list") == 0) {
+            list = true;
+        } else if (strcmp(arg, "--serve") == 0) {
+            serving = true;
+        } else if (!value) {
+            usage();
+        } else if (strcmp(arg, "--threads") == 0) {
+            fl_set_num_threads(atoi(value));
+            i++;
+        } else if (strcmp(arg, "--filter") == 0) {
+            filter = value;
+            i++;
+        } else if (strcmp(arg, "--min-time") == 0) {
+            o.min_time = atof(value);
+            i++;
+        } else if (strcmp(arg, "--repeats") == 0) {
+            o.repeats = atoi(value);
+            i++;
+        } else {
+            usage();
+        }
+    }
+    if (fl_last_status() != FL_OK) {
+        fprintf(stderr, "bench_ops: %s\n", fl_last_error());
+        return 2;
+    }
+    if (!(o.min_time > 0) || o.repeats < 1 || o.repeats > MAX_REPEATS) {
+        fprintf(stderr, "bench_ops: --min-time must be positive and --repeats from 1 to %d\n", MAX_REPEATS);
+        return 2;
+    }
+
+    bool selected[CASE_COUNT];
+    regex_t pattern;
+    if (filter && regcomp(&pattern, filter, REG_EXTENDED | REG_NOSUB) != 0) {
+        fprintf(stderr, "bench_ops: bad --filter pattern '%s'\n", filter);
+        return 2;
+    }
+    for (int i = 0; i < CASE_COUNT; i++)
+        selected[i] = !filter || regexec(&pattern, cases[i].name, 0, NULL, 0) == 0;
+    if (filter)
+        regfree(&pattern);
+
+    if (serving) {
+        serve(selected, &o);
+        return 0;
+    }
+    for (int i = 0; i < CASE_COUNT; i++) {
+        if (!selected[i])
+            continue;
+        if (list)
+            puts(cases[i].name);
+        else
+            run_case(&cases[i], &o);
+        fflush(stdout);
+    }
+    return 0;
+}

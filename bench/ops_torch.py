@@ -1,0 +1,159 @@
+"""The operator benchmark, PyTorch's side: the cases of bench/ops.c, written as a
+PyTorch user writes them, timed by the same method. bench/run_ops.py runs the two
+side by side (docs/BENCHMARKS.md).
+
+    ops_torch.py [--threads N] [--filter REGEX] [--min-time S] [--repeats R] [--list] [--serve]
+
+Each case prints one JSON line {"name", "seconds", "fastest", "iterations", "repeats"}, or
+"seconds": null and "error". With --serve it first prints {"cases": [...], "version": ...}
+and then runs the cases named on stdin, one per line.
+"""
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import time
+import timeit
+
+import torch
+import torch.nn.functional as F
+
+aten = torch.ops.aten
+
+
+def conv_backward(dy, x, w, output_mask):
+    """The one aten kernel autograd runs for a 3x3, padding-1 convolution's backward;
+    output_mask selects the single gradient each case computes."""
+    return aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, output_mask)
+
+
+def pool_indices(inputs):
+    """What max_pool2d's forward saves for its backward when x requires a gradient."""
+    return {"indices": aten.max_pool2d_with_indices(inputs["x"], [2, 2], [2, 2])[1]}
+
+
+class Case:
+    """statement runs once per iteration with the inputs (N(0, 1), named as in
+    ops.c) as variables; its result is dropped at once, so each iteration allocates
+    and frees it, as in ops.c. derive adds inputs computed before the timing."""
+
+    def __init__(self, name, statement, inputs, derive=None, iterations=0):
+        self.name, self.statement, self.inputs = name, statement, inputs
+        self.derive, self.iterations = derive, iterations
+
+
+# Slow operations get fewer repeats (at least one) so that a case stays within this.
+MAX_CASE_TIME = 4.0
+
+CONV_X = (8, 64, 56, 56)
+CONV_W = (64, 64, 3, 3)
+POOL_X = (8, 64, 112, 112)
+POOL_Y = (8, 64, 56, 56)
+
+CASES = [
+    Case("sgemm_1024", "a @ b", {"a": (1024, 1024), "b": (1024, 1024)}),
+    Case("sgemm_2048", "a @ b", {"a": (2048, 2048), "b": (2048, 2048)}),
+    Case("add_1e6", "x + y", {"x": (10**6,), "y": (10**6,)}),
+    Case("add_1e7", "x + y", {"x": (10**7,), "y": (10**7,)}),
+    Case("mul_1e6", "x * y", {"x": (10**6,), "y": (10**6,)}),
+    Case("mul_1e7", "x * y", {"x": (10**7,), "y": (10**7,)}),
+    Case("exp_1e6", "torch.exp(x)", {"x": (10**6,)}),
+    Case("exp_1e7", "torch.exp(x)", {"x": (10**7,)}),
+    Case("sum_dim1_4096x4096", "x.sum(1)", {"x": (4096, 4096)}),
+    Case("sum_dim0_4096x4096", "x.sum(0)", {"x": (4096, 4096)}),
+    Case("softmax_8192x1000", "torch.softmax(x, -1)", {"x": (8192, 1000)}),
+    Case("conv3x3_fwd_8x64x56x56", "F.conv2d(x, w, padding=1)", {"x": CONV_X, "w": CONV_W}),
+    Case("conv3x3_bwd_input_8x64x56x56", "conv_backward(dy, x, w, (True, False, False))[0]",
+         {"dy": CONV_X, "x": CONV_X, "w": CONV_W}),
+    Case("conv3x3_bwd_weight_8x64x56x56", "conv_backward(dy, x, w, (False, True, False))[1]",
+         {"dy": CONV_X, "x": CONV_X, "w": CONV_W}),
+    Case("maxpool2x2_fwd_8x64x112x112", "F.max_pool2d(x, 2, 2)", {"x": POOL_X}),
+    Case("maxpool2x2_bwd_8x64x112x112",
+         "aten.max_pool2d_with_indices_backward(dy, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)",
+         {"dy": POOL_Y, "x": POOL_X}, derive=pool_indices),
+    # The fixed cost of one operation, as a user's Python loop pays it.
+    Case("overhead_add_4", "x + y", {"x": (4,), "y": (4,)}),
+    Case("overhead_add_4_loop1e6", "x + y", {"x": (4,), "y": (4,)}, iterations=10**6),
+]
+
+
+def measure(case, options):
+    """One warm-up run; a batch size that takes min_time / repeats (grown until a batch
+    takes half of that); the median time per operation over the repeats, with as many
+    repeats as fit in MAX_CASE_TIME. The same method as measure() in ops.c."""
+    torch.manual_seed(0)
+    variables = {"torch": torch, "F": F, "aten": aten, "conv_backward": conv_backward}
+    inputs = {name: torch.randn(shape) for name, shape in case.inputs.items()}
+    if case.derive:
+        inputs.update(case.derive(inputs))
+    variables.update(inputs)
+    # timeit compiles the statement into its loop, so a batch costs no function calls
+    # beyond the statement's own.
+    timer = timeit.Timer(case.statement, timer=time.perf_counter, globals=variables)
+
+    timer.timeit(1)
+    batch_time = options.min_time / options.repeats
+    n = case.iterations
+    if n == 0:
+        n = 1
+        while (t := timer.timeit(n)) < batch_time / 2:
+            n = 10 * n if t < batch_time / 100 else math.ceil(n * batch_time / t)
+        per_operation = t / n
+        n = math.ceil(batch_time / per_operation)
+        t = per_operation * n
+    else:
+        t = timer.timeit(n)
+    repeats = int(max(1, min(options.repeats, math.floor(MAX_CASE_TIME / t))))
+    samples = [timer.timeit(n) / n for _ in range(repeats)]
+    return {"name": case.name, "seconds": statistics.median(samples), "fastest": min(samples), "iterations": n,
+            "repeats": repeats}
+
+
+def run_case(case, options):
+    try:
+        return measure(case, options)
+    except Exception as error:  # a failing case is reported, as in ops.c
+        return {"name": case.name, "seconds": None, "error": f"{type(error).__name__}: {error}"}
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--filter", default=None, help="run the cases whose name matches this regex")
+    parser.add_argument("--min-time", type=float, default=0.3, help="timed seconds per case (default 0.3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed batches per case (default 5)")
+    parser.add_argument("--list", action="store_true", help="print the selected case names")
+    parser.add_argument("--serve", action="store_true", help="run the cases named on stdin")
+    options = parser.parse_args()
+    if not options.min_time > 0 or not 1 <= options.repeats <= 1000 or (options.threads is not None and options.threads < 1):
+        parser.error("--min-time and --threads must be positive, --repeats from 1 to 1000")
+    if options.threads:
+        torch.set_num_threads(options.threads)
+
+    pattern = re.compile(options.filter) if options.filter else None
+    selected = [case for case in CASES if not pattern or pattern.search(case.name)]
+    if options.serve:
+        emit({"cases": [case.name for case in selected], "threads": torch.get_num_threads(),
+              "version": torch.__version__})
+        by_name = {case.name: case for case in CASES}
+        for line in sys.stdin:
+            name = line.strip()
+            case = by_name.get(name)
+            emit(run_case(case, options) if case else {"name": name, "seconds": None, "error": "no such case"})
+        return
+    for case in selected:
+        if options.list:
+            print(case.name)
+        else:
+            emit(run_case(case, options))
+
+
+if __name__ == "__main__":
+    main()
