@@ -14,9 +14,11 @@
  *  - Small-pool blocks are always split when the rest is at least 512 bytes.
  *    Large-pool blocks are split when the rest is itself a large block (over 1 MiB) and
  *    the block is at most max_split_bytes. A block above max_split_bytes is never split:
- *    it is handed out whole, and only for a request of at least 8/9 of its size (at most
- *    an eighth of the request is wasted). This is the fragmentation limit studied in
- *    the Flashlight paper (section 5.2): large blocks stay whole for large requests.
+ *    it is handed out whole, and only to a request that is itself above max_split_bytes
+ *    and leaves at most 20 MiB of it unused (PyTorch's rule). This is the fragmentation
+ *    limit studied in the Flashlight paper (section 5.2): large blocks stay whole, for
+ *    large requests, so that smaller tensors cannot pin them and, once free, they can
+ *    go back to the system under a cache limit.
  *  - A new large segment is 20 MiB for requests under 10 MiB (so that several share
  *    it), else the request rounded up to 2 MiB; never above max_split_bytes unless the
  *    request itself is, so that new segments stay splittable.
@@ -188,16 +190,20 @@ static void pool_remove(caching *c, block *b)
     }
 }
 
+/* How much of a block above the split limit a request may leave unused. */
+static size_t whole_block_slack(size_t size, size_t max_split) { return size > max_split ? LARGE_SEGMENT : 0; }
+
 static bool fits(const block *b, size_t size, size_t max_split)
 {
-    return b->size >= size && (b->size <= max_split || b->size - size <= size / 8);
+    return b->size >= size && (b->size <= max_split || b->size - size <= whole_block_slack(size, max_split));
 }
 
 /* Takes the best-fitting usable free block out of the pool, or returns NULL. */
 static block *pool_take(caching *c, pool *p, size_t size, size_t max_split)
 {
     /* Past `reach` every block is both unsplittable and too big to hand out whole. */
-    size_t reach = size + size / 8 > max_split ? size + size / 8 : max_split;
+    size_t whole = size + whole_block_slack(size, max_split);
+    size_t reach = whole > max_split ? whole : max_split;
     for (unsigned bin = next_nonempty(p, bin_index(size)); bin < BIN_COUNT; bin = next_nonempty(p, bin + 1)) {
         if (bin_floor(bin) > reach)
             break;
