@@ -28,7 +28,8 @@ extern "C" {
 #define FL_MEMORY_ALIGNMENT 64
 
 typedef struct fl_memory_stats {
-    size_t in_use;         /* bytes handed out and not yet freed */
+    size_t in_use;         /* bytes handed out and not yet freed (caching: whole blocks,
+                              requests rounded up to 512 bytes or 64 KiB) */
     size_t peak_in_use;    /* the high-water mark of in_use */
     size_t cached;         /* bytes held by the manager and free for reuse */
     size_t reserved;       /* bytes obtained from the system: in_use + cached */
@@ -57,14 +58,20 @@ struct fl_memory_manager {
 };
 
 fl_memory_manager *fl_memory_plain(void);
-/* max_split_bytes: cached blocks larger than this are reused only whole (SIZE_MAX
- * splits everything); cache_limit_bytes: cached bytes above this are returned to
- * the system (SIZE_MAX keeps everything). */
+/* max_split_bytes: blocks of the large pool (requests over 1 MiB) larger than this are
+ * never split; they are handed out whole, only to requests over max_split_bytes that
+ * leave at most 20 MiB of them unused (SIZE_MAX splits everything, as PyTorch does by
+ * default). cache_limit_bytes: when cached bytes exceed it, wholly free segments go
+ * back to the system, oldest first (SIZE_MAX keeps everything; free space inside a
+ * segment that is partly in use cannot be returned). NULL if out of memory. Its
+ * destroy keeps the manager, reporting on stderr, while blocks are still in use.
+ * The rules in full: src/memory/caching.c. */
 fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes);
 
-/* The manager new allocations go through; initially the caching one, or the one
- * FLARE_MEMORY names ("plain" or "caching"). Blocks are always freed through the
- * manager that allocated them, so switching is safe at any time. */
+/* The manager new allocations go through; initially the caching one (unlimited
+ * splitting and cache), or the one FLARE_MEMORY names ("plain" or "caching"), made
+ * once and kept for the life of the process (never destroy it). Blocks are always
+ * freed through the manager that allocated them, so switching is safe at any time. */
 void fl_memory_set_manager(fl_memory_manager *m);
 fl_memory_manager *fl_memory_manager_current(void);
 

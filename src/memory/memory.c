@@ -1,35 +1,44 @@
 /* The current memory manager, the telemetry hook, and the operation attribution. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flare/memory.h"
 
 static fl_memory_manager *current;
+/* The manager made at start-up. It lives as long as the process: blocks it handed out
+ * may be freed at any time, even after another manager is installed, and this pointer
+ * keeps its cache reachable (LeakSanitizer does not count it as a leak). */
+static fl_memory_manager *initial;
+static pthread_once_t initial_once = PTHREAD_ONCE_INIT;
 static fl_memory_hook hook;
 static void *hook_user;
 static _Thread_local const char *operation = "";
 
-static fl_memory_manager *initial_manager(void)
+static void make_initial_manager(void)
 {
     const char *name = getenv("FLARE_MEMORY");
-    if (name && strcmp(name, "plain") == 0)
-        return fl_memory_plain();
-    return fl_memory_plain(); /* the caching manager becomes the default once written */
+    if (name && strcmp(name, "plain") == 0) {
+        initial = fl_memory_plain();
+    } else {
+        if (name && *name && strcmp(name, "caching") != 0)
+            fprintf(stderr, "flare: FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'\n", name);
+        initial = fl_memory_caching(SIZE_MAX, SIZE_MAX);
+        if (!initial)
+            initial = fl_memory_plain();
+    }
+    fl_memory_manager *none = NULL; /* unless fl_memory_set_manager came first */
+    __atomic_compare_exchange_n(&current, &none, initial, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 fl_memory_manager *fl_memory_manager_current(void)
 {
     fl_memory_manager *m = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
-    if (!m) {
-        fl_memory_manager *fresh = initial_manager(), *expected = NULL;
-        if (__atomic_compare_exchange_n(&current, &expected, fresh, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            m = fresh;
-        else {
-            fresh->destroy(fresh); /* another thread installed one first */
-            m = expected;
-        }
-    }
-    return m;
+    if (__builtin_expect(m != NULL, 1))
+        return m;
+    pthread_once(&initial_once, make_initial_manager);
+    return __atomic_load_n(&current, __ATOMIC_ACQUIRE);
 }
 
 void fl_memory_set_manager(fl_memory_manager *m)
@@ -38,9 +47,12 @@ void fl_memory_set_manager(fl_memory_manager *m)
         __atomic_store_n(&current, m, __ATOMIC_RELEASE);
 }
 
+/* The hook and its argument are two words, swapped without a lock: a thread that is
+ * reporting while the hook changes may pair the new hook with the old argument (or the
+ * reverse) once. Change hooks while no other thread allocates. */
 void fl_memory_set_hook(fl_memory_hook h, void *user)
 {
-    hook_user = user;
+    __atomic_store_n(&hook_user, user, __ATOMIC_RELAXED);
     __atomic_store_n(&hook, h, __ATOMIC_RELEASE);
 }
 
@@ -52,7 +64,7 @@ static void report(fl_memory_event_kind kind, fl_memory_manager *m, const void *
     fl_memory_hook h = __atomic_load_n(&hook, __ATOMIC_ACQUIRE);
     if (h) {
         fl_memory_event event = {kind, ptr, bytes, operation, m->name};
-        h(&event, hook_user);
+        h(&event, __atomic_load_n(&hook_user, __ATOMIC_RELAXED));
     }
 }
 
