@@ -69,6 +69,7 @@ void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, co
 
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
 {
+    fl_memory_set_operation(NULL); /* later frees belong to no operation */
     if (rc == 0)
         return out;
     char message[512], described[4 * FL_DESC_SIZE] = "", buf[FL_DESC_SIZE];
