@@ -629,11 +629,11 @@ static fl_status read_tensors(const char *path, int fd, const header *h, uint64_
                 }
         if (status != FL_OK)
             break;
-        /* The map keeps the only reference: the scope drops the one fl_from_data made. */
-        fl_scope scope = fl_scope_begin();
-        fl_tensor *tensor = fl_from_data(data, t->dtype, t->ndim, t->shape);
+        /* The map keeps the only reference: ours (taken from a scope, if one is
+         * open) is dropped once the map has its own. */
+        fl_tensor *tensor = fl_keep(fl_from_data(data, t->dtype, t->ndim, t->shape));
         status = tensor ? fl_tensor_map_set(map, t->name, tensor) : fl_last_status();
-        fl_scope_end(scope);
+        fl_release(tensor);
     }
     free(data);
     return status;

@@ -121,8 +121,12 @@ fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *ten
         fl__error(FL_ERR_NULL, fn, "%s is NULL", map ? "the name" : "the map");
         return FL_ERR_NULL;
     }
-    if (fl__null_args(fn, 1, tensor))
+    if (!tensor) {
+        /* Either the caller's NULL, or an earlier failure's, whose error is kept. */
+        if (fl_last_status() == FL_OK)
+            fl__error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
         return fl_last_status();
+    }
     if (!fl__utf8_valid(name, strlen(name))) {
         fl__error(FL_ERR_VALUE, fn, "the name is not valid UTF-8");
         return FL_ERR_VALUE;
