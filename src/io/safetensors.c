@@ -77,8 +77,11 @@ static bool write_all(int fd, const void *bytes, size_t length)
         ssize_t n = write(fd, p, length);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO; /* no progress and no reason given */
             return false;
+        }
         p += n;
         length -= (size_t)n;
     }
