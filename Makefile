@@ -53,7 +53,7 @@ install: build
 $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch numpy
+	$(VENV)/bin/pip install -q torch numpy safetensors
 
 venv: deps $(PYTHON)
 

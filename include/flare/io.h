@@ -1,0 +1,86 @@
+/*
+ * Tensor files: named collections of tensors, read and written in the safetensors
+ * format (https://huggingface.co/docs/safetensors), so that checkpoints move freely
+ * between Flare, PyTorch, NumPy and the Hugging Face tools.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes of JSON
+ * ({"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+ * with an optional "__metadata__" object of string values), then the tensors' bytes,
+ * row-major and little-endian, at offsets relative to the end of the header.
+ *
+ * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
+ * the function and the file. FL_ERR_IO means the system refused (a missing file, a
+ * directory that cannot be written); FL_ERR_VALUE means the file is not valid
+ * safetensors, and the message gives the byte offset or the tensor's name;
+ * FL_ERR_DTYPE a dtype Flare lacks (I16, F8_E4M3, ...); FL_ERR_SHAPE more than
+ * FL_MAX_DIMS dimensions.
+ */
+#ifndef FLARE_IO_H
+#define FLARE_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "flare/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- named tensor collections ---------------------------------------------------- */
+
+/* Tensors by name, in the order they were first set, with string metadata (key/value
+ * pairs, also in order). Names and metadata are UTF-8. */
+typedef struct fl_tensor_map fl_tensor_map;
+
+fl_tensor_map *fl_tensor_map_create(void);
+/* Releases the map's references to its tensors. */
+void fl_tensor_map_free(fl_tensor_map *map);
+
+/* Stores a reference to tensor (retained) under name, replacing (and releasing)
+ * a tensor already there, which keeps its position. The name "__metadata__" is
+ * reserved by the format. A NULL tensor is an error, or, if an error is already
+ * recorded, the propagation of an earlier failure (the map is unchanged). */
+fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *tensor);
+/* The tensor stored under name, borrowed: it stays valid while the map holds it
+ * (fl_retain it to keep it longer). NULL and an error if there is none. */
+fl_tensor *fl_tensor_map_get(const fl_tensor_map *map, const char *name);
+bool fl_tensor_map_contains(const fl_tensor_map *map, const char *name);
+size_t fl_tensor_map_count(const fl_tensor_map *map);
+/* The i-th name and tensor (borrowed), or NULL and an error if i >= count. */
+const char *fl_tensor_map_name_at(const fl_tensor_map *map, size_t i);
+fl_tensor *fl_tensor_map_tensor_at(const fl_tensor_map *map, size_t i);
+
+/* Copies key and value; replaces the value of an existing key. */
+fl_status fl_tensor_map_set_metadata(fl_tensor_map *map, const char *key, const char *value);
+/* The value of key, or NULL (and no error: metadata is optional) if there is none. */
+const char *fl_tensor_map_metadata(const fl_tensor_map *map, const char *key);
+size_t fl_tensor_map_metadata_count(const fl_tensor_map *map);
+/* The i-th key, or NULL and an error if i >= the metadata count. */
+const char *fl_tensor_map_metadata_key_at(const fl_tensor_map *map, size_t i);
+
+/* ---- safetensors ------------------------------------------------------------------- */
+
+/* Writes the map to path atomically: into a new file beside it, flushed to disk,
+ * then renamed over path. On any failure the temporary file is removed and a file
+ * already at path is left as it was: path never holds a partly written file.
+ *
+ * The header lists the tensors in the map's order, with the metadata first; their
+ * bytes are laid out by decreasing element size (stable), so that every tensor
+ * starts at a multiple of its element size. The header is padded with spaces to a
+ * multiple of 8 bytes, as the reference writer does. */
+fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map);
+
+/* Reads path into a new map (*out, to free with fl_tensor_map_free), with the
+ * tensors on the default backend in the header's order. The file is validated as
+ * strictly as the reference reader does: the header's length and JSON, every dtype
+ * and shape, and data offsets that cover the data exactly, without gaps or
+ * overlaps, in a file of exactly that size; bool values must be 0 or 1. On error
+ * *out is NULL. */
+fl_status fl_load_safetensors(const char *path, fl_tensor_map **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

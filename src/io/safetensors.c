@@ -1,0 +1,731 @@
+/*
+ * The safetensors format (include/flare/io.h): an atomic writer and a strict reader.
+ *
+ * The reader applies the reference implementation's checks (huggingface/safetensors,
+ * safetensors/src/tensor.rs) and a few more that it leaves to serde's defaults:
+ * duplicate names and unknown fields in a tensor's entry are errors here, and bool
+ * bytes other than 0 and 1 are refused because they are not valid C _Bool values.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../tensor/internal.h"
+#include "flare/io.h"
+#include "json.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tensors are written as the host stores them; the format is little-endian"
+#endif
+
+/* The reference reader's limit on the header (MAX_HEADER_SIZE): a corrupt length
+ * must not make us allocate gigabytes before the JSON is even looked at. */
+#define MAX_HEADER_BYTES 100000000u
+/* The reference writer pads the header with spaces to a multiple of this. */
+#define HEADER_ALIGNMENT 8
+
+static const struct {
+    const char *tag;
+    fl_dtype dtype;
+} dtype_tags[] = {
+    {"BOOL", FL_BOOL}, {"U8", FL_U8},     {"I32", FL_I32}, {"I64", FL_I64},
+    {"F16", FL_F16},   {"BF16", FL_BF16}, {"F32", FL_F32}, {"F64", FL_F64},
+};
+
+/* The format's other dtypes: named so that a message says "Flare lacks it" rather
+ * than "the file is corrupt". */
+static const char *const foreign_tags[] = {"I8",      "I16",     "U16", "U32",     "U64",     "F8_E5M2",
+                                           "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+
+static const char *tag_of(fl_dtype dtype)
+{
+    for (size_t i = 0; i < sizeof dtype_tags / sizeof dtype_tags[0]; i++)
+        if (dtype_tags[i].dtype == dtype)
+            return dtype_tags[i].tag;
+    return NULL;
+}
+
+/* ---- saving ------------------------------------------------------------------------ */
+
+static const char save_fn[] = "fl_save_safetensors";
+
+typedef struct placed {
+    size_t index;      /* in the map */
+    size_t element;    /* bytes per element */
+    uint64_t begin, end; /* in the data section */
+} placed;
+
+/* Larger elements first, then the map's order: every tensor lands on a multiple of
+ * its element size, since the header's length is a multiple of 8. */
+static int by_element_size(const void *a, const void *b)
+{
+    const placed *x = a, *y = b;
+    if (x->element != y->element)
+        return x->element > y->element ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static bool write_all(int fd, const void *bytes, size_t length)
+{
+    const char *p = bytes;
+    while (length > 0) {
+        ssize_t n = write(fd, p, length);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO; /* no progress and no reason given */
+            return false;
+        }
+        p += n;
+        length -= (size_t)n;
+    }
+    return true;
+}
+
+/* The JSON header, padded, for tensors whose offsets are in places (by map index). */
+static void build_header(fl__buffer *b, const fl_tensor_map *map, const placed *by_index)
+{
+    fl__buffer_append(b, "{", 1);
+    size_t metadata = fl_tensor_map_metadata_count(map);
+    if (metadata) {
+        fl__buffer_json_string(b, "__metadata__");
+        fl__buffer_append(b, ":{", 2);
+        for (size_t i = 0; i < metadata; i++) {
+            const char *key = fl_tensor_map_metadata_key_at(map, i);
+            if (i)
+                fl__buffer_append(b, ",", 1);
+            fl__buffer_json_string(b, key);
+            fl__buffer_append(b, ":", 1);
+            fl__buffer_json_string(b, fl_tensor_map_metadata(map, key));
+        }
+        fl__buffer_append(b, "}", 1);
+    }
+    for (size_t i = 0; i < fl_tensor_map_count(map); i++) {
+        const fl_tensor *t = fl_tensor_map_tensor_at(map, i);
+        if (i || metadata)
+            fl__buffer_append(b, ",", 1);
+        fl__buffer_json_string(b, fl_tensor_map_name_at(map, i));
+        fl__buffer_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", tag_of(fl_dtype_of(t)));
+        for (int d = 0; d < fl_ndim(t); d++)
+            fl__buffer_printf(b, d ? ",%lld" : "%lld", (long long)fl_shape(t)[d]);
+        fl__buffer_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)by_index[i].begin,
+                          (unsigned long long)by_index[i].end);
+    }
+    fl__buffer_append(b, "}", 1);
+    while (b->length % HEADER_ALIGNMENT)
+        fl__buffer_append(b, " ", 1);
+}
+
+/* Creates path.tmp.<pid>.<n> exclusively, so that concurrent savers (threads or
+ * processes) never share a temporary; the mode honours the umask like any new file. */
+static int create_temporary(const char *path, char *name, size_t size)
+{
+    static unsigned counter;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        if ((size_t)snprintf(name, size, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1;
+}
+
+/* Makes the rename itself durable. A failure here is not reported: the new file is
+ * already in place and complete, and some file systems cannot sync directories. */
+static void sync_directory(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
+{
+    if (!path || !map) {
+        fl__error(FL_ERR_NULL, save_fn, "%s is NULL", path ? "the map" : "the path");
+        return FL_ERR_NULL;
+    }
+    size_t count = fl_tensor_map_count(map);
+    placed *order = calloc(count ? count : 1, sizeof *order);
+    placed *by_index = calloc(count ? count : 1, sizeof *by_index);
+    fl__buffer header = {0};
+    void *scratch = NULL;
+    char temporary[4096];
+    int fd = -1;
+    bool created = false; /* the temporary exists and is ours to remove */
+    fl_status status = FL_ERR_MEMORY;
+    if (!order || !by_index) {
+        fl__error(status, save_fn, "'%s': out of memory", path);
+        goto done;
+    }
+
+    size_t largest = 0;
+    for (size_t i = 0; i < count; i++) {
+        const fl_tensor *t = fl_tensor_map_tensor_at(map, i);
+        order[i] = (placed){.index = i, .element = fl_dtype_size(fl_dtype_of(t))};
+        order[i].end = (uint64_t)fl_numel(t) * order[i].element; /* a size, for now */
+        if (order[i].end > largest)
+            largest = order[i].end;
+    }
+    qsort(order, count, sizeof *order, by_element_size);
+    uint64_t offset = 0;
+    for (size_t k = 0; k < count; k++) {
+        uint64_t bytes = order[k].end;
+        order[k].begin = offset;
+        order[k].end = offset += bytes;
+        by_index[order[k].index] = order[k];
+    }
+    build_header(&header, map, by_index);
+    scratch = malloc(largest ? largest : 1);
+    if (header.failed || !scratch) {
+        fl__error(status, save_fn, "'%s': out of memory", path);
+        goto done;
+    }
+
+    status = FL_ERR_IO;
+    fd = create_temporary(path, temporary, sizeof temporary);
+    if (fd < 0) {
+        fl__error(status, save_fn, "'%s': cannot create a temporary file beside it: %s", path, strerror(errno));
+        goto done;
+    }
+    created = true;
+    uint8_t length[8];
+    for (int i = 0; i < 8; i++)
+        length[i] = (uint8_t)((uint64_t)header.length >> (8 * i));
+    if (!write_all(fd, length, sizeof length) || !write_all(fd, header.data, header.length)) {
+        fl__error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
+        goto done;
+    }
+    for (size_t k = 0; k < count; k++) {
+        size_t bytes = (size_t)(order[k].end - order[k].begin);
+        if (bytes == 0)
+            continue;
+        fl_status rc = fl_to_host(fl_tensor_map_tensor_at(map, order[k].index), scratch, bytes);
+        if (rc != FL_OK) {
+            /* fl_to_host recorded why; the tensor's name goes with it if it was first. */
+            status = rc;
+            fl__error(rc, save_fn, "'%s': reading tensor '%s' failed", path, fl_tensor_map_name_at(map, order[k].index));
+            goto done;
+        }
+        if (!write_all(fd, scratch, bytes)) {
+            fl__error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
+            goto done;
+        }
+    }
+    if (fsync(fd) != 0) {
+        fl__error(status, save_fn, "'%s': flushing %s: %s", path, temporary, strerror(errno));
+        goto done;
+    }
+    int rc = close(fd);
+    fd = -1;
+    if (rc != 0) {
+        fl__error(status, save_fn, "'%s': closing %s: %s", path, temporary, strerror(errno));
+        goto done;
+    }
+    if (rename(temporary, path) != 0) {
+        fl__error(status, save_fn, "'%s': renaming %s over it: %s", path, temporary, strerror(errno));
+        goto done;
+    }
+    created = false;
+    sync_directory(path);
+    status = FL_OK;
+
+done:
+    if (fd >= 0)
+        close(fd);
+    if (created)
+        unlink(temporary);
+    fl__buffer_free(&header);
+    free(scratch);
+    free(order);
+    free(by_index);
+    return status;
+}
+
+/* ---- loading ----------------------------------------------------------------------- */
+
+static const char load_fn[] = "fl_load_safetensors";
+
+typedef struct tensor_info {
+    char *name;
+    fl_dtype dtype;
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    uint64_t bytes;      /* what the dtype and shape need */
+    uint64_t begin, end; /* data_offsets */
+} tensor_info;
+
+typedef struct header {
+    tensor_info *tensors;
+    size_t count, capacity;
+    char **metadata; /* key, value, key, value, ... */
+    size_t metadata_count, metadata_capacity; /* in pairs */
+    bool has_metadata;
+} header;
+
+/* The JSON cursor and the status its error will carry: FL_ERR_VALUE unless the file
+ * is valid but beyond Flare (a dtype, a rank). */
+typedef struct parser {
+    fl__json json;
+    fl_status status;
+} parser;
+
+static void free_header(header *h)
+{
+    for (size_t i = 0; i < h->count; i++)
+        free(h->tensors[i].name);
+    for (size_t i = 0; i < 2 * h->metadata_count; i++)
+        free(h->metadata[i]);
+    free(h->tensors);
+    free(h->metadata);
+}
+
+static bool parse_dtype(parser *p, const char *name, tensor_info *info)
+{
+    size_t at = p->json.pos;
+    char *tag = fl__json_string(&p->json);
+    if (!tag)
+        return false;
+    bool known = false;
+    for (size_t i = 0; i < sizeof dtype_tags / sizeof dtype_tags[0]; i++)
+        if (strcmp(tag, dtype_tags[i].tag) == 0) {
+            info->dtype = dtype_tags[i].dtype;
+            known = true;
+        }
+    if (!known) {
+        bool foreign = false;
+        for (size_t i = 0; i < sizeof foreign_tags / sizeof foreign_tags[0]; i++)
+            foreign |= strcmp(tag, foreign_tags[i]) == 0;
+        p->json.pos = at;
+        p->status = FL_ERR_DTYPE;
+        if (foreign)
+            fl__json_fail(&p->json, "tensor '%s' has dtype %s, which Flare does not support", name, tag);
+        else
+            fl__json_fail(&p->json, "tensor '%s' has an unknown dtype '%.32s'", name, tag);
+    }
+    free(tag);
+    return known;
+}
+
+static bool parse_shape(parser *p, const char *name, tensor_info *info)
+{
+    fl__json *j = &p->json;
+    info->ndim = 0;
+    for (bool more = fl__json_open(j, '['); more; more = fl__json_next(j, ']')) {
+        uint64_t size;
+        if (info->ndim == FL_MAX_DIMS) {
+            p->status = FL_ERR_SHAPE;
+            return fl__json_fail(j, "tensor '%s' has more than %d dimensions", name, FL_MAX_DIMS);
+        }
+        if (!fl__json_uint(j, &size))
+            return false;
+        if (size > INT64_MAX)
+            return fl__json_fail(j, "tensor '%s' has a dimension of %llu", name, (unsigned long long)size);
+        info->shape[info->ndim++] = (int64_t)size;
+    }
+    return !j->failed;
+}
+
+static bool parse_offsets(parser *p, const char *name, tensor_info *info)
+{
+    fl__json *j = &p->json;
+    uint64_t offsets[2];
+    int n = 0;
+    for (bool more = fl__json_open(j, '['); more; more = fl__json_next(j, ']')) {
+        if (n == 2)
+            return fl__json_fail(j, "tensor '%s': data_offsets has more than two entries", name);
+        if (!fl__json_uint(j, &offsets[n++]))
+            return false;
+    }
+    if (j->failed)
+        return false;
+    if (n != 2)
+        return fl__json_fail(j, "tensor '%s': data_offsets needs two entries, not %d", name, n);
+    info->begin = offsets[0];
+    info->end = offsets[1];
+    return true;
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}, each field once. */
+static bool parse_tensor(parser *p, char *name, header *h)
+{
+    fl__json *j = &p->json;
+    if (h->count == h->capacity) {
+        size_t capacity = h->capacity ? 2 * h->capacity : 16;
+        tensor_info *tensors = realloc(h->tensors, capacity * sizeof *tensors);
+        if (!tensors) {
+            free(name);
+            return fl__json_fail(j, "out of memory");
+        }
+        h->tensors = tensors;
+        h->capacity = capacity;
+    }
+    tensor_info *info = &h->tensors[h->count++];
+    *info = (tensor_info){.name = name};
+    enum { DTYPE = 1, SHAPE = 2, OFFSETS = 4 };
+    unsigned seen = 0;
+    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
+        size_t at = j->pos;
+        char *field = fl__json_string(j);
+        if (!field || !fl__json_expect(j, ':')) {
+            free(field);
+            return false;
+        }
+        unsigned which = strcmp(field, "dtype") == 0 ? DTYPE
+                         : strcmp(field, "shape") == 0 ? SHAPE
+                         : strcmp(field, "data_offsets") == 0 ? OFFSETS : 0;
+        if (!which || (seen & which)) {
+            j->pos = at;
+            fl__json_fail(j, "tensor '%s' has %s field '%.32s'", name, which ? "a repeated" : "an unknown", field);
+            free(field);
+            return false;
+        }
+        free(field);
+        seen |= which;
+        bool ok = which == DTYPE ? parse_dtype(p, name, info)
+                  : which == SHAPE ? parse_shape(p, name, info) : parse_offsets(p, name, info);
+        if (!ok)
+            return false;
+    }
+    if (j->failed)
+        return false;
+    if (seen != (DTYPE | SHAPE | OFFSETS))
+        return fl__json_fail(j, "tensor '%s' lacks its %s", name,
+                             !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
+    uint64_t bytes = fl_dtype_size(info->dtype);
+    for (int d = 0; d < info->ndim; d++)
+        if (__builtin_mul_overflow(bytes, (uint64_t)info->shape[d], &bytes))
+            return fl__json_fail(j, "tensor '%s' is too large to address", name);
+    info->bytes = bytes;
+    return true;
+}
+
+/* {"key": "value", ...} */
+static bool parse_metadata(parser *p, header *h)
+{
+    fl__json *j = &p->json;
+    if (h->has_metadata)
+        return fl__json_fail(j, "'__metadata__' appears twice");
+    h->has_metadata = true;
+    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
+        if (h->metadata_count == h->metadata_capacity) {
+            size_t capacity = h->metadata_capacity ? 2 * h->metadata_capacity : 8;
+            char **metadata = realloc(h->metadata, 2 * capacity * sizeof *metadata);
+            if (!metadata)
+                return fl__json_fail(j, "out of memory");
+            h->metadata = metadata;
+            h->metadata_capacity = capacity;
+        }
+        char *key = fl__json_string(j);
+        if (!key)
+            return false;
+        if (fl__json_expect(j, ':') && fl__json_peek(j) != '"')
+            fl__json_fail(j, "metadata '%s' is not a string", key);
+        char *value = fl__json_string(j);
+        if (!value) {
+            free(key);
+            return false;
+        }
+        h->metadata[2 * h->metadata_count] = key;
+        h->metadata[2 * h->metadata_count + 1] = value;
+        h->metadata_count++;
+    }
+    return !j->failed;
+}
+
+static bool parse_header(parser *p, header *h)
+{
+    fl__json *j = &p->json;
+    /* As the reference reader, no leading whitespace: the header must open at byte 8. */
+    if (j->length == 0 || j->text[0] != '{')
+        return fl__json_fail(j, "the header does not start with '{'");
+    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
+        char *name = fl__json_string(j);
+        if (!name || !fl__json_expect(j, ':')) {
+            free(name);
+            return false;
+        }
+        if (strcmp(name, "__metadata__") == 0) {
+            free(name);
+            if (fl__json_peek(j) != '{' && !j->failed)
+                return fl__json_fail(j, "'__metadata__' is not an object");
+            if (!parse_metadata(p, h))
+                return false;
+        } else if (!parse_tensor(p, name, h)) {
+            return false;
+        }
+    }
+    return fl__json_finish(j);
+}
+
+static fl_status load_error(const char *path, fl_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static fl_status load_error(const char *path, fl_status status, const char *fmt, ...)
+{
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fl__error(status, load_fn, "'%s': %s", path, message);
+    return status;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The first name that occurs twice among count names, or NULL. */
+static const char *repeated_name(char **names, size_t count)
+{
+    qsort(names, count, sizeof *names, by_name);
+    for (size_t i = 1; i < count; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            return names[i];
+    return NULL;
+}
+
+static int by_offsets(const void *a, const void *b)
+{
+    const tensor_info *x = *(tensor_info *const *)a, *y = *(tensor_info *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* Names unique; each tensor's bytes match its dtype and shape; the tensors tile the
+ * data section [0, data_size) exactly. */
+static fl_status check_layout(const char *path, header *h, uint64_t data_offset, uint64_t file_size)
+{
+    size_t count = h->count, metadata = h->metadata_count;
+    void *scratch = malloc((count > metadata ? count : metadata) * sizeof(void *) + 1);
+    if (!scratch)
+        return load_error(path, FL_ERR_MEMORY, "out of memory checking %zu tensors", count);
+    char **names = scratch;
+    tensor_info **sorted = scratch;
+    fl_status status = FL_OK;
+
+    for (size_t i = 0; i < metadata; i++)
+        names[i] = h->metadata[2 * i];
+    const char *twice = repeated_name(names, metadata);
+    if (twice) {
+        status = load_error(path, FL_ERR_VALUE, "metadata key '%s' appears twice", twice);
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++)
+        names[i] = h->tensors[i].name;
+    twice = repeated_name(names, count);
+    if (twice) {
+        status = load_error(path, FL_ERR_VALUE, "tensor '%s' appears twice", twice);
+        goto done;
+    }
+
+    for (size_t i = 0; i < count; i++) {
+        tensor_info *t = &h->tensors[i];
+        char shape[FL_DESC_SIZE];
+        if (t->end < t->begin) {
+            status = load_error(path, FL_ERR_VALUE, "tensor '%s' has data_offsets [%llu, %llu] that end before they begin",
+                                t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+            goto done;
+        }
+        if (t->end - t->begin != t->bytes) {
+            status = load_error(path, FL_ERR_VALUE, "tensor '%s' has data_offsets [%llu, %llu] (%llu bytes) but %s%s needs %llu",
+                                t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                                (unsigned long long)(t->end - t->begin), tag_of(t->dtype),
+                                fl__describe_shape(t->ndim, t->shape, shape), (unsigned long long)t->bytes);
+            goto done;
+        }
+        sorted[i] = t;
+    }
+    qsort(sorted, count, sizeof *sorted, by_offsets);
+    uint64_t covered = 0;
+    for (size_t i = 0; i < count; i++) {
+        tensor_info *t = sorted[i];
+        if (t->begin > covered) {
+            status = load_error(path, FL_ERR_VALUE, "bytes [%llu, %llu) of the data belong to no tensor (the next is '%s')",
+                                (unsigned long long)covered, (unsigned long long)t->begin, t->name);
+            goto done;
+        }
+        if (t->begin < covered) {
+            status = load_error(path, FL_ERR_VALUE, "tensor '%s' at data_offsets [%llu, %llu] overlaps '%s'", t->name,
+                                (unsigned long long)t->begin, (unsigned long long)t->end, sorted[i - 1]->name);
+            goto done;
+        }
+        covered = t->end;
+    }
+    uint64_t data_size = file_size - data_offset;
+    if (covered > data_size)
+        status = load_error(path, FL_ERR_VALUE,
+                            "the file is truncated: the tensors need %llu bytes of data from byte %llu, the file has %llu",
+                            (unsigned long long)covered, (unsigned long long)data_offset, (unsigned long long)data_size);
+    else if (covered < data_size)
+        status = load_error(path, FL_ERR_VALUE, "%llu bytes after the last tensor's data (at byte %llu) belong to no tensor",
+                            (unsigned long long)(data_size - covered), (unsigned long long)(data_offset + covered));
+done:
+    free(scratch);
+    return status;
+}
+
+static bool read_at(int fd, void *bytes, size_t length, uint64_t offset)
+{
+    char *p = bytes;
+    while (length > 0) {
+        ssize_t n = pread(fd, p, length, (off_t)offset);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0; /* the file ended: it changed since it was measured */
+            return false;
+        }
+        p += n;
+        offset += (uint64_t)n;
+        length -= (size_t)n;
+    }
+    return true;
+}
+
+static fl_status read_tensors(const char *path, int fd, const header *h, uint64_t data_offset, fl_tensor_map *map)
+{
+    uint64_t largest = 0;
+    for (size_t i = 0; i < h->count; i++)
+        if (h->tensors[i].bytes > largest)
+            largest = h->tensors[i].bytes;
+    if (largest > SIZE_MAX)
+        return load_error(path, FL_ERR_MEMORY, "a tensor of %llu bytes does not fit in memory", (unsigned long long)largest);
+    unsigned char *data = malloc(largest ? (size_t)largest : 1);
+    if (!data)
+        return load_error(path, FL_ERR_MEMORY, "out of memory for a tensor of %llu bytes", (unsigned long long)largest);
+    fl_status status = FL_OK;
+    for (size_t i = 0; i < h->count && status == FL_OK; i++) {
+        const tensor_info *t = &h->tensors[i];
+        if (!read_at(fd, data, (size_t)t->bytes, data_offset + t->begin)) {
+            status = load_error(path, errno ? FL_ERR_IO : FL_ERR_VALUE, "reading tensor '%s' at byte %llu: %s", t->name,
+                                (unsigned long long)(data_offset + t->begin), errno ? strerror(errno) : "the file ended");
+            break;
+        }
+        if (t->dtype == FL_BOOL)
+            for (uint64_t k = 0; k < t->bytes; k++)
+                if (data[k] > 1) {
+                    status = load_error(path, FL_ERR_VALUE, "tensor '%s' of dtype BOOL holds %u at byte %llu", t->name,
+                                        data[k], (unsigned long long)(data_offset + t->begin + k));
+                    break;
+                }
+        if (status != FL_OK)
+            break;
+        /* The map keeps the only reference: ours (taken from a scope, if one is
+         * open) is dropped once the map has its own. */
+        fl_tensor *tensor = fl_keep(fl_from_data(data, t->dtype, t->ndim, t->shape));
+        status = tensor ? fl_tensor_map_set(map, t->name, tensor) : fl_last_status();
+        fl_release(tensor);
+    }
+    free(data);
+    return status;
+}
+
+fl_status fl_load_safetensors(const char *path, fl_tensor_map **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path || !out) {
+        fl__error(FL_ERR_NULL, load_fn, "%s is NULL", path ? "out" : "the path");
+        return FL_ERR_NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return load_error(path, FL_ERR_IO, "%s", strerror(errno));
+    header h = {0};
+    char *text = NULL;
+    fl_tensor_map *map = NULL;
+    fl_status status;
+    struct stat st;
+    uint8_t prefix[8];
+    if (fstat(fd, &st) != 0) {
+        status = load_error(path, FL_ERR_IO, "%s", strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        status = load_error(path, FL_ERR_IO, "not a regular file");
+        goto done;
+    }
+    uint64_t file_size = (uint64_t)st.st_size;
+    if (file_size < sizeof prefix) {
+        status = load_error(path, FL_ERR_VALUE, "the file has %llu bytes, too few for the 8-byte header length",
+                            (unsigned long long)file_size);
+        goto done;
+    }
+    if (!read_at(fd, prefix, sizeof prefix, 0)) {
+        status = load_error(path, FL_ERR_IO, "reading the header length: %s", errno ? strerror(errno) : "the file ended");
+        goto done;
+    }
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; i--)
+        length = length << 8 | prefix[i];
+    if (length > MAX_HEADER_BYTES) {
+        status = load_error(path, FL_ERR_VALUE, "the header length at byte 0 is %llu, above the format's limit of %u",
+                            (unsigned long long)length, MAX_HEADER_BYTES);
+        goto done;
+    }
+    if (length > file_size - sizeof prefix) {
+        status = load_error(path, FL_ERR_VALUE, "the header length at byte 0 is %llu, but the file has only %llu bytes after it",
+                            (unsigned long long)length, (unsigned long long)(file_size - sizeof prefix));
+        goto done;
+    }
+    text = malloc(length ? (size_t)length : 1);
+    if (!text) {
+        status = load_error(path, FL_ERR_MEMORY, "out of memory for a header of %llu bytes", (unsigned long long)length);
+        goto done;
+    }
+    if (!read_at(fd, text, (size_t)length, sizeof prefix)) {
+        status = load_error(path, FL_ERR_IO, "reading the header: %s", errno ? strerror(errno) : "the file ended");
+        goto done;
+    }
+    parser p = {.status = FL_ERR_VALUE};
+    fl__json_init(&p.json, text, (size_t)length, sizeof prefix);
+    if (!parse_header(&p, &h)) {
+        status = load_error(path, p.status, "invalid header %s", p.json.error);
+        goto done;
+    }
+    uint64_t data_offset = sizeof prefix + length;
+    status = check_layout(path, &h, data_offset, file_size);
+    if (status != FL_OK)
+        goto done;
+    map = fl_tensor_map_create();
+    if (!map) {
+        status = FL_ERR_MEMORY;
+        goto done;
+    }
+    for (size_t i = 0; i < h.metadata_count && status == FL_OK; i++)
+        status = fl_tensor_map_set_metadata(map, h.metadata[2 * i], h.metadata[2 * i + 1]);
+    if (status == FL_OK)
+        status = read_tensors(path, fd, &h, data_offset, map);
+done:
+    close(fd);
+    free(text);
+    free_header(&h);
+    if (status != FL_OK) {
+        fl_tensor_map_free(map);
+        return status;
+    }
+    *out = map;
+    return FL_OK;
+}

@@ -1,0 +1,234 @@
+/* Named tensor collections: tensors and metadata strings by name, in insertion
+ * order, found through a small open-addressing hash table so that files with many
+ * thousands of tensors load in linear time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "flare/io.h"
+#include "json.h"
+
+/* Names with values, in insertion order, indexed by a hash of the name. */
+typedef struct named_list {
+    char **names;
+    void **values;
+    size_t count, capacity;
+    size_t *slots; /* an entry's index + 1, or 0 for an empty slot */
+    size_t slot_count; /* a power of two, at least twice count */
+} named_list;
+
+struct fl_tensor_map {
+    named_list tensors;  /* values are fl_tensor * (references the map owns) */
+    named_list metadata; /* values are malloc'd strings */
+};
+
+static size_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return (size_t)h;
+}
+
+static size_t find(const named_list *list, const char *name)
+{
+    if (!list->slot_count)
+        return SIZE_MAX;
+    size_t mask = list->slot_count - 1;
+    for (size_t s = hash(name) & mask; list->slots[s]; s = (s + 1) & mask)
+        if (strcmp(list->names[list->slots[s] - 1], name) == 0)
+            return list->slots[s] - 1;
+    return SIZE_MAX;
+}
+
+static void place(named_list *list, size_t index)
+{
+    size_t mask = list->slot_count - 1, s = hash(list->names[index]) & mask;
+    while (list->slots[s])
+        s = (s + 1) & mask;
+    list->slots[s] = index + 1;
+}
+
+/* Appends name (copied) with value; false if memory runs out. */
+static bool append(named_list *list, const char *name, void *value)
+{
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? 2 * list->capacity : 8;
+        char **names = realloc(list->names, capacity * sizeof *names);
+        if (!names)
+            return false;
+        list->names = names;
+        void **values = realloc(list->values, capacity * sizeof *values);
+        if (!values)
+            return false;
+        list->values = values;
+        list->capacity = capacity;
+    }
+    if (2 * (list->count + 1) > list->slot_count) {
+        size_t slot_count = list->slot_count ? 2 * list->slot_count : 16;
+        size_t *slots = calloc(slot_count, sizeof *slots);
+        if (!slots)
+            return false;
+        free(list->slots);
+        list->slots = slots;
+        list->slot_count = slot_count;
+        for (size_t i = 0; i < list->count; i++)
+            place(list, i);
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return false;
+    list->names[list->count] = copy;
+    list->values[list->count] = value;
+    place(list, list->count++);
+    return true;
+}
+
+static void free_list(named_list *list, void (*free_value)(void *))
+{
+    for (size_t i = 0; i < list->count; i++) {
+        free(list->names[i]);
+        free_value(list->values[i]);
+    }
+    free(list->names);
+    free(list->values);
+    free(list->slots);
+}
+
+static void release_tensor(void *t) { fl_release(t); }
+
+fl_tensor_map *fl_tensor_map_create(void)
+{
+    fl_tensor_map *map = calloc(1, sizeof *map);
+    if (!map)
+        return fl__error(FL_ERR_MEMORY, "fl_tensor_map_create", "out of memory");
+    return map;
+}
+
+void fl_tensor_map_free(fl_tensor_map *map)
+{
+    if (!map)
+        return;
+    free_list(&map->tensors, release_tensor);
+    free_list(&map->metadata, free);
+    free(map);
+}
+
+fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *tensor)
+{
+    static const char fn[] = "fl_tensor_map_set";
+    if (!map || !name) {
+        fl__error(FL_ERR_NULL, fn, "%s is NULL", map ? "the name" : "the map");
+        return FL_ERR_NULL;
+    }
+    if (!tensor) {
+        /* Either the caller's NULL, or an earlier failure's, whose error is kept. */
+        if (fl_last_status() == FL_OK)
+            fl__error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
+        return fl_last_status();
+    }
+    if (!fl__utf8_valid(name, strlen(name))) {
+        fl__error(FL_ERR_VALUE, fn, "the name is not valid UTF-8");
+        return FL_ERR_VALUE;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+        fl__error(FL_ERR_VALUE, fn, "the name '__metadata__' is reserved for the file's metadata");
+        return FL_ERR_VALUE;
+    }
+    size_t i = find(&map->tensors, name);
+    fl_retain(tensor);
+    if (i != SIZE_MAX) {
+        fl_release(map->tensors.values[i]);
+        map->tensors.values[i] = tensor;
+        return FL_OK;
+    }
+    if (!append(&map->tensors, name, tensor)) {
+        fl_release(tensor);
+        fl__error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", name);
+        return FL_ERR_MEMORY;
+    }
+    return FL_OK;
+}
+
+bool fl_tensor_map_contains(const fl_tensor_map *map, const char *name)
+{
+    return map && name && find(&map->tensors, name) != SIZE_MAX;
+}
+
+fl_tensor *fl_tensor_map_get(const fl_tensor_map *map, const char *name)
+{
+    if (!map || !name)
+        return fl__error(FL_ERR_NULL, "fl_tensor_map_get", "%s is NULL", map ? "the name" : "the map");
+    size_t i = find(&map->tensors, name);
+    if (i == SIZE_MAX)
+        return fl__error(FL_ERR_INDEX, "fl_tensor_map_get", "no tensor named '%s'", name);
+    return map->tensors.values[i];
+}
+
+size_t fl_tensor_map_count(const fl_tensor_map *map) { return map ? map->tensors.count : 0; }
+
+static bool in_range(const char *fn, const fl_tensor_map *map, const named_list *list, size_t i)
+{
+    if (!map) {
+        fl__error(FL_ERR_NULL, fn, "the map is NULL");
+        return false;
+    }
+    if (i >= list->count) {
+        fl__error(FL_ERR_INDEX, fn, "index %zu is out of range for %zu entries", i, list->count);
+        return false;
+    }
+    return true;
+}
+
+const char *fl_tensor_map_name_at(const fl_tensor_map *map, size_t i)
+{
+    return in_range("fl_tensor_map_name_at", map, map ? &map->tensors : NULL, i) ? map->tensors.names[i] : NULL;
+}
+
+fl_tensor *fl_tensor_map_tensor_at(const fl_tensor_map *map, size_t i)
+{
+    return in_range("fl_tensor_map_tensor_at", map, map ? &map->tensors : NULL, i) ? map->tensors.values[i] : NULL;
+}
+
+fl_status fl_tensor_map_set_metadata(fl_tensor_map *map, const char *key, const char *value)
+{
+    static const char fn[] = "fl_tensor_map_set_metadata";
+    if (!map || !key || !value) {
+        fl__error(FL_ERR_NULL, fn, "%s is NULL", !map ? "the map" : !key ? "the key" : "the value");
+        return FL_ERR_NULL;
+    }
+    if (!fl__utf8_valid(key, strlen(key)) || !fl__utf8_valid(value, strlen(value))) {
+        fl__error(FL_ERR_VALUE, fn, "the %s is not valid UTF-8",
+                  fl__utf8_valid(key, strlen(key)) ? "value" : "key");
+        return FL_ERR_VALUE;
+    }
+    char *copy = strdup(value);
+    size_t i = find(&map->metadata, key);
+    if (copy && i != SIZE_MAX) {
+        free(map->metadata.values[i]);
+        map->metadata.values[i] = copy;
+        return FL_OK;
+    }
+    if (!copy || !append(&map->metadata, key, copy)) {
+        free(copy);
+        fl__error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", key);
+        return FL_ERR_MEMORY;
+    }
+    return FL_OK;
+}
+
+const char *fl_tensor_map_metadata(const fl_tensor_map *map, const char *key)
+{
+    if (!map || !key)
+        return NULL;
+    size_t i = find(&map->metadata, key);
+    return i == SIZE_MAX ? NULL : map->metadata.values[i];
+}
+
+size_t fl_tensor_map_metadata_count(const fl_tensor_map *map) { return map ? map->metadata.count : 0; }
+
+const char *fl_tensor_map_metadata_key_at(const fl_tensor_map *map, size_t i)
+{
+    return in_range("fl_tensor_map_metadata_key_at", map, map ? &map->metadata : NULL, i) ? map->metadata.names[i]
+                                                                                          : NULL;
+}
