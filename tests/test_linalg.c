@@ -5,13 +5,14 @@
 #include <string.h>
 
 #include "support.h"
+#include "tensor/internal.h" /* fl__out, to hand the views below to the test's scope */
 
 static fl_tensor *ref(const char *name) { return fixture("linalg.bin", name); }
 
 #define CONV(sh, sw, ph, pw, dh, dw, g) (&(fl_conv_params){{sh, sw}, {ph, pw}, {dh, dw}, g})
 
 /* Views the backend makes without copying, built straight from its table (the tensor
- * layer's permute and slice belong to other files). The caller releases them. */
+ * layer's permute and slice belong to other files). */
 static fl_tensor *permuted_view(const fl_tensor *t, const int *axes)
 {
     int64_t shape[FL_MAX_DIMS];
@@ -19,14 +20,14 @@ static fl_tensor *permuted_view(const fl_tensor *t, const int *axes)
         shape[i] = fl_shape(t)[axes[i]];
     fl_tensor *out = fl_tensor_alloc(t->backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(t->backend->permute(out, t, axes), 0);
-    return out;
+    return fl__out(out);
 }
 
 static fl_tensor *strided_view(const fl_tensor *t, const int64_t *shape, const int64_t *start, const int64_t *step)
 {
     fl_tensor *out = fl_tensor_alloc(t->backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(t->backend->slice(out, t, start, step), 0);
-    return out;
+    return fl__out(out);
 }
 
 /* ---- matmul ---- */
@@ -83,10 +84,6 @@ static void matmul_takes_transposed_and_strided_operands(void **state)
         fl_tensor *wide = fl_cast(fl_from_data(interleaved, FL_F64, FL_SHAPE(3, 8)), d);
         fl_tensor *strided = strided_view(wide, (int64_t[]){3, 4}, (int64_t[]){0, 0}, (int64_t[]){1, 2});
         assert_close(fl_matmul(strided, b), ref("mm_ab"), tol, tol);
-        fl_release(strided);
-        fl_release(a_view);
-        fl_release(b_view);
-        fl_release(ba_view);
     }
     assert_no_error();
 }
