@@ -55,7 +55,40 @@ static inline window window_at(const plane_geometry *g, int64_t p, int64_t q)
         }                                                                                 \
     }
 
-/* The argmax of a window as a flat index into the plane: the first maximum in row
+/* Its backward pass: every input element belongs to at most one window, so each one
+ * is written once (gradient or zero) and dx needs no clearing first, except for a
+ * last odd row or column that no window covers. */
+#define MAX2X2_BACKWARD_PLANE(type)                                                       \
+    static void max2x2_backward_plane_##type(const type *dy, const type *x, type *dx,    \
+                                             const plane_geometry *g)                     \
+    {                                                                                     \
+        for (int64_t p = 0; p < g->P; p++) {                                              \
+            const type *r0 = x + 2 * p * g->W, *r1 = r0 + g->W, *grad = dy + p * g->Q;    \
+            type *d0 = dx + 2 * p * g->W, *d1 = d0 + g->W;                                \
+            _Pragma("omp simd")                                                           \
+            for (int64_t q = 0; q < g->Q; q++) {                                          \
+                type a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], e = r1[2 * q + 1];  \
+                bool to_b = b > a || isnan(b);                                            \
+                type m = to_b ? b : a;                                                    \
+                bool to_c = c > m || isnan(c);                                            \
+                m = to_c ? c : m;                                                         \
+                bool to_e = e > m || isnan(e);                                            \
+                type gq = grad[q], zero = 0;                                              \
+                d1[2 * q + 1] = to_e ? gq : zero;                                         \
+                d1[2 * q] = to_c && !to_e ? gq : zero;                                    \
+                d0[2 * q + 1] = to_b && !to_c && !to_e ? gq : zero;                       \
+                d0[2 * q] = !to_b && !to_c && !to_e ? gq : zero;                          \
+            }                                                                             \
+            if (2 * g->Q < g->W) {                                                        \
+                d0[g->W - 1] = 0;                                                         \
+                d1[g->W - 1] = 0;                                                         \
+            }                                                                             \
+        }                                                                                 \
+        if (2 * g->P < g->H)                                                              \
+            memset(dx + (g->H - 1) * g->W, 0, (size_t)g->W * sizeof(type));               \
+    }
+
+/* The argmax of a window into the plane: the first maximum in row
  * order, or the last NaN, as PyTorch picks it. */
 #define ARGMAX(type)                                                                      \
     static inline int64_t argmax_##type(const type *x, const plane_geometry *g, window w) \
@@ -116,6 +149,8 @@ static inline window window_at(const plane_geometry *g, int64_t p, int64_t q)
 
 MAX2X2_PLANE(float)
 MAX2X2_PLANE(double)
+MAX2X2_BACKWARD_PLANE(float)
+MAX2X2_BACKWARD_PLANE(double)
 ARGMAX(float)
 ARGMAX(double)
 POOL_PLANE(float)
@@ -193,20 +228,29 @@ static int cpu_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_tens
     int64_t planes = x->shape[0] * x->shape[1], in_plane = g.H * g.W, out_plane = g.P * g.Q;
     size_t element = cpu_element_size(dx->dtype);
     char *out = cpu_data(dx);
+    bool fast = is_max2x2(&g);
     /* Each thread zeroes the planes it then fills, while they are in its cache. */
     if (dx->dtype == FL_F32) {
         const float *gy = dyd, *in = xd;
         FOR_EACH_PLANE(planes, x->numel, {
-            memset(out + plane * in_plane * element, 0, (size_t)in_plane * element);
-            pool_backward_plane_float(gy + plane * out_plane, in + plane * in_plane,
-                                      (float *)out + plane * in_plane, &g);
+            float *plane_dx = (float *)out + plane * in_plane;
+            if (fast) {
+                max2x2_backward_plane_float(gy + plane * out_plane, in + plane * in_plane, plane_dx, &g);
+                continue;
+            }
+            memset(plane_dx, 0, (size_t)in_plane * element);
+            pool_backward_plane_float(gy + plane * out_plane, in + plane * in_plane, plane_dx, &g);
         });
     } else {
         const double *gy = dyd, *in = xd;
         FOR_EACH_PLANE(planes, x->numel, {
-            memset(out + plane * in_plane * element, 0, (size_t)in_plane * element);
-            pool_backward_plane_double(gy + plane * out_plane, in + plane * in_plane,
-                                       (double *)out + plane * in_plane, &g);
+            double *plane_dx = (double *)out + plane * in_plane;
+            if (fast) {
+                max2x2_backward_plane_double(gy + plane * out_plane, in + plane * in_plane, plane_dx, &g);
+                continue;
+            }
+            memset(plane_dx, 0, (size_t)in_plane * element);
+            pool_backward_plane_double(gy + plane * out_plane, in + plane * in_plane, plane_dx, &g);
         });
     }
     cpu_scratch_free(scratch_dy);
