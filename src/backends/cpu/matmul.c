@@ -1,0 +1,170 @@
+/*
+ * The CPU backend's matrix product: f32 through oneDNN's sgemm, f64 through
+ * OpenBLAS's dgemm, and the registration of the whole linear-algebra family.
+ *
+ * oneDNN's sgemm runs on the OpenMP pool that every other kernel uses and reaches the
+ * machine's peak; OpenBLAS (Debian's pthreads build) would bring a second pool whose
+ * threads spin against OpenMP's, so it is kept to one thread and f64 products are
+ * split across OpenMP threads here instead.
+ *
+ * An operand whose last two axes are row-major or column-major (a transposed view)
+ * goes to BLAS as it is, with a transpose flag and its leading dimension; any other
+ * layout is copied dense first. Batch axes may have any strides, zero included, so
+ * broadcast batches are never materialized.
+ */
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+#include <string.h>
+
+#include "cpu.h"
+
+/* Below this many multiply-adds per matrix a batch runs one matrix per thread:
+ * a threaded gemm cannot amortize its start on so little work. */
+#define SMALL_GEMM (64 * 64 * 64)
+
+/* One operand as BLAS sees it: each matrix at base + offset(batch item). */
+typedef struct gemm_operand {
+    const char *base;
+    int64_t batch_strides[FL_MAX_DIMS]; /* in elements */
+    bool transposed;
+    int64_t ld;
+    void *scratch; /* a dense copy, when the layout needed one */
+} gemm_operand;
+
+/* Whether a rows x cols matrix with these strides is row-major (ld = row stride) or
+ * column-major (transposed; ld = column stride) with a valid leading dimension. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, bool *transposed,
+                        int64_t *ld)
+{
+    int64_t min_rows = rows > 1 ? rows : 1, min_cols = cols > 1 ? cols : 1;
+    if ((col_stride == 1 || cols == 1) && (rows == 1 || row_stride >= min_cols)) {
+        *transposed = false;
+        *ld = rows == 1 ? min_cols : row_stride;
+        return true;
+    }
+    if ((row_stride == 1 || rows == 1) && (cols == 1 || col_stride >= min_rows)) {
+        *transposed = true;
+        *ld = cols == 1 ? min_rows : col_stride;
+        return true;
+    }
+    return false;
+}
+
+static int prepare_operand(gemm_operand *op, const fl_tensor *t)
+{
+    int n = t->ndim;
+    const int64_t *strides = cpu_impl(t)->strides;
+    int64_t dense[FL_MAX_DIMS];
+    op->scratch = NULL;
+    op->base = cpu_data(t);
+    if (!blas_layout(t->shape[n - 2], t->shape[n - 1], strides[n - 2], strides[n - 1], &op->transposed, &op->ld)) {
+        op->base = cpu_dense(t, &op->scratch);
+        if (!op->base)
+            return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of a matmul operand");
+        cpu_dense_strides(n, t->shape, dense);
+        strides = dense;
+        blas_layout(t->shape[n - 2], t->shape[n - 1], strides[n - 2], strides[n - 1], &op->transposed, &op->ld);
+    }
+    memcpy(op->batch_strides, strides, (size_t)(n - 2) * sizeof *strides);
+    return 0;
+}
+
+/* The element offset of batch item `item` for an operand with these batch strides. */
+static int64_t batch_offset(const fl_tensor *out, const int64_t *batch_strides, int64_t item)
+{
+    int64_t offset = 0;
+    for (int i = out->ndim - 3; i >= 0; i--) {
+        offset += (item % out->shape[i]) * batch_strides[i];
+        item /= out->shape[i];
+    }
+    return offset;
+}
+
+/* C[M x N] = A[M x K] B[K x N] for one matrix; false if the library refused. */
+static bool gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
+                 void *c, int64_t M, int64_t N, int64_t K)
+{
+    if (dtype == FL_F32) {
+        const float *A = (const float *)a->base + a_offset, *B = (const float *)b->base + b_offset;
+        return dnnl_sgemm(a->transposed ? 'T' : 'N', b->transposed ? 'T' : 'N', M, N, K, 1.0f, A, a->ld, B, b->ld,
+                          0.0f, c, N) == dnnl_success;
+    }
+    const double *A = (const double *)a->base + a_offset, *B = (const double *)b->base + b_offset;
+    cblas_dgemm(CblasRowMajor, a->transposed ? CblasTrans : CblasNoTrans, b->transposed ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, 0.0, c, (int)N);
+    return true;
+}
+
+/* An f64 product on several threads: OpenBLAS runs on one, so the rows of C are
+ * split here. Row i of A starts at i * ld, or at i when A is transposed. */
+static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
+                             double *c, int64_t M, int64_t N, int64_t K, int threads)
+{
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t first = M * t / n, last = M * (t + 1) / n;
+        int64_t row_step = a->transposed ? 1 : a->ld;
+        if (last > first)
+            gemm(FL_F64, a, b, a_offset + first * row_step, b_offset, c + first * N, last - first, N, K);
+    }
+}
+
+static int cpu_matmul(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    int n = out->ndim;
+    int64_t M = out->shape[n - 2], N = out->shape[n - 1], K = a->shape[n - 1];
+    size_t element = cpu_element_size(out->dtype);
+    if (out->dtype != FL_F32 && out->dtype != FL_F64)
+        return fl_backend_error(FL_ERR_DTYPE, "matmul has no %s kernel", fl_dtype_name(out->dtype));
+    if (K == 0) {
+        memset(cpu_data(out), 0, (size_t)out->numel * element);
+        return 0;
+    }
+    gemm_operand ga, gb;
+    if ((rc = prepare_operand(&ga, a)))
+        return rc;
+    if ((rc = prepare_operand(&gb, b))) {
+        cpu_scratch_free(ga.scratch);
+        return rc;
+    }
+    int64_t batch = out->numel / (M * N);
+    char *c = cpu_data(out);
+    int threads = cpu_threads();
+    bool failed = false;
+    if (batch > 1 && (M * N * K < SMALL_GEMM || threads == 1 || out->dtype == FL_F64)) {
+        /* Inside the parallel loop oneDNN's gemm runs on its calling thread. */
+        int team = M * N * K * batch < SMALL_GEMM ? 1 : threads;
+#pragma omp parallel for num_threads(team) if (team > 1) schedule(static) reduction(|| : failed)
+        for (int64_t i = 0; i < batch; i++)
+            failed = failed || !gemm(out->dtype, &ga, &gb, batch_offset(out, ga.batch_strides, i),
+                                     batch_offset(out, gb.batch_strides, i), c + i * M * N * element, M, N, K);
+    } else {
+        for (int64_t i = 0; i < batch && !failed; i++) {
+            int64_t ao = batch_offset(out, ga.batch_strides, i), bo = batch_offset(out, gb.batch_strides, i);
+            void *ci = c + i * M * N * element;
+            if (out->dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM)
+                dgemm_split_rows(&ga, &gb, ao, bo, ci, M, N, K, threads);
+            else
+                failed = !gemm(out->dtype, &ga, &gb, ao, bo, ci, M, N, K);
+        }
+    }
+    cpu_scratch_free(ga.scratch);
+    cpu_scratch_free(gb.scratch);
+    return failed ? fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed") : 0;
+}
+
+void cpu_register_conv(fl_backend *b);
+void cpu_register_pool(fl_backend *b);
+
+void cpu_register_linalg(fl_backend *b)
+{
+    openblas_set_num_threads(1);
+    b->matmul = cpu_matmul;
+    cpu_register_conv(b);
+    cpu_register_pool(b);
+}
