@@ -23,19 +23,6 @@
 
 #include "flare/tensor.h"
 
-/* Matmul, convolution, pooling, reductions and softmax may be missing from a partial
- * build of the library (they are written on separate branches). Weak references let
- * the benchmark link anyway and report such a case as not available; the benchmark
- * links the shared library, so the references resolve whenever it has them. */
-#pragma weak fl_matmul
-#pragma weak fl_sum
-#pragma weak fl_softmax
-#pragma weak fl_conv2d
-#pragma weak fl_conv2d_backward_input
-#pragma weak fl_conv2d_backward_weight
-#pragma weak fl_pool2d
-#pragma weak fl_pool2d_backward
-
 /* ---- the cases ---------------------------------------------------------------- */
 
 static const fl_conv_params conv3x3 = {.padding = {1, 1}};
@@ -78,44 +65,40 @@ typedef struct input_shape {
 typedef struct bench_case {
     const char *name;
     fl_tensor *(*run)(fl_tensor *const *in); /* one operation; returns a new tensor */
-    void (*function)(void);                  /* the API function run calls: NULL if missing */
-    const char *function_name;
     input_shape inputs[2];                   /* N(0, 1) inputs; ndim 0 marks an absent one */
     int64_t iterations;                      /* a fixed loop count, or 0 to calibrate */
 } bench_case;
 
 /* A case whose inputs are the listed shapes. */
-#define CASE(name_, run_, fn, ...) \
-    {.name = name_, .run = run_, .function = (void (*)(void))fn, .function_name = #fn, .inputs = {__VA_ARGS__}}
+#define CASE(name_, run_, ...) {.name = name_, .run = run_, .inputs = {__VA_ARGS__}}
 #define VECTOR(n) {1, {n}}
 #define MATRIX(m, n) {2, {m, n}}
 #define NCHW(n, c, h, w) {4, {n, c, h, w}}
 
 static const bench_case cases[] = {
-    CASE("sgemm_1024", run_matmul, fl_matmul, MATRIX(1024, 1024), MATRIX(1024, 1024)),
-    CASE("sgemm_2048", run_matmul, fl_matmul, MATRIX(2048, 2048), MATRIX(2048, 2048)),
-    CASE("add_1e6", run_add, fl_add, VECTOR(1000000), VECTOR(1000000)),
-    CASE("add_1e7", run_add, fl_add, VECTOR(10000000), VECTOR(10000000)),
-    CASE("mul_1e6", run_mul, fl_mul, VECTOR(1000000), VECTOR(1000000)),
-    CASE("mul_1e7", run_mul, fl_mul, VECTOR(10000000), VECTOR(10000000)),
-    CASE("exp_1e6", run_exp, fl_exp, VECTOR(1000000)),
-    CASE("exp_1e7", run_exp, fl_exp, VECTOR(10000000)),
-    CASE("sum_dim1_4096x4096", run_sum_dim1, fl_sum, MATRIX(4096, 4096)),
-    CASE("sum_dim0_4096x4096", run_sum_dim0, fl_sum, MATRIX(4096, 4096)),
-    CASE("softmax_8192x1000", run_softmax, fl_softmax, MATRIX(8192, 1000)),
-    CASE("conv3x3_fwd_8x64x56x56", run_conv_forward, fl_conv2d, NCHW(8, 64, 56, 56), NCHW(64, 64, 3, 3)),
-    CASE("conv3x3_bwd_input_8x64x56x56", run_conv_backward_input, fl_conv2d_backward_input, NCHW(8, 64, 56, 56),
+    CASE("sgemm_1024", run_matmul, MATRIX(1024, 1024), MATRIX(1024, 1024)),
+    CASE("sgemm_2048", run_matmul, MATRIX(2048, 2048), MATRIX(2048, 2048)),
+    CASE("add_1e6", run_add, VECTOR(1000000), VECTOR(1000000)),
+    CASE("add_1e7", run_add, VECTOR(10000000), VECTOR(10000000)),
+    CASE("mul_1e6", run_mul, VECTOR(1000000), VECTOR(1000000)),
+    CASE("mul_1e7", run_mul, VECTOR(10000000), VECTOR(10000000)),
+    CASE("exp_1e6", run_exp, VECTOR(1000000)),
+    CASE("exp_1e7", run_exp, VECTOR(10000000)),
+    CASE("sum_dim1_4096x4096", run_sum_dim1, MATRIX(4096, 4096)),
+    CASE("sum_dim0_4096x4096", run_sum_dim0, MATRIX(4096, 4096)),
+    CASE("softmax_8192x1000", run_softmax, MATRIX(8192, 1000)),
+    CASE("conv3x3_fwd_8x64x56x56", run_conv_forward, NCHW(8, 64, 56, 56), NCHW(64, 64, 3, 3)),
+    CASE("conv3x3_bwd_input_8x64x56x56", run_conv_backward_input, NCHW(8, 64, 56, 56),
          NCHW(64, 64, 3, 3)),
-    CASE("conv3x3_bwd_weight_8x64x56x56", run_conv_backward_weight, fl_conv2d_backward_weight,
+    CASE("conv3x3_bwd_weight_8x64x56x56", run_conv_backward_weight,
          NCHW(8, 64, 56, 56), NCHW(8, 64, 56, 56)),
-    CASE("maxpool2x2_fwd_8x64x112x112", run_pool_forward, fl_pool2d, NCHW(8, 64, 112, 112)),
-    CASE("maxpool2x2_bwd_8x64x112x112", run_pool_backward, fl_pool2d_backward, NCHW(8, 64, 56, 56),
+    CASE("maxpool2x2_fwd_8x64x112x112", run_pool_forward, NCHW(8, 64, 112, 112)),
+    CASE("maxpool2x2_bwd_8x64x112x112", run_pool_backward, NCHW(8, 64, 56, 56),
          NCHW(8, 64, 112, 112)),
     /* The fixed cost of one operation: a result made and released around no work;
      * once calibrated as every case, once over a fixed million-iteration loop. */
-    CASE("overhead_add_4", run_add, fl_add, VECTOR(4), VECTOR(4)),
-    {.name = "overhead_add_4_loop1e6", .run = run_add, .function = (void (*)(void))fl_add,
-     .function_name = "fl_add", .inputs = {VECTOR(4), VECTOR(4)}, .iterations = 1000000},
+    CASE("overhead_add_4", run_add, VECTOR(4), VECTOR(4)),
+    {.name = "overhead_add_4_loop1e6", .run = run_add, .inputs = {VECTOR(4), VECTOR(4)}, .iterations = 1000000},
 };
 
 #define CASE_COUNT (int)(sizeof cases / sizeof cases[0])
@@ -235,12 +218,6 @@ static void print_error(const char *name, const char *message)
 
 static void run_case(const bench_case *c, const options *o)
 {
-    if (!c->function) {
-        char message[128];
-        snprintf(message, sizeof message, "%s is not in this build of libflare", c->function_name);
-        print_error(c->name, message);
-        return;
-    }
     fl_clear_error();
     fl_manual_seed(0);
     fl_tensor *in[2] = {NULL, NULL};
