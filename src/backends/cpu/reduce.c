@@ -32,9 +32,9 @@ typedef struct kernels {
     column_kernel columns;
 } kernels;
 
-/* 512 bytes of accumulators: eight AVX-512 registers, enough to hide the latency
- * of the adds. */
-#define LANES(type) (512 / (int)sizeof(type))
+/* 256 bytes of accumulators: four AVX-512 registers hide the latency of the adds,
+ * and folding them at the end of a row stays cheap for rows of a few hundred. */
+#define LANES(type) (256 / (int)sizeof(type))
 /* The width of a column tile: a few kilobytes of outputs stay in L1 while the
  * input rows stream past. */
 #define TILE_BYTES 1024
