@@ -241,9 +241,8 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 
 UNARY_NUMERIC_OP(neg, -x, -x, INT_NEG, -x)
 UNARY_NUMERIC_OP(abs, fabsf(x), fabs(x), INT_ABS, x)
-/* sign(nan) is nan, as in NumPy and PyTorch; sign(-0) is 0. */
-UNARY_NUMERIC_OP(sign, x != x ? x : (float)((x > 0) - (x < 0)), x != x ? x : (double)((x > 0) - (x < 0)), INT_SIGN,
-                 x > 0)
+/* sign(nan) is 0 as in PyTorch (NumPy gives nan); sign(-0) is 0. */
+UNARY_NUMERIC_OP(sign, (float)((x > 0) - (x < 0)), (double)((x > 0) - (x < 0)), INT_SIGN, x > 0)
 UNARY_FLOAT_OP(exp, vm_expf(x), exp(x))
 UNARY_FLOAT_OP(log, vm_logf(x), log(x))
 UNARY_FLOAT_OP(log1p, vm_log1pf(x), log1p(x))

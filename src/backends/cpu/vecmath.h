@@ -145,7 +145,7 @@ static inline float vm_tanhf(float x)
     p = VM_FMA(p, z, -3.33332819422e-1f);
     float small = VM_FMA(p * z, x, x);
     float large = 1.0f - 2.0f / (vm_expf(ax + ax) + 1.0f);
-    return vm_select(ax > 0.625f, copysignf(large, x), small);
+    return copysignf(vm_select(ax > 0.625f, large, small), x); /* tanh(-0) is -0 */
 }
 
 /* 1 / (1 + e^-x), computed from e = e^-|x| so that nothing overflows: 1 / (1 + e)
