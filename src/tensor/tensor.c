@@ -75,7 +75,12 @@ void fl_scope_end(fl_scope scope)
 {
     while (scopes.count > scope.mark)
         fl_release(scopes.items[--scopes.count]);
-    while (scopes.depth > 0 && scopes.marks[scopes.depth - 1] >= scope.mark)
+    /* Pop the scopes nested in this one that were left open, then this one. A scope
+     * begun right after another, with nothing made in between, has the same mark:
+     * only the innermost of those is this one. */
+    while (scopes.depth > 0 && scopes.marks[scopes.depth - 1] > scope.mark)
+        scopes.depth--;
+    if (scopes.depth > 0 && scopes.marks[scopes.depth - 1] == scope.mark)
         scopes.depth--;
     if (scopes.depth == 0) {
         free(scopes.items);
