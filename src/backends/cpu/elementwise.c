@@ -15,7 +15,6 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 
 #include "cpu.h"
 #include "vecmath.h"
