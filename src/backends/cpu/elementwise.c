@@ -1,193 +1,417 @@
-/* The CPU backend's unary and binary elementwise kernels. */
+/*
+ * The CPU backend's unary and binary elementwise kernels.
+ *
+ * Each operation is a table of row functions, one per dtype. A row function computes
+ * n outputs from operands that advance by a fixed stride each; it has a separate
+ * loop for the strides that matter (1 and 0: dense data and a broadcast value) so
+ * that the compiler vectorizes each one, and a general strided loop for the rest.
+ *
+ * The driver (run) never copies an operand. The tensor layer hands it inputs
+ * expanded to the output's shape, with zero strides on broadcast axes; the driver
+ * merges the axes that every operand walks through as one (so [N, C] + [C] becomes
+ * rows of C with a dense and a broadcast operand, and contiguous tensors become one
+ * row), then calls the row function for each stretch of the innermost axis. Large
+ * outputs are cut into equal spans of the flat output, one per thread.
+ */
 #include <math.h>
-#include <stdlib.h>
+#include <omp.h>
 
 #include "cpu.h"
+#include "vecmath.h"
 
-/* Operands are made dense first (a view copies once); the loops then run flat. */
-typedef struct operands {
-    const void *a, *b;
-    void *scratch_a, *scratch_b;
-} operands;
+typedef void (*unary_row)(void *restrict y, const void *x, int64_t sx, int64_t n);
+typedef void (*binary_row)(void *restrict y, const void *a, int64_t sa, const void *b, int64_t sb, int64_t n);
 
-static int dense_operands(operands *o, const fl_tensor *a, const fl_tensor *b)
+/* ---- the driver ---- */
+
+/* The output's shape with its axes merged, and each input's strides over it. The
+ * output itself is fresh and contiguous. */
+typedef struct walk {
+    int ndim, ninputs;
+    int64_t shape[FL_MAX_DIMS];
+    int64_t strides[2][FL_MAX_DIMS]; /* elements */
+    const char *data[2];
+    size_t size[2], out_size; /* bytes per element */
+} walk;
+
+static void walk_init(walk *w, const fl_tensor *out, int ninputs, const fl_tensor *const *inputs)
 {
-    o->scratch_b = NULL;
-    o->a = cpu_dense(a, &o->scratch_a);
-    o->b = b ? cpu_dense(b, &o->scratch_b) : NULL;
-    if (!o->a || (b && !o->b)) {
-        cpu_scratch_free(o->scratch_a);
-        cpu_scratch_free(o->scratch_b);
-        return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of an operand");
+    w->ndim = 0;
+    w->ninputs = ninputs;
+    w->out_size = cpu_element_size(out->dtype);
+    for (int k = 0; k < ninputs; k++) {
+        w->data[k] = cpu_data(inputs[k]);
+        w->size[k] = cpu_element_size(inputs[k]->dtype);
+    }
+    for (int i = 0; i < out->ndim; i++) {
+        if (out->shape[i] == 1)
+            continue;
+        bool merge = w->ndim > 0;
+        for (int k = 0; k < ninputs && merge; k++)
+            merge = w->strides[k][w->ndim - 1] == cpu_impl(inputs[k])->strides[i] * out->shape[i];
+        int d = merge ? w->ndim - 1 : w->ndim++;
+        w->shape[d] = merge ? w->shape[d] * out->shape[i] : out->shape[i];
+        for (int k = 0; k < ninputs; k++)
+            w->strides[k][d] = cpu_impl(inputs[k])->strides[i];
+    }
+    if (w->ndim == 0) { /* a single element */
+        w->ndim = 1;
+        w->shape[0] = 1;
+        for (int k = 0; k < ninputs; k++)
+            w->strides[k][0] = 0;
+    }
+}
+
+/* Computes outputs [begin, end) of the flat output, a stretch of the innermost axis
+ * at a time, carrying the outer index like an odometer. */
+static void walk_span(const walk *w, void *out, const void *row, int64_t begin, int64_t end)
+{
+    int last = w->ndim - 1;
+    int64_t inner = w->shape[last], index[FL_MAX_DIMS], offset[2] = {0, 0};
+    int64_t outer = begin / inner, col = begin % inner;
+    for (int d = last; d >= 0; d--) {
+        index[d] = d == last ? col : outer % w->shape[d];
+        if (d != last)
+            outer /= w->shape[d];
+        for (int k = 0; k < w->ninputs; k++)
+            offset[k] += index[d] * w->strides[k][d];
+    }
+    char *y = (char *)out + begin * (int64_t)w->out_size;
+    for (int64_t pos = begin; pos < end;) {
+        int64_t n = inner - index[last] < end - pos ? inner - index[last] : end - pos;
+        const void *a = w->data[0] + offset[0] * (int64_t)w->size[0];
+        if (w->ninputs == 1)
+            ((unary_row)row)(y, a, w->strides[0][last], n);
+        else
+            ((binary_row)row)(y, a, w->strides[0][last], w->data[1] + offset[1] * (int64_t)w->size[1],
+                              w->strides[1][last], n);
+        pos += n;
+        y += n * (int64_t)w->out_size;
+        for (int k = 0; k < w->ninputs; k++)
+            offset[k] += n * w->strides[k][last];
+        index[last] += n;
+        /* Carry into the outer axes. */
+        for (int d = last; d > 0 && index[d] == w->shape[d]; d--) {
+            for (int k = 0; k < w->ninputs; k++)
+                offset[k] += w->strides[k][d - 1] - w->shape[d] * w->strides[k][d];
+            index[d] = 0;
+            index[d - 1]++;
+        }
+    }
+}
+
+static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, const void *row, const char *name)
+{
+    if (!row)
+        return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(inputs[0]->dtype));
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    int64_t n = out->numel;
+    bool dense = cpu_contiguous(inputs[0]) && (ninputs == 1 || cpu_contiguous(inputs[1]));
+    if (dense && n < CPU_PARALLEL_GRAIN) { /* the common small case, with nothing to set up */
+        if (ninputs == 1)
+            ((unary_row)row)(cpu_data(out), cpu_data(inputs[0]), 1, n);
+        else
+            ((binary_row)row)(cpu_data(out), cpu_data(inputs[0]), 1, cpu_data(inputs[1]), 1, n);
+        return 0;
+    }
+    walk w;
+    walk_init(&w, out, ninputs, inputs);
+    void *y = cpu_data(out);
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    if (threads == 1) {
+        walk_span(&w, y, row, 0, n);
+        return 0;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        /* Equal spans, rounded to whole cache lines of output so threads never share one. */
+        int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+        int64_t align = 64 / (int64_t)w.out_size;
+        int64_t begin = (n * t / count) / align * align, end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+        if (begin < end)
+            walk_span(&w, y, row, begin, end);
     }
     return 0;
 }
 
-static void release_operands(operands *o)
+static int run_unary(fl_tensor *out, const fl_tensor *a, const unary_row *rows, const char *name)
 {
-    cpu_scratch_free(o->scratch_a);
-    cpu_scratch_free(o->scratch_b);
+    return run(out, 1, &a, (const void *)rows[a->dtype], name);
 }
 
-#define THREADS(n) ((n) >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1)
+static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, const binary_row *rows,
+                      const char *name)
+{
+    const fl_tensor *inputs[2] = {a, b};
+    return run(out, 2, inputs, (const void *)rows[a->dtype], name);
+}
 
-#define UNARY_LOOP(in_type, out_type, expr)                                                         \
-    do {                                                                                            \
-        const in_type *x_ = o.a;                                                                    \
-        out_type *y_ = cpu_data(out);                                                               \
-        int64_t n_ = out->numel;                                                                    \
-        int threads_ = THREADS(n_);                                                                 \
-        _Pragma("omp parallel for simd num_threads(threads_) if(threads_ > 1) schedule(static)")   \
-        for (int64_t i = 0; i < n_; i++) {                                                          \
-            in_type x = x_[i];                                                                      \
-            y_[i] = (out_type)(expr);                                                               \
-        }                                                                                           \
-    } while (0)
+/* ---- row functions ---- */
 
-#define BINARY_LOOP(in_type, out_type, expr)                                                        \
-    do {                                                                                            \
-        const in_type *a_ = o.a, *b_ = o.b;                                                         \
-        out_type *y_ = cpu_data(out);                                                               \
-        int64_t n_ = out->numel;                                                                    \
-        int threads_ = THREADS(n_);                                                                 \
-        _Pragma("omp parallel for simd num_threads(threads_) if(threads_ > 1) schedule(static)")   \
-        for (int64_t i = 0; i < n_; i++) {                                                          \
-            in_type a = a_[i], b = b_[i];                                                           \
-            y_[i] = (out_type)(expr);                                                               \
-        }                                                                                           \
-    } while (0)
+/* y[i] = expr of x = x[i * sx]: a dense loop and a strided one. */
+#define UNARY_ROW(fn, in_type, out_type, expr)                                            \
+    static void fn(void *restrict y_, const void *x_, int64_t sx, int64_t n)              \
+    {                                                                                     \
+        out_type *restrict y = y_;                                                        \
+        const in_type *px = x_;                                                           \
+        if (sx == 1)                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                in_type x = px[i];                                                        \
+                y[i] = (out_type)(expr);                                                  \
+            }                                                                             \
+        else                                                                              \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                in_type x = px[i * sx];                                                   \
+                y[i] = (out_type)(expr);                                                  \
+            }                                                                             \
+    }
 
-/* Dispatch on the input dtype. The expression sees x (unary) or a and b (binary). */
-#define FLOAT_CASES(LOOP, out_same, fexpr, dexpr)                          \
-    case FL_F32: LOOP(float, out_same(float), fexpr); break;               \
-    case FL_F64: LOOP(double, out_same(double), dexpr); break;
-#define INT_CASES(LOOP, out_same, expr)                                    \
-    case FL_U8: LOOP(uint8_t, out_same(uint8_t), expr); break;             \
-    case FL_I32: LOOP(int32_t, out_same(int32_t), expr); break;            \
-    case FL_I64: LOOP(int64_t, out_same(int64_t), expr); break;
+/* y[i] = expr of a = a[i * sa] and b = b[i * sb]: dense with dense, dense with a
+ * broadcast value on either side, and the general strided loop. */
+#define BINARY_ROW(fn, in_type, out_type, expr)                                                \
+    static void fn(void *restrict y_, const void *a_, int64_t sa, const void *b_, int64_t sb, int64_t n) \
+    {                                                                                          \
+        out_type *restrict y = y_;                                                             \
+        const in_type *pa = a_, *pb = b_;                                                      \
+        if (sa == 1 && sb == 1)                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                in_type a = pa[i], b = pb[i];                                                  \
+                y[i] = (out_type)(expr);                                                       \
+            }                                                                                  \
+        else if (sa == 1 && sb == 0) {                                                         \
+            const in_type b = *pb;                                                             \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                in_type a = pa[i];                                                             \
+                y[i] = (out_type)(expr);                                                       \
+            }                                                                                  \
+        } else if (sa == 0 && sb == 1) {                                                       \
+            const in_type a = *pa;                                                             \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                in_type b = pb[i];                                                             \
+                y[i] = (out_type)(expr);                                                       \
+            }                                                                                  \
+        } else                                                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                in_type a = pa[i * sa], b = pb[i * sb];                                        \
+                y[i] = (out_type)(expr);                                                       \
+            }                                                                                  \
+    }
+
+/* Signed integer arithmetic wraps, as in NumPy and PyTorch; C leaves overflow
+ * undefined, so it is done in the unsigned type of the same width. */
+#define WRAP(type, utype, expr) ((type)(utype)(expr))
+
+/* ---- unary operations ---- */
+
+/* Each operation defines its row functions and a table of them by dtype; a missing
+ * entry is a dtype the operation does not accept. Signed integer expressions are
+ * macros of (type, utype); u8 has its own, as NumPy's: -x wraps, abs(x) is x. */
+#define UNARY_FLOAT_ROWS(name, fexpr, dexpr)                 \
+    UNARY_ROW(name##_f32, float, float, fexpr)               \
+    UNARY_ROW(name##_f64, double, double, dexpr)
+#define UNARY_INT_ROWS(name, EXPR, uexpr)                             \
+    UNARY_ROW(name##_u8, uint8_t, uint8_t, uexpr)                     \
+    UNARY_ROW(name##_i32, int32_t, int32_t, EXPR(int32_t, uint32_t))  \
+    UNARY_ROW(name##_i64, int64_t, int64_t, EXPR(int64_t, uint64_t))
+#define FLOAT_ENTRIES(name) [FL_F32] = name##_f32, [FL_F64] = name##_f64
+#define INT_ENTRIES(name) [FL_U8] = name##_u8, [FL_I32] = name##_i32, [FL_I64] = name##_i64
+
+#define UNARY_FLOAT_OP(name, fexpr, dexpr)                                                    \
+    UNARY_FLOAT_ROWS(name, fexpr, dexpr)                                                      \
+    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
+    {                                                                                         \
+        static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};                  \
+        return run_unary(out, a, rows, #name);                                                \
+    }
+#define UNARY_NUMERIC_OP(name, fexpr, dexpr, IEXPR, uexpr)                                    \
+    UNARY_FLOAT_ROWS(name, fexpr, dexpr)                                                      \
+    UNARY_INT_ROWS(name, IEXPR, uexpr)                                                        \
+    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
+    {                                                                                         \
+        static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name)}; \
+        return run_unary(out, a, rows, #name);                                                \
+    }
+
+#define INT_NEG(type, utype) WRAP(type, utype, -(utype)x)
+#define INT_ABS(type, utype) (x < 0 ? WRAP(type, utype, -(utype)x) : x)
+#define INT_SIGN(type, utype) ((x > 0) - (x < 0))
+
+UNARY_NUMERIC_OP(neg, -x, -x, INT_NEG, -x)
+UNARY_NUMERIC_OP(abs, fabsf(x), fabs(x), INT_ABS, x)
+/* sign(nan) is 0 as in PyTorch (NumPy gives nan); sign(-0) is 0. */
+UNARY_NUMERIC_OP(sign, (float)((x > 0) - (x < 0)), (double)((x > 0) - (x < 0)), INT_SIGN, x > 0)
+UNARY_FLOAT_OP(exp, vm_expf(x), exp(x))
+UNARY_FLOAT_OP(log, vm_logf(x), log(x))
+UNARY_FLOAT_OP(log1p, vm_log1pf(x), log1p(x))
+UNARY_FLOAT_OP(sqrt, sqrtf(x), sqrt(x))
+UNARY_FLOAT_OP(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
+UNARY_FLOAT_OP(tanh, vm_tanhf(x), tanh(x))
+UNARY_FLOAT_OP(sigmoid, vm_sigmoidf(x), 1.0 / (1.0 + exp(-x)))
+UNARY_FLOAT_OP(erf, vm_erff(x), erf(x))
+UNARY_FLOAT_OP(floor, vm_floorf(x), floor(x))
+UNARY_FLOAT_OP(ceil, vm_ceilf(x), ceil(x))
+UNARY_FLOAT_OP(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode: half to even */
+
+/* sin and cos: the vector form, then libm for the rare arguments it does not reduce
+ * exactly (huge, inf, nan). The check is a second pass over the input, which is in
+ * cache. */
+#define TRIG_OP(name)                                                                    \
+    UNARY_ROW(name##_vector_f32, float, float, vm_##name##f(x))                          \
+    static void name##_f32(void *restrict y_, const void *x_, int64_t sx, int64_t n)     \
+    {                                                                                    \
+        name##_vector_f32(y_, x_, sx, n);                                                \
+        float *y = y_;                                                                   \
+        const float *x = x_;                                                             \
+        bool outside = false;                                                            \
+        for (int64_t i = 0; i < n; i++)                                                  \
+            outside |= !vm_trig_in_range(x[i * sx]);                                     \
+        if (outside)                                                                     \
+            for (int64_t i = 0; i < n; i++)                                              \
+                if (!vm_trig_in_range(x[i * sx]))                                        \
+                    y[i] = name##f(x[i * sx]);                                           \
+    }                                                                                    \
+    UNARY_ROW(name##_f64, double, double, name(x))                                       \
+    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                            \
+    {                                                                                    \
+        static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};             \
+        return run_unary(out, a, rows, #name);                                           \
+    }
+
+TRIG_OP(sin)
+TRIG_OP(cos)
+
+UNARY_ROW(isnan_f32, float, _Bool, x != x)
+UNARY_ROW(isnan_f64, double, _Bool, x != x)
+UNARY_ROW(isinf_f32, float, _Bool, fabsf(x) == INFINITY)
+UNARY_ROW(isinf_f64, double, _Bool, fabs(x) == INFINITY)
+UNARY_ROW(logical_not_bool, _Bool, _Bool, !x)
+
+static int cpu_isnan(fl_tensor *out, const fl_tensor *a)
+{
+    static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(isnan)};
+    return run_unary(out, a, rows, "isnan");
+}
+
+static int cpu_isinf(fl_tensor *out, const fl_tensor *a)
+{
+    static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(isinf)};
+    return run_unary(out, a, rows, "isinf");
+}
+
+static int cpu_logical_not(fl_tensor *out, const fl_tensor *a)
+{
+    static const unary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_not_bool};
+    return run_unary(out, a, rows, "logical_not");
+}
+
+/* ---- binary operations ---- */
+
+#define BINARY_ROWS(name, out_f32, out_f64, out_int, fexpr, dexpr, IEXPR)           \
+    BINARY_ROW(name##_f32, float, out_f32, fexpr)                                   \
+    BINARY_ROW(name##_f64, double, out_f64, dexpr)                                  \
+    BINARY_ROW(name##_u8, uint8_t, out_int(uint8_t), IEXPR(uint8_t, uint8_t))       \
+    BINARY_ROW(name##_i32, int32_t, out_int(int32_t), IEXPR(int32_t, uint32_t))     \
+    BINARY_ROW(name##_i64, int64_t, out_int(int64_t), IEXPR(int64_t, uint64_t))
 #define SAME(type) type
 #define BOOL_OUT(type) _Bool
 
-#define KERNEL_BEGIN(name, ...)                                            \
-    static int cpu_##name(fl_tensor *out, __VA_ARGS__)                     \
-    {                                                                      \
-        int rc = cpu_alloc(out);                                           \
-        operands o;                                                        \
-        if (rc || (rc = dense_operands(&o, a, B_OPERAND)))                 \
-            return rc;                                                     \
-        switch (a->dtype) {
-#define KERNEL_END(name)                                                   \
-        default:                                                           \
-            rc = fl_backend_error(FL_ERR_DTYPE, #name " has no %s kernel", \
-                                  fl_dtype_name(a->dtype));                \
-        }                                                                  \
-        release_operands(&o);                                              \
-        return rc;                                                         \
+#define BINARY_OP(name, fexpr, dexpr, IEXPR, bexpr)                                          \
+    BINARY_ROWS(name, float, double, SAME, fexpr, dexpr, IEXPR)                              \
+    BINARY_ROW(name##_bool, _Bool, _Bool, bexpr)                                             \
+    static int cpu_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
+    {                                                                                        \
+        static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name), \
+                                                        [FL_BOOL] = name##_bool};            \
+        return run_binary(out, a, b, rows, #name);                                           \
     }
 
-/* ---- unary ---- */
+#define INT_ADD(type, utype) WRAP(type, utype, (utype)a + (utype)b)
+#define INT_SUB(type, utype) WRAP(type, utype, (utype)a - (utype)b)
+#define INT_MUL(type, utype) WRAP(type, utype, (utype)a * (utype)b)
+#define INT_MIN_(type, utype) (a < b ? a : b)
+#define INT_MAX_(type, utype) (a > b ? a : b)
 
-#define B_OPERAND NULL
-#define UNARY_FLOAT(name, fexpr, dexpr)                                  \
-    KERNEL_BEGIN(name, const fl_tensor *a)                               \
-    FLOAT_CASES(UNARY_LOOP, SAME, fexpr, dexpr)                          \
-    KERNEL_END(name)
-#define UNARY_NUMERIC(name, fexpr, dexpr, iexpr)                         \
-    KERNEL_BEGIN(name, const fl_tensor *a)                               \
-    FLOAT_CASES(UNARY_LOOP, SAME, fexpr, dexpr)                          \
-    INT_CASES(UNARY_LOOP, SAME, iexpr)                                   \
-    KERNEL_END(name)
+/* Bool arithmetic is logical, as in PyTorch: True + True is True. The tensor layer
+ * rejects bool sub. */
+BINARY_OP(add, a + b, a + b, INT_ADD, a | b)
+BINARY_OP(sub, a - b, a - b, INT_SUB, a != b)
+BINARY_OP(mul, a * b, a * b, INT_MUL, a & b)
+/* NaN wins in both operand positions, as torch.minimum and numpy.minimum. */
+BINARY_OP(minimum, a < b || a != a ? a : b, a < b || a != a ? a : b, INT_MIN_, a & b)
+BINARY_OP(maximum, a > b || a != a ? a : b, a > b || a != a ? a : b, INT_MAX_, a | b)
 
-UNARY_NUMERIC(neg, -x, -x, -x)
-UNARY_NUMERIC(abs, fabsf(x), fabs(x), x < 0 ? -x : x)
-UNARY_NUMERIC(sign, (x > 0) - (x < 0), (x > 0) - (x < 0), (x > 0) - (x < 0))
-UNARY_FLOAT(exp, expf(x), exp(x))
-UNARY_FLOAT(log, logf(x), log(x))
-UNARY_FLOAT(log1p, log1pf(x), log1p(x))
-UNARY_FLOAT(sqrt, sqrtf(x), sqrt(x))
-UNARY_FLOAT(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
-UNARY_FLOAT(sin, sinf(x), sin(x))
-UNARY_FLOAT(cos, cosf(x), cos(x))
-UNARY_FLOAT(tanh, tanhf(x), tanh(x))
-UNARY_FLOAT(sigmoid, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
-UNARY_FLOAT(erf, erff(x), erf(x))
-UNARY_FLOAT(floor, floorf(x), floor(x))
-UNARY_FLOAT(ceil, ceilf(x), ceil(x))
-UNARY_FLOAT(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode: half to even */
+BINARY_ROW(div_f32, float, float, a / b)
+BINARY_ROW(div_f64, double, double, a / b)
 
-KERNEL_BEGIN(isnan, const fl_tensor *a)
-FLOAT_CASES(UNARY_LOOP, BOOL_OUT, isnan(x), isnan(x))
-KERNEL_END(isnan)
+/* The tensor layer divides integers in floating point, so div sees floats only. */
+static int cpu_div(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(div)};
+    return run_binary(out, a, b, rows, "div");
+}
 
-KERNEL_BEGIN(isinf, const fl_tensor *a)
-FLOAT_CASES(UNARY_LOOP, BOOL_OUT, isinf(x), isinf(x))
-KERNEL_END(isinf)
-
-KERNEL_BEGIN(logical_not, const fl_tensor *a)
-case FL_BOOL: UNARY_LOOP(_Bool, _Bool, !x); break;
-KERNEL_END(logical_not)
-
-#undef B_OPERAND
-
-/* ---- binary ---- */
-
-#define B_OPERAND b
-#define BINARY_NUMERIC(name, fexpr, dexpr, iexpr, bexpr)                 \
-    KERNEL_BEGIN(name, const fl_tensor *a, const fl_tensor *b)           \
-    FLOAT_CASES(BINARY_LOOP, SAME, fexpr, dexpr)                         \
-    INT_CASES(BINARY_LOOP, SAME, iexpr)                                  \
-    case FL_BOOL: BINARY_LOOP(_Bool, _Bool, bexpr); break;               \
-    KERNEL_END(name)
-#define COMPARE(name, expr)                                              \
-    KERNEL_BEGIN(name, const fl_tensor *a, const fl_tensor *b)           \
-    FLOAT_CASES(BINARY_LOOP, BOOL_OUT, expr, expr)                       \
-    INT_CASES(BINARY_LOOP, BOOL_OUT, expr)                               \
-    case FL_BOOL: BINARY_LOOP(_Bool, _Bool, expr); break;                \
-    KERNEL_END(name)
-
-/* Integer division by zero is undefined in C; PyTorch raises, NumPy gives 0. The
- * tensor layer divides integers in floating point, so div sees floats only. */
+/* Integer powers by squaring, wrapping on overflow. A negative exponent gives the
+ * truncated result (1 for base 1, +-1 for base -1, else 0); PyTorch raises an error
+ * there instead and NumPy refuses it, and checking would cost a pass over b. */
 static inline int64_t int_pow(int64_t base, int64_t exponent)
 {
     if (exponent < 0)
         return base == 1 ? 1 : base == -1 ? (exponent % 2 ? -1 : 1) : 0;
-    int64_t result = 1;
+    uint64_t result = 1, b = (uint64_t)base;
     while (exponent) {
         if (exponent & 1)
-            result *= base;
-        base *= base;
+            result *= b;
+        b *= b;
         exponent >>= 1;
     }
-    return result;
+    return (int64_t)result;
 }
 
-BINARY_NUMERIC(add, a + b, a + b, a + b, a || b)
-BINARY_NUMERIC(sub, a - b, a - b, a - b, a != b)
-BINARY_NUMERIC(mul, a * b, a * b, a * b, a && b)
-BINARY_NUMERIC(minimum, (a < b || isnan(a)) ? a : b, (a < b || isnan(a)) ? a : b, a < b ? a : b, a && b)
-BINARY_NUMERIC(maximum, (a > b || isnan(a)) ? a : b, (a > b || isnan(a)) ? a : b, a > b ? a : b, a || b)
+#define INT_POW(type, utype) ((type)int_pow(a, b))
+/* x ** 2 is common (squares, variances) and exact as x * x; powf does not vectorize. */
+BINARY_ROWS(pow, float, double, SAME, b == 2.0f ? a * a : powf(a, b), b == 2.0 ? a * a : pow(a, b), INT_POW)
 
-KERNEL_BEGIN(div, const fl_tensor *a, const fl_tensor *b)
-FLOAT_CASES(BINARY_LOOP, SAME, a / b, a / b)
-KERNEL_END(div)
+static int cpu_pow(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(pow), INT_ENTRIES(pow)};
+    return run_binary(out, a, b, rows, "pow");
+}
 
-KERNEL_BEGIN(pow, const fl_tensor *a, const fl_tensor *b)
-FLOAT_CASES(BINARY_LOOP, SAME, powf(a, b), pow(a, b))
-INT_CASES(BINARY_LOOP, SAME, int_pow(a, b))
-KERNEL_END(pow)
+#define COMPARE_OP(name, op)                                                                 \
+    BINARY_ROWS(name, _Bool, _Bool, BOOL_OUT, a op b, a op b, COMPARE_##name)                \
+    BINARY_ROW(name##_bool, _Bool, _Bool, a op b)                                            \
+    static int cpu_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
+    {                                                                                        \
+        static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name), \
+                                                        [FL_BOOL] = name##_bool};            \
+        return run_binary(out, a, b, rows, #name);                                           \
+    }
+#define COMPARE_eq(type, utype) (a == b)
+#define COMPARE_ne(type, utype) (a != b)
+#define COMPARE_lt(type, utype) (a < b)
+#define COMPARE_le(type, utype) (a <= b)
 
-COMPARE(eq, a == b)
-COMPARE(ne, a != b)
-COMPARE(lt, a < b)
-COMPARE(le, a <= b)
+COMPARE_OP(eq, ==)
+COMPARE_OP(ne, !=)
+COMPARE_OP(lt, <)
+COMPARE_OP(le, <=)
 
-KERNEL_BEGIN(logical_and, const fl_tensor *a, const fl_tensor *b)
-case FL_BOOL: BINARY_LOOP(_Bool, _Bool, a && b); break;
-KERNEL_END(logical_and)
+BINARY_ROW(logical_and_bool, _Bool, _Bool, a & b)
+BINARY_ROW(logical_or_bool, _Bool, _Bool, a | b)
 
-KERNEL_BEGIN(logical_or, const fl_tensor *a, const fl_tensor *b)
-case FL_BOOL: BINARY_LOOP(_Bool, _Bool, a || b); break;
-KERNEL_END(logical_or)
+static int cpu_logical_and(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    static const binary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_and_bool};
+    return run_binary(out, a, b, rows, "logical_and");
+}
+
+static int cpu_logical_or(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    static const binary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_or_bool};
+    return run_binary(out, a, b, rows, "logical_or");
+}
 
 void cpu_register_elementwise(fl_backend *b)
 {
