@@ -350,6 +350,31 @@ static void max_pool_fast_path_matches_generic(void **state)
     assert_no_error();
 }
 
+/* The 2x2 backward fast path (vectorized across a row, with a partial last block of
+ * 17 windows) against the generic kernel, on values from {0, 1, 2, NaN}: most windows
+ * hold ties, some a NaN or two, and each one's gradient must land on the same element. */
+static void max_pool_backward_fast_path_matches_generic(void **state)
+{
+    enum { N = 3, C = 5, H = 12, W = 34 };
+    static float values[N * C * H * W];
+    uint32_t lcg = 7;
+    for (int i = 0; i < N * C * H * W; i++) {
+        lcg = lcg * 1664525u + 1013904223u;
+        int pick = (int)(lcg >> 28) % 13;
+        values[i] = pick == 12 ? NAN : (float)(pick % 3);
+    }
+    fl_tensor *x = fl_from_data(values, FL_F32, FL_SHAPE(N, C, H, W));
+    fl_pool_params fast = {FL_POOL_MAX, {2, 2}, {2, 2}, {0, 0}, false, false};
+    fl_pool_params generic = fast;
+    generic.ceil_mode = true;
+    fl_manual_seed(12);
+    fl_tensor *dy = fl_randn(FL_F32, FL_SHAPE(N, C, H / 2, W / 2));
+    fl_tensor *dx = fl_pool2d_backward(dy, x, &fast);
+    assert_shape(dx, N, C, H, W);
+    assert_close(dx, fl_pool2d_backward(fl_cast(dy, FL_F64), fl_cast(x, FL_F64), &generic), 0, 0);
+    assert_no_error();
+}
+
 static void pool_errors(void **state)
 {
     fl_tensor *x = fl_zeros(FL_F32, FL_SHAPE(1, 2, 4, 4));
@@ -388,6 +413,7 @@ int main(void)
         scoped_test(pool_matches_pytorch),
         scoped_test(max_pool_picks_the_first_maximum_and_propagates_nan),
         scoped_test(max_pool_fast_path_matches_generic),
+        scoped_test(max_pool_backward_fast_path_matches_generic),
         scoped_test(pool_errors),
     };
     return cmocka_run_group_tests_name("linalg", tests, NULL, NULL);

@@ -11,6 +11,9 @@
  */
 #include <math.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "cpu.h"
 
@@ -57,36 +60,103 @@ static inline window window_at(const plane_geometry *g, int64_t p, int64_t q)
 
 /* Its backward pass: every input element belongs to at most one window, so each one
  * is written once (gradient or zero) and dx needs no clearing first, except for a
- * last odd row or column that no window covers. */
-#define MAX2X2_BACKWARD_PLANE(type)                                                       \
-    static void max2x2_backward_plane_##type(const type *dy, const type *x, type *dx,    \
-                                             const plane_geometry *g)                     \
+ * last odd row or column that no window covers. The window's four values are
+ * compared in row order; to_b, to_c, to_e say whether b, c, e took the maximum over
+ * it (a NaN always takes it), and the last one that did is the argmax. */
+#define MAX2X2_BACKWARD_ROW(type)                                                         \
+    static void max2x2_backward_row_##type(const type *grad, const type *r0, const type *r1, \
+                                           type *d0, type *d1, int64_t Q)                 \
     {                                                                                     \
-        for (int64_t p = 0; p < g->P; p++) {                                              \
-            const type *r0 = x + 2 * p * g->W, *r1 = r0 + g->W, *grad = dy + p * g->Q;    \
-            type *d0 = dx + 2 * p * g->W, *d1 = d0 + g->W;                                \
-            _Pragma("omp simd")                                                           \
-            for (int64_t q = 0; q < g->Q; q++) {                                          \
-                type a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], e = r1[2 * q + 1];  \
-                bool to_b = b > a || isnan(b);                                            \
-                type m = to_b ? b : a;                                                    \
-                bool to_c = c > m || isnan(c);                                            \
-                m = to_c ? c : m;                                                         \
-                bool to_e = e > m || isnan(e);                                            \
-                type gq = grad[q], zero = 0;                                              \
-                d1[2 * q + 1] = to_e ? gq : zero;                                         \
-                d1[2 * q] = to_c && !to_e ? gq : zero;                                    \
-                d0[2 * q + 1] = to_b && !to_c && !to_e ? gq : zero;                       \
-                d0[2 * q] = !to_b && !to_c && !to_e ? gq : zero;                          \
-            }                                                                             \
-            if (2 * g->Q < g->W) {                                                        \
-                d0[g->W - 1] = 0;                                                         \
-                d1[g->W - 1] = 0;                                                         \
-            }                                                                             \
+        for (int64_t q = 0; q < Q; q++) {                                                 \
+            type a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], e = r1[2 * q + 1];     \
+            bool to_b = (b > a) | isnan(b);                                               \
+            type m = to_b ? b : a;                                                        \
+            bool to_c = (c > m) | isnan(c);                                               \
+            m = to_c ? c : m;                                                             \
+            bool to_e = (e > m) | isnan(e);                                               \
+            type gq = grad[q], zero = 0;                                                  \
+            d1[2 * q + 1] = to_e ? gq : zero;                                             \
+            d1[2 * q] = to_c & !to_e ? gq : zero;                                         \
+            d0[2 * q + 1] = to_b & !to_c & !to_e ? gq : zero;                             \
+            d0[2 * q] = !to_b & !to_c & !to_e ? gq : zero;                                \
         }                                                                                 \
-        if (2 * g->P < g->H)                                                              \
-            memset(dx + (g->H - 1) * g->W, 0, (size_t)g->W * sizeof(type));               \
     }
+
+#ifndef __AVX512F__
+MAX2X2_BACKWARD_ROW(float)
+#endif
+MAX2X2_BACKWARD_ROW(double)
+
+#ifdef __AVX512F__
+/* GCC does not vectorize the row above (its stride-2 loads and stores defeat it), so
+ * with AVX-512 sixteen windows go at a time: the even and odd columns of a row pair
+ * are split apart, compared lane by lane, and the four gradient vectors interleaved
+ * back. Masks cover the last, partial block. */
+static void max2x2_backward_row_avx512(const float *grad, const float *r0, const float *r1, float *d0,
+                                       float *d1, int64_t Q)
+{
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int64_t q = 0; q < Q; q += 16) {
+        int64_t n = Q - q < 16 ? Q - q : 16;
+        __mmask16 out = (__mmask16)((1u << n) - 1);
+        __mmask16 in_lo = (__mmask16)(n >= 8 ? 0xFFFF : (1u << 2 * n) - 1);
+        __mmask16 in_hi = (__mmask16)(n > 8 ? (1u << 2 * (n - 8)) - 1 : 0);
+        const float *p0 = r0 + 2 * q, *p1 = r1 + 2 * q;
+        __m512 x0 = _mm512_maskz_loadu_ps(in_lo, p0), x1 = _mm512_maskz_loadu_ps(in_hi, p0 + 16);
+        __m512 x2 = _mm512_maskz_loadu_ps(in_lo, p1), x3 = _mm512_maskz_loadu_ps(in_hi, p1 + 16);
+        __m512 a = _mm512_permutex2var_ps(x0, even, x1), b = _mm512_permutex2var_ps(x0, odd, x1);
+        __m512 c = _mm512_permutex2var_ps(x2, even, x3), e = _mm512_permutex2var_ps(x2, odd, x3);
+        __mmask16 to_b = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+        __m512 m = _mm512_mask_blend_ps(to_b, a, b);
+        __mmask16 to_c = _mm512_cmp_ps_mask(c, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
+        m = _mm512_mask_blend_ps(to_c, m, c);
+        __mmask16 to_e = _mm512_cmp_ps_mask(e, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(e, e, _CMP_UNORD_Q);
+        __m512 g = _mm512_maskz_loadu_ps(out, grad + q);
+        __m512 ge = _mm512_maskz_mov_ps(to_e, g);
+        __m512 gc = _mm512_maskz_mov_ps(to_c & ~to_e, g);
+        __m512 gb = _mm512_maskz_mov_ps(to_b & ~to_c & ~to_e, g);
+        __m512 ga = _mm512_maskz_mov_ps(~(to_b | to_c | to_e), g);
+        float *o0 = d0 + 2 * q, *o1 = d1 + 2 * q;
+        _mm512_mask_storeu_ps(o0, in_lo, _mm512_permutex2var_ps(ga, low, gb));
+        _mm512_mask_storeu_ps(o0 + 16, in_hi, _mm512_permutex2var_ps(ga, high, gb));
+        _mm512_mask_storeu_ps(o1, in_lo, _mm512_permutex2var_ps(gc, low, ge));
+        _mm512_mask_storeu_ps(o1 + 16, in_hi, _mm512_permutex2var_ps(gc, high, ge));
+    }
+}
+#endif
+
+static void max2x2_backward_plane_float(const float *dy, const float *x, float *dx, const plane_geometry *g)
+{
+    for (int64_t p = 0; p < g->P; p++) {
+        const float *r0 = x + 2 * p * g->W, *r1 = r0 + g->W, *grad = dy + p * g->Q;
+        float *d0 = dx + 2 * p * g->W, *d1 = d0 + g->W;
+#ifdef __AVX512F__
+        max2x2_backward_row_avx512(grad, r0, r1, d0, d1, g->Q);
+#else
+        max2x2_backward_row_float(grad, r0, r1, d0, d1, g->Q);
+#endif
+        if (2 * g->Q < g->W)
+            d0[g->W - 1] = d1[g->W - 1] = 0;
+    }
+    if (2 * g->P < g->H)
+        memset(dx + (g->H - 1) * g->W, 0, (size_t)g->W * sizeof(float));
+}
+
+static void max2x2_backward_plane_double(const double *dy, const double *x, double *dx, const plane_geometry *g)
+{
+    for (int64_t p = 0; p < g->P; p++) {
+        const double *r0 = x + 2 * p * g->W, *r1 = r0 + g->W, *grad = dy + p * g->Q;
+        double *d0 = dx + 2 * p * g->W, *d1 = d0 + g->W;
+        max2x2_backward_row_double(grad, r0, r1, d0, d1, g->Q);
+        if (2 * g->Q < g->W)
+            d0[g->W - 1] = d1[g->W - 1] = 0;
+    }
+    if (2 * g->P < g->H)
+        memset(dx + (g->H - 1) * g->W, 0, (size_t)g->W * sizeof(double));
+}
 
 /* The argmax of a window into the plane: the first maximum in row
  * order, or the last NaN, as PyTorch picks it. */
@@ -149,8 +219,6 @@ static inline window window_at(const plane_geometry *g, int64_t p, int64_t q)
 
 MAX2X2_PLANE(float)
 MAX2X2_PLANE(double)
-MAX2X2_BACKWARD_PLANE(float)
-MAX2X2_BACKWARD_PLANE(double)
 ARGMAX(float)
 ARGMAX(double)
 POOL_PLANE(float)
