@@ -5,9 +5,9 @@
  *
  * oneDNN is given the tensors in their plain NCHW / OIHW layouts but chooses its own
  * (blocked) layouts for the computation; the plan reorders to and from them around
- * the primitive, which measures faster here than computing on plain layouts. Building
- * a primitive costs far more than running a small one, so plans are cached by shape,
- * parameters and thread count.
+ * the primitive, which measures faster here than computing on plain layouts (im2col
+ * and gemm) or on NHWC. Building a primitive costs far more than running a small one,
+ * so plans are cached by shape, parameters and thread count.
  */
 #include <cblas.h>
 #include <dnnl.h>
