@@ -5,9 +5,9 @@
  *
  * oneDNN is given the tensors in their plain NCHW / OIHW layouts but chooses its own
  * (blocked) layouts for the computation; the plan reorders to and from them around
- * the primitive, which measures faster here than computing on plain layouts. Building
- * a primitive costs far more than running a small one, so plans are cached by shape,
- * parameters and thread count.
+ * the primitive, which measures faster here than computing on plain layouts (im2col
+ * and gemm) or on NHWC. Building a primitive costs far more than running a small one,
+ * so plans are cached by shape, parameters and thread count.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -220,29 +220,43 @@ static void release_plan(conv_plan *p)
         destroy_plan(p);
 }
 
+/* The primitive's own layouts and its scratchpad share one block from the memory
+ * manager: a caching manager hands the same pages back call after call, where fresh
+ * buffers of this size would be faulted in 4 KiB at a time on every call. */
+static size_t workspace_offsets(const conv_plan *p, size_t offsets[4])
+{
+    size_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        offsets[i] = total;
+        total += p->reorder[i] ? (p->inner_bytes[i] + FL_MEMORY_ALIGNMENT - 1) & ~(size_t)(FL_MEMORY_ALIGNMENT - 1) : 0;
+    }
+    offsets[3] = total;
+    return total + p->scratchpad_bytes;
+}
+
 /* Runs a plan on dense buffers: inputs in0 and in1, the output out. */
 static int run_plan(const conv_plan *p, const void *in0, const void *in1, void *out)
 {
     void *buffers[3] = {(void *)in0, (void *)in1, out};
     dnnl_memory_t user[3] = {0}, inner[3] = {0}, scratch_memory = NULL;
-    void *inner_data[3] = {0}, *scratch = NULL;
+    size_t offsets[4], workspace_bytes = workspace_offsets(p, offsets);
+    fl_memory_manager *owner = NULL;
+    char *workspace = workspace_bytes > 0 ? fl_memory_alloc(workspace_bytes, &owner) : NULL;
     dnnl_stream_t stream = NULL;
-    dnnl_status_t st = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+    dnnl_status_t st = workspace_bytes > 0 && !workspace ? dnnl_out_of_memory
+                                                         : dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     for (int i = 0; i < 3 && st == dnnl_success; i++) {
         st = dnnl_memory_create(&user[i], &p->user[i], engine, buffers[i]);
         if (st != dnnl_success || !p->reorder[i])
             continue;
-        inner_data[i] = cpu_scratch_alloc(p->inner_bytes[i]);
-        st = inner_data[i] ? dnnl_memory_create(&inner[i], &p->inner[i], engine, inner_data[i]) : dnnl_out_of_memory;
+        st = dnnl_memory_create(&inner[i], &p->inner[i], engine, workspace + offsets[i]);
         if (st == dnnl_success && i < 2) {
             dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, inner[i]}};
             st = dnnl_primitive_execute(p->reorder[i], stream, 2, args);
         }
     }
-    if (st == dnnl_success && p->scratchpad_bytes > 0) {
-        scratch = cpu_scratch_alloc(p->scratchpad_bytes);
-        st = scratch ? dnnl_memory_create(&scratch_memory, &p->scratchpad, engine, scratch) : dnnl_out_of_memory;
-    }
+    if (st == dnnl_success && p->scratchpad_bytes > 0)
+        st = dnnl_memory_create(&scratch_memory, &p->scratchpad, engine, workspace + offsets[3]);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[4];
         for (int i = 0; i < 3; i++)
@@ -259,11 +273,11 @@ static int run_plan(const conv_plan *p, const void *in0, const void *in1, void *
     for (int i = 0; i < 3; i++) {
         dnnl_memory_destroy(user[i]);
         dnnl_memory_destroy(inner[i]);
-        cpu_scratch_free(inner_data[i]);
     }
     dnnl_memory_destroy(scratch_memory);
-    cpu_scratch_free(scratch);
     dnnl_stream_destroy(stream);
+    if (workspace)
+        fl_memory_free(owner, workspace, workspace_bytes);
     if (st != dnnl_success)
         return fl_backend_error(st == dnnl_out_of_memory ? FL_ERR_MEMORY : FL_ERR_BACKEND, "oneDNN %s failed (status %d)",
                                 pass_names[p->key.pass], (int)st);
