@@ -222,8 +222,36 @@ void cpu_copy_from_dense(const fl_tensor *dst, const void *src)
         copy_strided((void *)src, dst, false);
 }
 
-void *cpu_scratch_alloc(size_t bytes) { return aligned_alloc(FL_MEMORY_ALIGNMENT, (bytes + 63) & ~(size_t)63); }
-void cpu_scratch_free(void *scratch) { free(scratch); }
+/* Scratch comes from the memory manager, like tensor storage: the caching manager hands
+ * back warm pages (a fresh multi-megabyte block costs thousands of page faults), and
+ * telemetry sees it. A header just below the block remembers how to free it. */
+typedef struct scratch_header {
+    fl_memory_manager *owner;
+    size_t bytes;
+} scratch_header;
+
+#define SCRATCH_HEADER FL_MEMORY_ALIGNMENT /* keeps the block aligned */
+_Static_assert(sizeof(scratch_header) <= SCRATCH_HEADER, "the scratch header fits its slot");
+
+void *cpu_scratch_alloc(size_t bytes)
+{
+    fl_memory_manager *owner;
+    size_t total = SCRATCH_HEADER + bytes;
+    char *block = fl_memory_alloc(total, &owner);
+    if (!block)
+        return NULL;
+    *(scratch_header *)block = (scratch_header){owner, total};
+    return block + SCRATCH_HEADER;
+}
+
+void cpu_scratch_free(void *scratch)
+{
+    if (!scratch)
+        return;
+    char *block = (char *)scratch - SCRATCH_HEADER;
+    scratch_header header = *(scratch_header *)block;
+    fl_memory_free(header.owner, block, header.bytes);
+}
 
 const void *cpu_dense(const fl_tensor *t, void **scratch)
 {
