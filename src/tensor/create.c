@@ -50,15 +50,13 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
 
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (!data) {
-        int64_t numel = 1;
-        for (int i = 0; shape && i < ndim; i++)
-            numel *= shape[i];
-        if (!shape && ndim > 0)
-            numel = 1;
-        if (numel != 0)
-            return fl__error(FL_ERR_NULL, "fl_from_data", "data is NULL");
-    }
+    if (!check_dtype("fl_from_data", dtype) || !check_shape("fl_from_data", ndim, shape))
+        return NULL;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    if (!data && numel > 0)
+        return fl__error(FL_ERR_NULL, "fl_from_data", "data is NULL for %lld elements", (long long)numel);
     CREATE("fl_from_data", from_host, dtype, ndim, shape, data);
 }
 
