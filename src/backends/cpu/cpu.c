@@ -129,97 +129,106 @@ int cpu_threads(void)
 
 /* ---- strided copies ---- */
 
-/* A strided layout reduced to the fewest dimensions: size-1 axes dropped and axes
- * merged where the outer one steps exactly over the inner one. */
-typedef struct layout {
+/* A copy of one shape between two strided layouts, reduced to the fewest axes: size-1
+ * axes dropped, and neighbours merged where both sides step evenly over them. */
+typedef struct copy_plan {
     int ndim;
     int64_t shape[FL_MAX_DIMS];
-    int64_t strides[FL_MAX_DIMS];
-} layout;
+    int64_t dst[FL_MAX_DIMS], src[FL_MAX_DIMS]; /* strides in elements */
+} copy_plan;
 
-static layout coalesce(const fl_tensor *t)
+static copy_plan plan_copy(int ndim, const int64_t *shape, const int64_t *dst_strides, const int64_t *src_strides)
 {
-    const cpu_tensor *c = cpu_impl(t);
-    layout l = {0};
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 1)
+    copy_plan p = {0};
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1)
             continue;
-        if (l.ndim > 0 && l.strides[l.ndim - 1] == c->strides[i] * t->shape[i]) {
-            l.shape[l.ndim - 1] *= t->shape[i];
-            l.strides[l.ndim - 1] = c->strides[i];
+        int last = p.ndim - 1;
+        if (last >= 0 && p.dst[last] == dst_strides[i] * shape[i] && p.src[last] == src_strides[i] * shape[i]) {
+            p.shape[last] *= shape[i];
+            p.dst[last] = dst_strides[i];
+            p.src[last] = src_strides[i];
         } else {
-            l.shape[l.ndim] = t->shape[i];
-            l.strides[l.ndim] = c->strides[i];
-            l.ndim++;
+            p.shape[p.ndim] = shape[i];
+            p.dst[p.ndim] = dst_strides[i];
+            p.src[p.ndim] = src_strides[i];
+            p.ndim++;
         }
     }
-    if (l.ndim == 0) {
-        l.ndim = 1;
-        l.shape[0] = 1;
-        l.strides[0] = 1;
+    if (p.ndim == 0) {
+        p.ndim = 1;
+        p.shape[0] = 1;
+        p.dst[0] = p.src[0] = 1;
     }
-    return l;
+    return p;
 }
 
-/* The element offset of row `row` (a row being the innermost axis) of layout l. */
-static int64_t row_offset(const layout *l, int64_t row)
-{
-    int64_t offset = 0;
-    for (int i = l->ndim - 2; i >= 0; i--) {
-        offset += (row % l->shape[i]) * l->strides[i];
-        row /= l->shape[i];
-    }
-    return offset;
-}
-
-#define COPY_ROWS(type)                                                                  \
-    do {                                                                                 \
-        type *d = dense;                                                                 \
-        type *s = strided;                                                               \
-        _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)") \
-        for (int64_t r = 0; r < rows; r++) {                                             \
-            type *sp = s + row_offset(&l, r);                                            \
-            type *dp = d + r * inner;                                                    \
-            if (to_dense)                                                                \
-                for (int64_t j = 0; j < inner; j++)                                      \
-                    dp[j] = sp[j * step];                                                \
-            else                                                                         \
-                for (int64_t j = 0; j < inner; j++)                                      \
-                    sp[j * step] = dp[j];                                                \
-        }                                                                                \
+#define COPY_ROW(type)                                          \
+    do {                                                        \
+        type *d_ = (type *)d;                                   \
+        const type *s_ = (const type *)s;                       \
+        for (int64_t j = 0; j < inner; j++)                     \
+            d_[j * dst_step] = s_[j * src_step];                \
     } while (0)
 
-static void copy_strided(void *dense, const fl_tensor *t, bool to_dense)
+void cpu_copy_strided(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides,
+                         int ndim, const int64_t *shape, size_t size)
 {
-    if (t->numel == 0)
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    if (numel == 0)
         return;
-    layout l = coalesce(t);
-    int64_t inner = l.shape[l.ndim - 1], step = l.strides[l.ndim - 1];
-    int64_t rows = t->numel / inner;
-    int threads = t->numel >= CPU_PARALLEL_GRAIN && rows > 1 ? cpu_threads() : 1;
-    void *strided = cpu_data(t);
-    switch (cpu_element_size(t->dtype)) {
-    case 1: COPY_ROWS(uint8_t); break;
-    case 2: COPY_ROWS(uint16_t); break;
-    case 4: COPY_ROWS(uint32_t); break;
-    default: COPY_ROWS(uint64_t); break;
+    copy_plan p = plan_copy(ndim, shape, dst_strides, src_strides);
+    int64_t inner = p.shape[p.ndim - 1], dst_step = p.dst[p.ndim - 1], src_step = p.src[p.ndim - 1];
+    int64_t rows = numel / inner;
+    int threads = rows > 1 && numel >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t dst_offset = 0, src_offset = 0, rest = r;
+        for (int i = p.ndim - 2; i >= 0; i--) {
+            int64_t coord = rest % p.shape[i];
+            rest /= p.shape[i];
+            dst_offset += coord * p.dst[i];
+            src_offset += coord * p.src[i];
+        }
+        char *d = (char *)dst + dst_offset * (int64_t)size;
+        const char *s = (const char *)src + src_offset * (int64_t)size;
+        if (dst_step == 1 && src_step == 1) {
+            memcpy(d, s, (size_t)inner * size);
+            continue;
+        }
+        switch (size) {
+        case 1: COPY_ROW(uint8_t); break;
+        case 2: COPY_ROW(uint16_t); break;
+        case 4: COPY_ROW(uint32_t); break;
+        default: COPY_ROW(uint64_t); break;
+        }
     }
 }
 
 void cpu_copy_to_dense(void *dst, const fl_tensor *t)
 {
-    if (cpu_contiguous(t))
-        memcpy(dst, cpu_data(t), (size_t)t->numel * cpu_element_size(t->dtype));
-    else
-        copy_strided(dst, t, true);
+    size_t size = cpu_element_size(t->dtype);
+    if (cpu_contiguous(t)) {
+        memcpy(dst, cpu_data(t), (size_t)t->numel * size);
+        return;
+    }
+    int64_t dense[FL_MAX_DIMS];
+    cpu_dense_strides(t->ndim, t->shape, dense);
+    cpu_copy_strided(dst, dense, cpu_data(t), cpu_impl(t)->strides, t->ndim, t->shape, size);
 }
 
 void cpu_copy_from_dense(const fl_tensor *dst, const void *src)
 {
-    if (cpu_contiguous(dst))
-        memcpy(cpu_data(dst), src, (size_t)dst->numel * cpu_element_size(dst->dtype));
-    else
-        copy_strided((void *)src, dst, false);
+    size_t size = cpu_element_size(dst->dtype);
+    if (cpu_contiguous(dst)) {
+        memcpy(cpu_data(dst), src, (size_t)dst->numel * size);
+        return;
+    }
+    int64_t dense[FL_MAX_DIMS];
+    cpu_dense_strides(dst->ndim, dst->shape, dense);
+    cpu_copy_strided(cpu_data(dst), cpu_impl(dst)->strides, src, dense, dst->ndim, dst->shape, size);
 }
 
 /* Scratch comes from the memory manager, like tensor storage: the caching manager hands

@@ -57,6 +57,11 @@ int cpu_view(fl_tensor *out, const fl_tensor *base, int64_t offset, const int64_
 /* Row-major strides of a shape. */
 void cpu_dense_strides(int ndim, const int64_t *shape, int64_t *strides);
 
+/* dst[i...] = src[i...] over shape, both given by their first element and strides (in
+ * elements of `size` bytes): one copy for every layout pair. Axes are merged where both
+ * sides step evenly, and dense inner runs are memcpy'd. */
+void cpu_copy_strided(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides, int ndim,
+                      const int64_t *shape, size_t size);
 /* Copies t's values, row-major, into dst (numel elements of t's dtype). */
 void cpu_copy_to_dense(void *dst, const fl_tensor *t);
 /* Copies src's values (dense, row-major, dst's dtype and shape) into the strided view

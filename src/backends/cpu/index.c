@@ -36,87 +36,6 @@ static int cpu_arange(fl_tensor *out, double start, double step)
     return 0;
 }
 
-/* ---- strided copies between two views ---- */
-
-/* A copy of one shape between two strided layouts, reduced to the fewest axes: size-1
- * axes dropped, and neighbours merged where both sides step evenly over them. */
-typedef struct copy_plan {
-    int ndim;
-    int64_t shape[FL_MAX_DIMS];
-    int64_t dst[FL_MAX_DIMS], src[FL_MAX_DIMS]; /* strides in elements */
-} copy_plan;
-
-static copy_plan plan_copy(int ndim, const int64_t *shape, const int64_t *dst_strides, const int64_t *src_strides)
-{
-    copy_plan p = {0};
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == 1)
-            continue;
-        int last = p.ndim - 1;
-        if (last >= 0 && p.dst[last] == dst_strides[i] * shape[i] && p.src[last] == src_strides[i] * shape[i]) {
-            p.shape[last] *= shape[i];
-            p.dst[last] = dst_strides[i];
-            p.src[last] = src_strides[i];
-        } else {
-            p.shape[p.ndim] = shape[i];
-            p.dst[p.ndim] = dst_strides[i];
-            p.src[p.ndim] = src_strides[i];
-            p.ndim++;
-        }
-    }
-    if (p.ndim == 0) {
-        p.ndim = 1;
-        p.shape[0] = 1;
-        p.dst[0] = p.src[0] = 1;
-    }
-    return p;
-}
-
-#define COPY_ROW(type)                                          \
-    do {                                                        \
-        type *d_ = (type *)d;                                   \
-        const type *s_ = (const type *)s;                       \
-        for (int64_t j = 0; j < inner; j++)                     \
-            d_[j * dst_step] = s_[j * src_step];                \
-    } while (0)
-
-/* dst[i...] = src[i...] over shape, both given by their first element and strides. */
-static void copy_strided(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides,
-                         int ndim, const int64_t *shape, size_t size)
-{
-    int64_t numel = 1;
-    for (int i = 0; i < ndim; i++)
-        numel *= shape[i];
-    if (numel == 0)
-        return;
-    copy_plan p = plan_copy(ndim, shape, dst_strides, src_strides);
-    int64_t inner = p.shape[p.ndim - 1], dst_step = p.dst[p.ndim - 1], src_step = p.src[p.ndim - 1];
-    int64_t rows = numel / inner;
-    int threads = rows > 1 ? THREADS(numel) : 1;
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t dst_offset = 0, src_offset = 0, rest = r;
-        for (int i = p.ndim - 2; i >= 0; i--) {
-            int64_t coord = rest % p.shape[i];
-            rest /= p.shape[i];
-            dst_offset += coord * p.dst[i];
-            src_offset += coord * p.src[i];
-        }
-        char *d = (char *)dst + dst_offset * (int64_t)size;
-        const char *s = (const char *)src + src_offset * (int64_t)size;
-        if (dst_step == 1 && src_step == 1) {
-            memcpy(d, s, (size_t)inner * size);
-            continue;
-        }
-        switch (size) {
-        case 1: COPY_ROW(uint8_t); break;
-        case 2: COPY_ROW(uint16_t); break;
-        case 4: COPY_ROW(uint32_t); break;
-        default: COPY_ROW(uint64_t); break;
-        }
-    }
-}
-
 static int cpu_concat(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
 {
     int rc = cpu_alloc(out);
@@ -129,7 +48,7 @@ static int cpu_concat(fl_tensor *out, const fl_tensor *const *inputs, int count,
     int64_t position = 0;
     for (int i = 0; i < count; i++) {
         const fl_tensor *in = inputs[i];
-        copy_strided(base + position * strides[axis] * (int64_t)size, strides, cpu_data(in), cpu_impl(in)->strides,
+        cpu_copy_strided(base + position * strides[axis] * (int64_t)size, strides, cpu_data(in), cpu_impl(in)->strides,
                      in->ndim, in->shape, size);
         position += in->shape[axis];
     }
@@ -152,7 +71,7 @@ static int cpu_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tens
         region[i] = dense[i] * step[i];
     }
     size_t size = cpu_element_size(out->dtype);
-    copy_strided((char *)cpu_data(out) + offset * (int64_t)size, region, cpu_data(src), cpu_impl(src)->strides,
+    cpu_copy_strided((char *)cpu_data(out) + offset * (int64_t)size, region, cpu_data(src), cpu_impl(src)->strides,
                  src->ndim, src->shape, size);
     return 0;
 }
