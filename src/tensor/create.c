@@ -44,7 +44,7 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
             return NULL;                                                                                  \
         fl_tensor *out_ = fl__new(backend_, dtype, ndim, shape);                                          \
         if (!out_)                                                                                        \
-            return fl__error(FL_ERR_MEMORY, fn, "out of memory");                                         \
+            return NULL;                                                                                  \
         return fl__out(fl__finish(fn, out_, primitive_(out_, __VA_ARGS__), 0, NULL));                     \
     } while (0)
 
@@ -143,7 +143,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
     fl_dtype compute = fl__compute_dtype(dtype);
     fl_tensor *out = fl__new(backend, compute, ndim, shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     uint64_t seed, offset;
     fl__random_reserve(((uint64_t)out->numel + 3) / 4, &seed, &offset);
     out = fl__finish(fn, out, random(out, kind, seed, offset), 0, NULL);
@@ -297,7 +297,7 @@ fl_tensor *fl_copy(const fl_tensor *t)
         return NULL;
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, t->shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, "fl_copy", "out of memory");
+        return NULL;
     return fl__out(fl__finish("fl_copy", out, cast(out, t), 1, &t));
 }
 
@@ -321,8 +321,8 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
     fl_tensor *out = NULL;
     if (fl_to_host(t, host, bytes) == FL_OK) {
         out = fl__new(target, t->dtype, t->ndim, t->shape);
-        out = out ? fl__finish("fl_to_backend", out, from_host(out, host), 1, &t)
-                  : fl__error(FL_ERR_MEMORY, "fl_to_backend", "out of memory");
+        if (out)
+            out = fl__finish("fl_to_backend", out, from_host(out, host), 1, &t);
     }
     free(host);
     return fl__out(out);

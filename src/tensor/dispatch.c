@@ -95,7 +95,7 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
         return NULL;
     fl_tensor *out = fl__new(t->backend, dtype, t->ndim, t->shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, "fl_cast", "out of memory");
+        return NULL;
     return fl__finish("fl_cast", out, cast(out, t), 1, &t);
 }
 
@@ -108,7 +108,7 @@ fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
         return NULL;
     fl_tensor *out = fl__new(t->backend, t->dtype, ndim, shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, "fl_reshape", "out of memory");
+        return NULL;
     return fl__finish("fl_reshape", out, reshape(out, t), 1, &t);
 }
 
@@ -137,7 +137,7 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
     fl_tensor *out = expand ? fl__new(t->backend, t->dtype, ndim, shape) : NULL;
     if (!out) {
         fl_release(base);
-        return expand ? fl__error(FL_ERR_MEMORY, "fl_expand", "out of memory") : NULL;
+        return NULL;
     }
     out = fl__finish("fl_expand", out, expand(out, base), 1, (const fl_tensor *const *)&base);
     fl_release(base);
@@ -149,6 +149,6 @@ fl_tensor *fl__full(fl_backend *backend, double value, fl_dtype dtype, int ndim,
     int (*full)(fl_tensor *, double) = fl__primitive("fl_full", backend, FL_PRIMITIVE(full), "full");
     fl_tensor *out = full ? fl__new(backend, dtype, ndim, shape) : NULL;
     if (!out)
-        return full ? fl__error(FL_ERR_MEMORY, "fl_full", "out of memory") : NULL;
+        return NULL;
     return fl__finish("fl_full", out, full(out, value), 0, NULL);
 }

@@ -105,7 +105,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     if (a->dtype == compute && b->dtype == compute && fl__same_shape(a, b)) {
         fl_tensor *out = fl__new(a->backend, out_dtype, a->ndim, a->shape);
         if (!out)
-            return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+            return NULL;
         const fl_tensor *inputs[2] = {a, b};
         return fl__out(fl__finish(fn, out, primitive(out, a, b), 2, inputs));
     }

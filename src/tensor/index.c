@@ -121,7 +121,7 @@ static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection 
         return NULL;
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, s->region);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     return fl__finish(fn, out, slice(out, t, s->start, s->step), 1, &t);
 }
 
@@ -168,8 +168,6 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     fl_tensor *expanded = cast ? fl__expand(cast, s.ndim, s.shape) : NULL;
     fl_tensor *source = expanded ? fl__reshape(expanded, t->ndim, s.region) : NULL;
     fl_tensor *out = source ? fl__new(t->backend, t->dtype, t->ndim, t->shape) : NULL;
-    if (source && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out) {
         const fl_tensor *inputs[2] = {t, source};
         out = fl__finish(fn, out, update_slice(out, t, source, s.start, s.step), 2, inputs);
@@ -211,8 +209,6 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
         if (!(expanded[i] = fl__expand(operands[i], ndim, shape)))
             break;
     fl_tensor *out = expanded[2] ? fl__new(cond->backend, dtype, ndim, shape) : NULL;
-    if (expanded[2] && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out)
         out = fl__finish(fn, out, primitive(out, expanded[0], expanded[1], expanded[2]), 3,
                          (const fl_tensor *const *)expanded);
@@ -296,8 +292,6 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
         fl__primitive(fn, t->backend, FL_PRIMITIVE(gather), "gather");
     fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, index->ndim, index->shape) : NULL;
-    if (wide && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
         out = fl__finish(fn, out, primitive(out, t, ax, wide), 2, inputs);
@@ -332,8 +326,8 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         covered[d] = FL_RANGE(0, index->shape[d]);
     fl_tensor *base = wide ? fl_cast(t, compute) : NULL;
     fl_tensor *values = base ? fl_cast(fl_index(src, covered, index->ndim), compute) : NULL;
-    if (values && !(out = fl__new(t->backend, compute, t->ndim, t->shape)))
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
+    if (values)
+        out = fl__new(t->backend, compute, t->ndim, t->shape);
     if (out) {
         const fl_tensor *inputs[3] = {base, wide, values};
         out = fl__out(fl__finish(fn, out, primitive(out, base, ax, wide, values), 3, inputs));
@@ -361,8 +355,6 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     memcpy(shape, t->shape, sizeof shape);
     shape[ax] = index->numel;
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, t->ndim, shape) : NULL;
-    if (wide && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
         out = fl__finish(fn, out, primitive(out, t, ax, wide), 2, inputs);

@@ -38,7 +38,7 @@ static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, cal
         return NULL;
     fl_tensor *out = fl__new(a->backend, dtype, ndim, shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     const fl_tensor *inputs[2] = {a, b};
     return own(fl__finish(fn, out, call(primitive, out, a, b, extra), b ? 2 : 1, inputs));
 }

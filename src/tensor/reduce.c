@@ -68,7 +68,7 @@ static fl_tensor *reduce_kept(const char *fn, size_t offset, const char *entry, 
         return NULL;
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, r->kept_shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     return fl__finish(fn, out, primitive(out, t, r->mask), 1, &t);
 }
 
@@ -250,8 +250,6 @@ static fl_tensor *arg_kept(const char *fn, size_t offset, const char *entry, con
         return NULL;
     fl_tensor *input = fl__cast(t, fl__compute_dtype(t->dtype));
     fl_tensor *out = input ? fl__new(t->backend, FL_I64, t->ndim, r->kept_shape) : NULL;
-    if (input && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out)
         out = fl__finish(fn, out, primitive(out, input, axis), 1, (const fl_tensor *const *)&input);
     fl_release(input);
@@ -341,8 +339,6 @@ fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
     fl_dtype result = accumulating_dtype(t->dtype);
     fl_tensor *input = fl__cast(t, fl__compute_dtype(result));
     fl_tensor *out = input ? fl__new(t->backend, input->dtype, t->ndim, t->shape) : NULL;
-    if (input && !out)
-        fl__error(FL_ERR_MEMORY, "fl_cumsum", "out of memory");
     if (out)
         out = fl__finish("fl_cumsum", out, primitive(out, input, a), 1, (const fl_tensor *const *)&input);
     fl_release(input);
@@ -368,8 +364,7 @@ static fl_status sort_owned(const char *fn, const fl_tensor *t, int a, bool desc
     if (input && !i) {
         fl_release(v);
         fl_release(input);
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
-        return FL_ERR_MEMORY;
+        return fl_last_status();
     }
     if (!input)
         return fl_last_status();
@@ -420,7 +415,7 @@ static fl_tensor *leading(const char *fn, const fl_tensor *t, int a, int64_t k)
     }
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     return fl__finish(fn, out, slice(out, t, start, step), 1, &t);
 }
 

@@ -83,7 +83,7 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
         shape[i] = t->shape[axes[i]];
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return NULL;
     return fl__finish(fn, out, primitive(out, t, axes), 1, &t);
 }
 
@@ -266,13 +266,11 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         return NULL;
     fl_tensor **inputs = calloc((size_t)count, sizeof *inputs);
     if (!inputs)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl__error(FL_ERR_MEMORY, fn, "no memory for a list of %d inputs", count);
     bool ok = true;
     for (int i = 0; i < count && ok; i++)
         ok = (inputs[i] = fl__cast(tensors[i], dtype)) != NULL;
     fl_tensor *out = ok ? fl__new(first->backend, dtype, first->ndim, shape) : NULL;
-    if (ok && !out)
-        fl__error(FL_ERR_MEMORY, fn, "out of memory");
     if (out)
         out = fl__finish(fn, out, primitive(out, (const fl_tensor *const *)inputs, count, ax),
                          count < 3 ? count : 3, (const fl_tensor *const *)inputs);
@@ -301,7 +299,7 @@ fl_tensor *fl_stack(fl_tensor *const *tensors, int count, int axis)
                              fl__describe(tensors[i], b), fl__describe(tensors[0], a));
     fl_tensor **expanded = calloc((size_t)count, sizeof *expanded);
     if (!expanded)
-        return fl__error(FL_ERR_MEMORY, "fl_stack", "out of memory");
+        return fl__error(FL_ERR_MEMORY, "fl_stack", "no memory for a list of %d inputs", count);
     bool ok = true;
     for (int i = 0; i < count && ok; i++)
         ok = (expanded[i] = unsqueeze("fl_stack", tensors[i], axis)) != NULL;

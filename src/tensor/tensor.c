@@ -8,8 +8,8 @@
 fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     fl_tensor *t = malloc(sizeof *t);
-    if (!t)
-        return NULL;
+    if (!t) /* recorded here, once, for every operation that makes a tensor */
+        return fl__error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
     t->refcount = 1;
     t->dtype = dtype;
     t->ndim = ndim;
