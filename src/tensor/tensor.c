@@ -46,8 +46,13 @@ void fl_release(fl_tensor *t)
 
 /* ---- scopes: a per-thread stack of owned references and of scope marks ---- */
 
+typedef struct scope_item {
+    void *object;
+    void (*release)(void *object);
+} scope_item;
+
 typedef struct scope_stack {
-    fl_tensor **items;
+    scope_item *items;
     size_t count, capacity;
     size_t *marks;
     int depth, mark_capacity;
@@ -78,8 +83,10 @@ void fl_scope_end(fl_scope scope)
      * anything has the same mark), so the depth decides. */
     if (scope.depth < 1 || scope.depth > scopes.depth)
         return;
-    while (scopes.count > scope.mark)
-        fl_release(scopes.items[--scopes.count]);
+    while (scopes.count > scope.mark) {
+        scope_item item = scopes.items[--scopes.count];
+        item.release(item.object);
+    }
     scopes.depth = scope.depth - 1;
     if (scopes.depth == 0) {
         free(scopes.items);
@@ -88,39 +95,51 @@ void fl_scope_end(fl_scope scope)
     }
 }
 
-fl_tensor *fl__out(fl_tensor *t)
+void *fl_scope_own(void *object, void (*release)(void *object))
 {
-    if (!t || scopes.depth == 0)
-        return t;
+    if (!object || scopes.depth == 0)
+        return object;
     if (scopes.count == scopes.capacity) {
         size_t capacity = scopes.capacity ? 2 * scopes.capacity : 256;
-        fl_tensor **items = realloc(scopes.items, capacity * sizeof *items);
+        scope_item *items = realloc(scopes.items, capacity * sizeof *items);
         if (!items) {
-            fl_release(t);
+            release(object);
             return fl__error(FL_ERR_MEMORY, "fl_scope", "cannot grow the scope");
         }
         scopes.items = items;
         scopes.capacity = capacity;
     }
-    scopes.items[scopes.count++] = t;
-    return t;
+    scopes.items[scopes.count++] = (scope_item){object, release};
+    return object;
 }
+
+bool fl_scope_disown(void *object)
+{
+    if (!object || scopes.depth == 0)
+        return false;
+    size_t floor = scopes.marks[scopes.depth - 1];
+    for (size_t i = scopes.count; i > floor; i--) {
+        if (scopes.items[i - 1].object == object) {
+            /* Keep the order of the others: they are released newest first. */
+            memmove(&scopes.items[i - 1], &scopes.items[i], (scopes.count - i) * sizeof *scopes.items);
+            scopes.count--;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void release_tensor(void *t) { fl_release(t); }
+
+fl_tensor *fl__out(fl_tensor *t) { return fl_scope_own(t, release_tensor); }
 
 fl_tensor *fl_keep(fl_tensor *t)
 {
     if (!t || scopes.depth == 0)
         return t;
-    size_t floor = scopes.marks[scopes.depth - 1];
-    for (size_t i = scopes.count; i > floor; i--) {
-        if (scopes.items[i - 1] == t) {
-            /* Hand the scope's reference to the caller; keep the slot order. */
-            memmove(&scopes.items[i - 1], &scopes.items[i], (scopes.count - i) * sizeof *scopes.items);
-            scopes.count--;
-            return t;
-        }
-    }
-    /* Not owned by this scope (created outside it): give the caller a reference of its own. */
-    return fl_retain(t);
+    /* The scope's reference becomes the caller's; a tensor made outside the innermost
+     * scope gets a reference of its own. */
+    return fl_scope_disown(t) ? t : fl_retain(t);
 }
 
 fl_tensor *fl__scope_return(fl_scope scope, fl_tensor *result)
