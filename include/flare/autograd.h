@@ -120,15 +120,77 @@ fl_variable *fl_v_record(const fl_tensor *value, fl_variable *const *inputs, int
 #define FL_SAVE_NOTHING NULL, 0
 
 /* ---- differentiable functions ---------------------------------------------------- */
-/* Each is its tensor-API namesake (include/flare/tensor.h) with a gradient. */
+/* Each is its tensor-API namesake (include/flare/tensor.h), with a gradient. Those
+ * taking a variable of indices or a condition do not differentiate it. */
 
+/* elementwise */
 fl_variable *fl_v_add(fl_variable *a, fl_variable *b);
 fl_variable *fl_v_sub(fl_variable *a, fl_variable *b);
 fl_variable *fl_v_mul(fl_variable *a, fl_variable *b);
 fl_variable *fl_v_div(fl_variable *a, fl_variable *b);
-fl_variable *fl_v_matmul(fl_variable *a, fl_variable *b);
-fl_variable *fl_v_sum(fl_variable *x, const int *axes, int count, bool keepdims);
+fl_variable *fl_v_pow(fl_variable *a, fl_variable *b);
+fl_variable *fl_v_minimum(fl_variable *a, fl_variable *b);
+fl_variable *fl_v_maximum(fl_variable *a, fl_variable *b);
+fl_variable *fl_v_add_scalar(fl_variable *x, double value);
+fl_variable *fl_v_mul_scalar(fl_variable *x, double value);
+fl_variable *fl_v_pow_scalar(fl_variable *x, double value);
+fl_variable *fl_v_neg(fl_variable *x);
+fl_variable *fl_v_abs(fl_variable *x);
+fl_variable *fl_v_exp(fl_variable *x);
+fl_variable *fl_v_log(fl_variable *x);
+fl_variable *fl_v_log1p(fl_variable *x);
+fl_variable *fl_v_sqrt(fl_variable *x);
+fl_variable *fl_v_rsqrt(fl_variable *x);
+fl_variable *fl_v_sin(fl_variable *x);
+fl_variable *fl_v_cos(fl_variable *x);
+fl_variable *fl_v_tanh(fl_variable *x);
+fl_variable *fl_v_sigmoid(fl_variable *x);
+fl_variable *fl_v_erf(fl_variable *x);
+fl_variable *fl_v_square(fl_variable *x);
+fl_variable *fl_v_reciprocal(fl_variable *x);
+fl_variable *fl_v_clamp(fl_variable *x, double low, double high);
+fl_variable *fl_v_where(const fl_tensor *cond, fl_variable *a, fl_variable *b);
+fl_variable *fl_v_cast(fl_variable *x, fl_dtype dtype);
+
+/* activations */
 fl_variable *fl_v_relu(fl_variable *x);
+fl_variable *fl_v_leaky_relu(fl_variable *x, double negative_slope);
+/* approximate: false is the exact x * Phi(x) (PyTorch's default), true the tanh form. */
+fl_variable *fl_v_gelu(fl_variable *x, bool approximate);
+fl_variable *fl_v_softmax(fl_variable *x, int axis);
+fl_variable *fl_v_log_softmax(fl_variable *x, int axis);
+
+/* reductions */
+fl_variable *fl_v_sum(fl_variable *x, const int *axes, int count, bool keepdims);
+fl_variable *fl_v_mean(fl_variable *x, const int *axes, int count, bool keepdims);
+fl_variable *fl_v_var(fl_variable *x, const int *axes, int count, int correction, bool keepdims);
+/* The gradient goes to the first maximum (minimum) of each reduced slice. */
+fl_variable *fl_v_max(fl_variable *x, const int *axes, int count, bool keepdims);
+fl_variable *fl_v_min(fl_variable *x, const int *axes, int count, bool keepdims);
+fl_variable *fl_v_logsumexp(fl_variable *x, const int *axes, int count, bool keepdims);
+
+/* shape and indexing */
+fl_variable *fl_v_reshape(fl_variable *x, int ndim, const int64_t *shape);
+fl_variable *fl_v_flatten(fl_variable *x, int start_axis, int end_axis);
+fl_variable *fl_v_permute(fl_variable *x, const int *axes);
+fl_variable *fl_v_transpose(fl_variable *x, int axis0, int axis1);
+fl_variable *fl_v_expand(fl_variable *x, int ndim, const int64_t *shape);
+fl_variable *fl_v_squeeze(fl_variable *x, int axis);
+fl_variable *fl_v_unsqueeze(fl_variable *x, int axis);
+fl_variable *fl_v_concat(fl_variable *const *xs, int count, int axis);
+fl_variable *fl_v_stack(fl_variable *const *xs, int count, int axis);
+fl_status fl_v_split(fl_variable *x, const int64_t *sizes, int count, int axis, fl_variable **out);
+fl_variable *fl_v_index(fl_variable *x, const fl_index_item *index, int count);
+fl_variable *fl_v_pad(fl_variable *x, const int64_t *before, const int64_t *after, double value);
+fl_variable *fl_v_tile(fl_variable *x, int count, const int64_t *repeats);
+fl_variable *fl_v_gather(fl_variable *x, int axis, const fl_tensor *index);
+fl_variable *fl_v_index_select(fl_variable *x, int axis, const fl_tensor *index);
+
+/* linear algebra, convolution, pooling */
+fl_variable *fl_v_matmul(fl_variable *a, fl_variable *b);
+fl_variable *fl_v_conv1d(fl_variable *x, fl_variable *weight, const fl_conv_params *params);
+fl_variable *fl_v_conv2d(fl_variable *x, fl_variable *weight, const fl_conv_params *params);
+fl_variable *fl_v_pool2d(fl_variable *x, const fl_pool_params *params);
 
 #ifdef __cplusplus
 }
