@@ -51,6 +51,9 @@ fl_variable *fl_v_retain(fl_variable *v);
 void fl_v_release(fl_variable *v);
 /* As fl_keep for tensors: the caller's own reference, taken out of the innermost scope. */
 fl_variable *fl_v_keep(fl_variable *v);
+/* Ends scope, handing result (made inside it) to the enclosing scope: how a function
+ * that computes with temporaries returns its result. */
+fl_variable *fl_v_scope_return(fl_scope scope, fl_variable *result);
 
 const fl_tensor *fl_v_value(const fl_variable *v);
 /* The accumulated gradient of a leaf, or NULL before any backward reached it. */

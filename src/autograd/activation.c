@@ -15,5 +15,5 @@ fl_variable *fl_v_relu(fl_variable *x)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_maximum_scalar(x->value, 0);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), relu_grad, FL_SAVE(y), NULL, 0));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), relu_grad, FL_SAVE(y), NULL, 0));
 }

@@ -14,7 +14,7 @@ fl_variable *fl_v_add(fl_variable *a, fl_variable *b)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_add(a->value, b->value), FL_VARS(a, b), add_grad, FL_SAVE_NOTHING, NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 static void sub_grad(fl_grad *g)
@@ -30,7 +30,7 @@ fl_variable *fl_v_sub(fl_variable *a, fl_variable *b)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_sub(a->value, b->value), FL_VARS(a, b), sub_grad, FL_SAVE_NOTHING, NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* Saved: a, b. */
@@ -49,7 +49,7 @@ fl_variable *fl_v_mul(fl_variable *a, fl_variable *b)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_mul(a->value, b->value), FL_VARS(a, b), mul_grad, FL_SAVE(a->value, b->value),
                                  NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* Saved: b, y = a / b. d/da = 1/b; d/db = -y/b. */
@@ -67,5 +67,5 @@ fl_variable *fl_v_div(fl_variable *a, fl_variable *b)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_div(a->value, b->value);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(a, b), div_grad, FL_SAVE(b->value, y), NULL, 0));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(a, b), div_grad, FL_SAVE(b->value, y), NULL, 0));
 }

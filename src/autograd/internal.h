@@ -60,8 +60,5 @@ fl_variable *fl__v_new_owned(const fl_tensor *value, bool requires_grad, fl_node
 fl_variable *fl__v_out(fl_variable *v);
 void fl__node_release(fl_node *node);
 
-/* Differentiable functions compute inside a private scope, like the tensor layer's
- * composites; the result leaves it through fl__v_scope_return. */
-fl_variable *fl__v_scope_return(fl_scope scope, fl_variable *result);
 
 #endif

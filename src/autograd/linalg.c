@@ -36,5 +36,5 @@ fl_variable *fl_v_matmul(fl_variable *a, fl_variable *b)
     matmul_context c = {a->value->ndim, b->value->ndim};
     fl_variable *y = fl_v_record(fl_matmul(a->value, b->value), FL_VARS(a, b), matmul_grad,
                                  FL_SAVE(a->value, b->value), &c, sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }

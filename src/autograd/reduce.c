@@ -42,5 +42,5 @@ fl_variable *fl_v_sum(fl_variable *x, const int *axes, int count, bool keepdims)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_sum(x->value, axes, count, keepdims), FL_VARS(x), sum_grad, FL_SAVE_NOTHING,
                                  &c, sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }

@@ -71,7 +71,7 @@ fl_variable *fl_v_keep(fl_variable *v)
     return fl_scope_disown(v) ? v : fl_v_retain(v);
 }
 
-fl_variable *fl__v_scope_return(fl_scope scope, fl_variable *result)
+fl_variable *fl_v_scope_return(fl_scope scope, fl_variable *result)
 {
     /* A reference of the caller's own survives the scope; then it goes to the caller's scope. */
     bool owned_here = fl_scope_disown(result);
