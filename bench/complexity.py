@@ -150,6 +150,15 @@ def count_lines(path):
     return {"code": code, "physical": len(text.splitlines())}
 
 
+def check_counters():
+    """The line counter and the struct reader on the cases that would fool a naive one."""
+    sample = 'int a; /* one\n two */ int b;\n// c\n\n  /* "*/ s = "/* not a comment";\n x = \'"\'; /*\n*/\n'
+    struct = "int (*f)(int a, int b); /* g; */ fl_unary_fn h, *i,\n j; const char *name;"
+    if code_lines_c(sample) != 4 or struct_members(struct) != ["f", "h", "i", "j", "name"]:
+        fail(f"self-check: code_lines_c gives {code_lines_c(sample)} (expected 4), "
+             f"struct_members gives {struct_members(struct)}")
+
+
 def component(path):
     """The library's components are its folders (include/flare, src/tensor,
     src/backends/cpu, ...) and its CMake build; everything else is grouped by its
@@ -461,6 +470,7 @@ def main():
         if not shutil.which(tool):
             fail(f"{tool} is not installed")
 
+    check_counters()
     files = source_files()
     report = {"paper": PAPER, "machine": machine(), "lines_of_code": lines_of_code(files),
               "operators": primitives()}
