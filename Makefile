@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo bench-ops fixtures venv install clean
+.PHONY: all deps build test test-asan demo bench-ops complexity fixtures venv install clean
 
 all: build
 
@@ -66,6 +66,11 @@ fixtures: venv
 bench-ops: build venv
 	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
 	    $(if $(FILTER),--filter '$(FILTER)')
+
+# The Flashlight paper's complexity tables, reproduced for Flare (README, "Complexity").
+# It builds in a temporary copy of the tree, never in $(BUILD); SAMPLES=N rebuilds (>= 20).
+complexity: deps
+	python3 bench/complexity.py --out $(BUILD)/complexity.json $(if $(SAMPLES),--samples $(SAMPLES))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
