@@ -205,6 +205,21 @@ static void random_numbers_do_not_depend_on_threads(void **state)
     free(b);
 }
 
+static void the_generator_state_restores_the_stream(void **state)
+{
+    fl_manual_seed(9);
+    fl_rand(FL_F32, FL_SHAPE(5)); /* advance it */
+    uint64_t seed, counter;
+    fl_random_state(&seed, &counter);
+    assert_int_equal(seed, 9);
+    double x[6], y[6];
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), x, sizeof x);
+    fl_manual_seed(1234);
+    fl_set_random_state(seed, counter);
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), y, sizeof y);
+    assert_memory_equal(x, y, sizeof x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +232,7 @@ int main(void)
         scoped_test(registry_and_primitive_count),
         scoped_test(unimplemented_primitive_is_a_clear_error),
         scoped_test(random_numbers_do_not_depend_on_threads),
+        scoped_test(the_generator_state_restores_the_stream),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

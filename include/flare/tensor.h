@@ -145,6 +145,11 @@ fl_tensor *fl_eye(int64_t rows, int64_t cols, fl_dtype dtype);
  * the k-th draw after fl_manual_seed(s) depends only on s, k and i, never on the
  * number of threads. */
 void fl_manual_seed(uint64_t seed);
+/* The generator's whole state: the seed and the number of counters drawn since. A
+ * checkpoint saves it so that a resumed run draws the same numbers (dropout masks,
+ * shuffles) as one that never stopped. */
+void fl_random_state(uint64_t *seed, uint64_t *counter);
+void fl_set_random_state(uint64_t seed, uint64_t counter);
 fl_tensor *fl_rand(fl_dtype dtype, int ndim, const int64_t *shape);  /* U[0, 1) */
 fl_tensor *fl_randn(fl_dtype dtype, int ndim, const int64_t *shape); /* N(0, 1) */
 fl_tensor *fl_uniform(double low, double high, fl_dtype dtype, int ndim, const int64_t *shape);

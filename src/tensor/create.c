@@ -124,6 +124,20 @@ void fl_manual_seed(uint64_t seed)
     __atomic_store_n(&random_counter, 0, __ATOMIC_RELAXED);
 }
 
+void fl_random_state(uint64_t *seed, uint64_t *counter)
+{
+    if (seed)
+        *seed = __atomic_load_n(&random_seed, __ATOMIC_RELAXED);
+    if (counter)
+        *counter = __atomic_load_n(&random_counter, __ATOMIC_RELAXED);
+}
+
+void fl_set_random_state(uint64_t seed, uint64_t counter)
+{
+    __atomic_store_n(&random_seed, seed, __ATOMIC_RELAXED);
+    __atomic_store_n(&random_counter, counter, __ATOMIC_RELAXED);
+}
+
 void fl__random_reserve(uint64_t count, uint64_t *seed, uint64_t *offset)
 {
     *seed = __atomic_load_n(&random_seed, __ATOMIC_RELAXED);
