@@ -39,7 +39,11 @@ fl_status fl_topk_meter_add(fl_topk_meter *m, const fl_tensor *logits, const fl_
     fl_status status = FL_OK;
     double correct = 0;
     /* Targets outside [0, C) would silently never match: reject them. */
-    fl_tensor *low = fl_min(targets, FL_ALL_AXES, false), *high = fl_max(targets, FL_ALL_AXES, false);
+    fl_tensor *low = NULL, *high = NULL;
+    if (targets->numel > 0) {
+        low = fl_min(targets, FL_ALL_AXES, false);
+        high = fl_max(targets, FL_ALL_AXES, false);
+    }
     if (targets->numel > 0 && (!low || !high))
         status = fl_last_status();
     else if (targets->numel > 0 && (fl_item(low) < 0 || fl_item(high) >= (double)logits->shape[1])) {
