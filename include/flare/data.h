@@ -105,8 +105,10 @@ void fl_dataset_set_epoch(fl_dataset *ds, int64_t epoch);
  * tensors (1 to FL_SAMPLE_MAX_FIELDS, at least 1-D, equal lengths) are retained. */
 fl_dataset *fl_tensor_dataset(fl_tensor *const *tensors, int count);
 
-/* Combines samples into a batch: fills out (with references it owns) from count
- * samples, or returns a status after recording an error. */
+/* Combines count samples into a batch in out, or returns a status after recording an
+ * error. It runs inside a scope of its own, and the fields it stores in out are kept
+ * from that scope (retained if they come from elsewhere), so it simply stores what
+ * tensor functions return, without fl_keep. */
 typedef fl_status (*fl_collate_fn)(const fl_sample *samples, int64_t count, fl_sample *out, void *user);
 /* Batch i holds samples [i * batch_size, (i + 1) * batch_size); the last batch is
  * partial unless drop_last drops it. collate NULL stacks each field along a new axis 0

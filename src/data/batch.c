@@ -29,12 +29,28 @@ static fl_status batch_collate(batch_dataset *b, const int64_t *indices, int64_t
     for (int64_t i = 0; i < count && status == FL_OK; i++)
         status = fl__dataset_fetch(b->source, indices[i], &samples[i]);
     if (status == FL_OK) {
+        /* The collate runs in a scope of its own and its fields are kept from it. */
+        fl_scope scope = fl_scope_begin();
         status = b->collate(samples, count, out, b->user);
-        if (status != FL_OK) {
-            fl_sample_release(out);
-            fl__dataset_failure("fl_batch_dataset", "the collate function");
-            status = fl_last_status();
+        if (status == FL_OK && (out->count < 0 || out->count > FL_SAMPLE_MAX_FIELDS)) {
+            fl__error(FL_ERR_VALUE, "fl_batch_dataset", "the collate function returned %d fields (at most %d)",
+                      out->count, FL_SAMPLE_MAX_FIELDS);
+            status = FL_ERR_VALUE;
         }
+        for (int f = 0; status == FL_OK && f < out->count; f++) {
+            if (!out->fields[f]) {
+                fl__error(FL_ERR_NULL, "fl_batch_dataset", "the collate function returned a NULL field %d", f);
+                status = FL_ERR_NULL;
+            }
+        }
+        if (status == FL_OK) {
+            for (int f = 0; f < out->count; f++)
+                fl_keep(out->fields[f]);
+        } else {
+            *out = (fl_sample){0}; /* what it made is the scope's */
+            status = fl__dataset_failure("fl_batch_dataset", "the collate function");
+        }
+        fl_scope_end(scope);
     }
     for (int64_t i = 0; i < count; i++)
         fl_sample_release(&samples[i]);
