@@ -1,0 +1,225 @@
+/* Datasets that read their source at other indices: resample (a given index list),
+ * shuffle (a seeded permutation), span and partition (a contiguous range). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset.h"
+
+typedef struct mapped_dataset {
+    fl_dataset *source;
+    int64_t *indices; /* sample i is source sample indices[i]; NULL: start + i */
+    int64_t start, count;
+    uint64_t seed; /* shuffles only */
+} mapped_dataset;
+
+static int64_t source_index(const mapped_dataset *m, int64_t i)
+{
+    return m->indices ? m->indices[i] : m->start + i;
+}
+
+static int64_t mapped_size(fl_dataset *ds)
+{
+    mapped_dataset *m = ds->state;
+    return m->count;
+}
+
+static fl_status mapped_get(fl_dataset *ds, int64_t index, fl_sample *out)
+{
+    mapped_dataset *m = ds->state;
+    return fl__dataset_fetch(m->source, source_index(m, index), out);
+}
+
+/* Passes the batch on, mapped, so that the source's fast path still applies. */
+static fl_status mapped_get_batch(fl_dataset *ds, const int64_t *indices, int64_t count, fl_sample *out)
+{
+    mapped_dataset *m = ds->state;
+    int64_t *mapped = malloc((size_t)count * sizeof *mapped);
+    if (!mapped)
+        return fl__error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld indices", (long long)count),
+               FL_ERR_MEMORY;
+    for (int64_t i = 0; i < count; i++)
+        mapped[i] = source_index(m, indices[i]);
+    fl_status status = fl__dataset_gather(m->source, mapped, count, out);
+    free(mapped);
+    return status;
+}
+
+static void mapped_set_epoch(fl_dataset *ds, int64_t epoch)
+{
+    mapped_dataset *m = ds->state;
+    fl_dataset_set_epoch(m->source, epoch);
+}
+
+static void mapped_release(fl_dataset *ds)
+{
+    mapped_dataset *m = ds->state;
+    fl_dataset_release(m->source);
+    free(m->indices);
+    free(m);
+}
+
+static const fl_dataset_ops resample_ops = {
+    .name = "resample",
+    .size = mapped_size,
+    .get = mapped_get,
+    .get_batch = mapped_get_batch,
+    .set_epoch = mapped_set_epoch,
+    .release = mapped_release,
+};
+
+static const fl_dataset_ops span_ops = {
+    .name = "span",
+    .size = mapped_size,
+    .get = mapped_get,
+    .get_batch = mapped_get_batch,
+    .set_epoch = mapped_set_epoch,
+    .release = mapped_release,
+};
+
+/* Takes over source; NULL after an error (source released). */
+static mapped_dataset *mapped_new(const char *fn, fl_dataset *source, int64_t count)
+{
+    if (!source) {
+        if (fl_last_status() == FL_OK)
+            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+        return NULL;
+    }
+    mapped_dataset *m = calloc(1, sizeof *m);
+    if (m && count > 0 && (uint64_t)count <= SIZE_MAX / sizeof(int64_t))
+        m->indices = malloc((size_t)count * sizeof *m->indices);
+    if (!m || (count > 0 && !m->indices)) {
+        free(m);
+        fl_dataset_release(source);
+        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset of %lld indices", (long long)count);
+    }
+    m->source = source;
+    m->count = count < 0 ? 0 : count;
+    return m;
+}
+
+fl_dataset *fl_resample_dataset(fl_dataset *source, const int64_t *indices, int64_t count)
+{
+    static const char fn[] = "fl_resample_dataset";
+    if (source && ((!indices && count > 0) || count < 0)) {
+        fl_dataset_release(source);
+        return fl__error(indices ? FL_ERR_VALUE : FL_ERR_NULL, fn, "%s", indices ? "the count is negative"
+                                                                            : "indices is NULL");
+    }
+    mapped_dataset *m = mapped_new(fn, source, count);
+    if (!m)
+        return NULL;
+    int64_t size = fl_dataset_size(source);
+    for (int64_t i = 0; i < count; i++) {
+        if (indices[i] < 0 || indices[i] >= size) {
+            fl__error(FL_ERR_INDEX, fn, "indices[%lld] = %lld is out of range for a %s dataset of %lld samples",
+                      (long long)i, (long long)indices[i], source->ops->name, (long long)size);
+            fl_dataset tmp = {.state = m};
+            mapped_release(&tmp);
+            return NULL;
+        }
+        m->indices[i] = indices[i];
+    }
+    return fl__dataset_make(fn, &resample_ops, m);
+}
+
+/* ---- shuffle ---- */
+
+/* SplitMix64 (Steele, Lea and Flood): a small generator whose output depends only on
+ * the seed, so permutations are the same everywhere. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) without modulo bias: draws below 2^64 mod n are rejected. */
+static uint64_t below(uint64_t *state, uint64_t n)
+{
+    uint64_t threshold = -n % n;
+    uint64_t r;
+    do
+        r = splitmix64(state);
+    while (r < threshold);
+    return r % n;
+}
+
+/* Fisher-Yates over the identity, from a stream for (seed, epoch). */
+static void draw_permutation(mapped_dataset *m, int64_t epoch)
+{
+    uint64_t state = m->seed;
+    state = splitmix64(&state) ^ (uint64_t)epoch;
+    for (int64_t i = 0; i < m->count; i++)
+        m->indices[i] = i;
+    for (int64_t i = m->count - 1; i > 0; i--) {
+        int64_t j = (int64_t)below(&state, (uint64_t)i + 1);
+        int64_t t = m->indices[i];
+        m->indices[i] = m->indices[j];
+        m->indices[j] = t;
+    }
+}
+
+static void shuffle_set_epoch(fl_dataset *ds, int64_t epoch)
+{
+    mapped_dataset *m = ds->state;
+    draw_permutation(m, epoch);
+    fl_dataset_set_epoch(m->source, epoch);
+}
+
+static const fl_dataset_ops shuffle_ops = {
+    .name = "shuffle",
+    .size = mapped_size,
+    .get = mapped_get,
+    .get_batch = mapped_get_batch,
+    .set_epoch = shuffle_set_epoch,
+    .release = mapped_release,
+};
+
+fl_dataset *fl_shuffle_dataset(fl_dataset *source, uint64_t seed)
+{
+    static const char fn[] = "fl_shuffle_dataset";
+    mapped_dataset *m = mapped_new(fn, source, source ? fl_dataset_size(source) : 0);
+    if (!m)
+        return NULL;
+    m->seed = seed;
+    draw_permutation(m, 0);
+    return fl__dataset_make(fn, &shuffle_ops, m);
+}
+
+/* ---- contiguous ranges ---- */
+
+fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count)
+{
+    static const char fn[] = "fl_span_dataset";
+    mapped_dataset *m = mapped_new(fn, source, 0);
+    if (!m)
+        return NULL;
+    int64_t size = fl_dataset_size(source);
+    if (start < 0 || count < 0 || start > size || count > size - start) {
+        fl__error(FL_ERR_INDEX, fn, "samples [%lld, %lld + %lld) are out of range for a %s dataset of %lld samples",
+                  (long long)start, (long long)start, (long long)count, source->ops->name, (long long)size);
+        fl_dataset tmp = {.state = m};
+        mapped_release(&tmp);
+        return NULL;
+    }
+    m->start = start;
+    m->count = count;
+    return fl__dataset_make(fn, &span_ops, m);
+}
+
+fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size)
+{
+    if (source && (world_size < 1 || rank < 0 || rank >= world_size)) {
+        fl_dataset_release(source);
+        return fl__error(FL_ERR_VALUE, "fl_partition_dataset", "rank %d is not in a world of size %d", rank,
+                         world_size);
+    }
+    if (!source) {
+        if (fl_last_status() == FL_OK)
+            fl__error(FL_ERR_NULL, "fl_partition_dataset", "the source dataset is NULL");
+        return NULL;
+    }
+    int64_t share = fl_dataset_size(source) / world_size;
+    return fl_span_dataset(source, (int64_t)rank * share, share);
+}

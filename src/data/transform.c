@@ -1,0 +1,91 @@
+/* The transform dataset: each field of each sample mapped through a user function. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset.h"
+
+typedef struct transform_dataset {
+    fl_dataset *source;
+    int count;
+    fl_transform_fn transforms[FL_SAMPLE_MAX_FIELDS];
+    void *user;
+} transform_dataset;
+
+static int64_t transform_size(fl_dataset *ds)
+{
+    transform_dataset *t = ds->state;
+    return fl_dataset_size(t->source);
+}
+
+static fl_status transform_get(fl_dataset *ds, int64_t index, fl_sample *out)
+{
+    transform_dataset *t = ds->state;
+    fl_status status = fl__dataset_fetch(t->source, index, out);
+    for (int f = 0; status == FL_OK && f < t->count && f < out->count; f++) {
+        if (!t->transforms[f])
+            continue;
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *mapped = fl_keep(t->transforms[f](out->fields[f], t->user));
+        fl_scope_end(scope);
+        if (!mapped) {
+            if (fl_last_status() == FL_OK)
+                fl__error(FL_ERR_VALUE, "fl_transform_dataset",
+                          "the transform of field %d returned NULL without recording an error", f);
+            status = fl_last_status();
+            break;
+        }
+        fl_release(out->fields[f]);
+        out->fields[f] = mapped;
+    }
+    if (status != FL_OK)
+        fl_sample_release(out);
+    return status;
+}
+
+static void transform_set_epoch(fl_dataset *ds, int64_t epoch)
+{
+    transform_dataset *t = ds->state;
+    fl_dataset_set_epoch(t->source, epoch);
+}
+
+static void transform_release(fl_dataset *ds)
+{
+    transform_dataset *t = ds->state;
+    fl_dataset_release(t->source);
+    free(t);
+}
+
+/* No get_batch: a transform sees one sample at a time, which a batch is not. */
+static const fl_dataset_ops transform_ops = {
+    .name = "transform",
+    .size = transform_size,
+    .get = transform_get,
+    .set_epoch = transform_set_epoch,
+    .release = transform_release,
+};
+
+fl_dataset *fl_transform_dataset(fl_dataset *source, const fl_transform_fn *transforms, int count, void *user)
+{
+    static const char fn[] = "fl_transform_dataset";
+    if (!source) {
+        if (fl_last_status() == FL_OK)
+            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+        return NULL;
+    }
+    if (!transforms || count < 0 || count > FL_SAMPLE_MAX_FIELDS) {
+        fl_dataset_release(source);
+        if (!transforms)
+            return fl__error(FL_ERR_NULL, fn, "transforms is NULL");
+        return fl__error(FL_ERR_VALUE, fn, "needs 0 to %d transforms, got %d", FL_SAMPLE_MAX_FIELDS, count);
+    }
+    transform_dataset *t = calloc(1, sizeof *t);
+    if (!t) {
+        fl_dataset_release(source);
+        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+    }
+    t->source = source;
+    t->count = count;
+    memcpy(t->transforms, transforms, (size_t)count * sizeof *transforms);
+    t->user = user;
+    return fl__dataset_make(fn, &transform_ops, t);
+}

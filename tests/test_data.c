@@ -1,0 +1,650 @@
+/* Datasets: every kind, their composition, the batch fast path, shuffle and prefetch
+ * determinism, and the error paths. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flare/data.h"
+#include "support.h"
+
+/* x: f32 [n, 3] with row i = (3i, 3i + 1, 3i + 2); y: i64 [n] with y[i] = i. */
+static fl_dataset *rows(int64_t n)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *x = fl_reshape(fl_arange(0, (double)(3 * n), 1, FL_F32), FL_SHAPE(n, 3));
+    fl_tensor *y = fl_arange(0, (double)n, 1, FL_I64);
+    fl_dataset *ds = fl_tensor_dataset((fl_tensor *[]){x, y}, 2);
+    fl_scope_end(scope);
+    return ds;
+}
+
+/* The label (field 1) of sample i, which for rows() is its original index. */
+static int64_t label(fl_dataset *ds, int64_t i)
+{
+    fl_sample s;
+    if (fl_dataset_get(ds, i, &s) != FL_OK)
+        return -1;
+    return (int64_t)fl_item(s.fields[1]);
+}
+
+/* Fails unless the two datasets give equal samples (same fields, shapes, values). */
+static void assert_same_samples(fl_dataset *a, fl_dataset *b)
+{
+    assert_int_equal(fl_dataset_size(a), fl_dataset_size(b));
+    for (int64_t i = 0; i < fl_dataset_size(a); i++) {
+        fl_scope scope = fl_scope_begin();
+        fl_sample sa, sb;
+        assert_int_equal(fl_dataset_get(a, i, &sa), FL_OK);
+        assert_int_equal(fl_dataset_get(b, i, &sb), FL_OK);
+        assert_int_equal(sa.count, sb.count);
+        for (int f = 0; f < sa.count; f++) {
+            assert_int_equal(fl_ndim(sa.fields[f]), fl_ndim(sb.fields[f]));
+            assert_memory_equal(fl_shape(sa.fields[f]), fl_shape(sb.fields[f]), sizeof(int64_t) * fl_ndim(sa.fields[f]));
+            assert_close(sa.fields[f], sb.fields[f], 0, 0);
+        }
+        fl_scope_end(scope);
+    }
+}
+
+/* ---- a dataset kind of the test's own, without a get_batch fast path ---- */
+
+typedef struct plain_state {
+    fl_dataset *inner;
+    int fields; /* fields to return: more than FL_SAMPLE_MAX_FIELDS tests the check */
+} plain_state;
+
+static int64_t plain_size(fl_dataset *ds) { return fl_dataset_size(((plain_state *)ds->state)->inner); }
+
+static fl_status plain_get(fl_dataset *ds, int64_t index, fl_sample *out)
+{
+    plain_state *p = ds->state;
+    if (p->fields > FL_SAMPLE_MAX_FIELDS) {
+        out->count = p->fields;
+        return FL_OK;
+    }
+    fl_sample s;
+    fl_scope scope = fl_scope_begin();
+    fl_status status = fl_dataset_get(p->inner, index, &s);
+    for (int f = 0; status == FL_OK && f < s.count; f++)
+        out->fields[out->count++] = fl_keep(s.fields[f]);
+    fl_scope_end(scope);
+    return status;
+}
+
+static void plain_release(fl_dataset *ds)
+{
+    plain_state *p = ds->state;
+    fl_dataset_release(p->inner);
+    free(p);
+}
+
+static const fl_dataset_ops plain_ops = {.name = "plain", .size = plain_size, .get = plain_get,
+                                         .release = plain_release};
+
+static fl_dataset *plain(fl_dataset *inner, int fields)
+{
+    plain_state *p = malloc(sizeof *p);
+    *p = (plain_state){inner, fields};
+    return fl_dataset_new(&plain_ops, p);
+}
+
+/* ---- counting index_select, to see the fast path taken ---- */
+
+static int index_selects;
+static int (*original_index_select)(fl_tensor *, const fl_tensor *, int, const fl_tensor *);
+
+static int counting_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+{
+    __atomic_add_fetch(&index_selects, 1, __ATOMIC_RELAXED);
+    return original_index_select(out, a, axis, index);
+}
+
+static void count_index_selects(bool on)
+{
+    fl_backend *cpu = fl_backend_find("cpu");
+    if (on) {
+        original_index_select = cpu->index_select;
+        cpu->index_select = counting_index_select;
+        index_selects = 0;
+    } else {
+        cpu->index_select = original_index_select;
+    }
+}
+
+/* ---- tensor dataset ---- */
+
+static void tensor_dataset_slices_rows(void **state)
+{
+    fl_dataset *ds = rows(4);
+    assert_int_equal(fl_dataset_size(ds), 4);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
+    assert_int_equal(s.count, 2);
+    assert_values(s.fields[0], 0, 0, 3, 4, 5);
+    assert_shape(s.fields[1]);
+    assert_values(s.fields[1], 0, 0, 1);
+    assert_int_equal(fl_dataset_get(ds, -1, &s), FL_OK); /* from the end, as in Python */
+    assert_values(s.fields[0], 0, 0, 9, 10, 11);
+    /* The dataset keeps its tensors: nothing else need hold them. */
+    assert_int_equal(fl_dataset_get(fl_dataset_retain(ds), 0, &s), FL_OK);
+    fl_dataset_release(ds);
+    fl_dataset_release(ds);
+}
+
+static void tensor_dataset_errors(void **state)
+{
+    fl_tensor *a = fl_zeros(FL_F32, FL_SHAPE(4, 2)), *b = fl_zeros(FL_I64, FL_SHAPE(3));
+    assert_fails(fl_tensor_dataset((fl_tensor *[]){a, b}, 2), FL_ERR_SHAPE,
+                 "fl_tensor_dataset: tensors[0] is f32[4, 2] but tensors[1] is i64[3]: their lengths (axis 0) differ");
+    assert_fails(fl_tensor_dataset((fl_tensor *[]){fl_scalar(1, FL_F32)}, 1), FL_ERR_SHAPE,
+                 "tensors[0] is f32[]: samples are slices along axis 0");
+    assert_fails(fl_tensor_dataset((fl_tensor *[]){a}, 0), FL_ERR_VALUE, "needs 1 to 8 tensors, got 0");
+    fl_tensor *nine[9] = {a, a, a, a, a, a, a, a, a};
+    assert_fails(fl_tensor_dataset(nine, 9), FL_ERR_VALUE, "got 9");
+    assert_fails(fl_tensor_dataset((fl_tensor *[]){a, NULL}, 2), FL_ERR_NULL, "tensors[1] is NULL");
+    assert_fails(fl_tensor_dataset(NULL, 1), FL_ERR_NULL, "tensors is NULL");
+
+    fl_dataset *ds = rows(4);
+    fl_sample s;
+    assert_fails_status(fl_dataset_get(ds, 4, &s), FL_ERR_INDEX,
+                        "fl_dataset_get: index 4 is out of range for a tensor dataset of 4 samples");
+    assert_int_equal(s.count, 0);
+    assert_fails_status(fl_dataset_get(ds, -5, &s), FL_ERR_INDEX, "index -5");
+    assert_fails_status(fl_dataset_get(ds, 0, NULL), FL_ERR_NULL, "out is NULL");
+    assert_fails_status(fl_dataset_get(NULL, 0, &s), FL_ERR_NULL, "the dataset is NULL");
+    assert_int_equal(fl_dataset_size(NULL), -1);
+    fl_clear_error();
+    fl_dataset_release(ds);
+    fl_dataset_release(NULL);
+}
+
+/* ---- batch ---- */
+
+static void batch_keeps_or_drops_the_partial_batch(void **state)
+{
+    fl_dataset *ds = fl_batch_dataset(rows(10), 4, false, NULL, NULL);
+    assert_int_equal(fl_dataset_size(ds), 3);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
+    assert_shape(s.fields[0], 4, 3);
+    assert_values(s.fields[1], 0, 0, 4, 5, 6, 7);
+    assert_int_equal(fl_dataset_get(ds, 2, &s), FL_OK);
+    assert_shape(s.fields[0], 2, 3);
+    assert_values(s.fields[0], 0, 0, 24, 25, 26, 27, 28, 29);
+    fl_dataset_release(ds);
+
+    ds = fl_batch_dataset(rows(10), 4, true, NULL, NULL);
+    assert_int_equal(fl_dataset_size(ds), 2);
+    assert_fails_status(fl_dataset_get(ds, 2, &s), FL_ERR_INDEX, "batch dataset of 2 samples");
+    fl_dataset_release(ds);
+
+    ds = fl_batch_dataset(rows(3), 5, true, NULL, NULL);
+    assert_int_equal(fl_dataset_size(ds), 0);
+    fl_dataset_release(ds);
+
+    assert_fails(fl_batch_dataset(rows(3), 0, false, NULL, NULL), FL_ERR_VALUE, "the batch size must be in [1,");
+    assert_fails(fl_batch_dataset(NULL, 2, false, NULL, NULL), FL_ERR_NULL, "the source dataset is NULL");
+}
+
+static void batch_gathers_with_one_index_select_per_field(void **state)
+{
+    /* Through a shuffle and a span the tensor dataset's fast path still applies ... */
+    fl_dataset *fast = fl_batch_dataset(fl_span_dataset(fl_shuffle_dataset(rows(50), 3), 5, 40), 8, false, NULL, NULL);
+    /* ... and without it (plain has no get_batch) samples are fetched and stacked alike. */
+    fl_dataset *slow = fl_batch_dataset(plain(fl_span_dataset(fl_shuffle_dataset(rows(50), 3), 5, 40), 2), 8, false,
+                                        NULL, NULL);
+    assert_same_samples(fast, slow);
+
+    count_index_selects(true);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(fast, 0, &s), FL_OK);
+    int fast_calls = index_selects;
+    index_selects = 0;
+    assert_int_equal(fl_dataset_get(slow, 0, &s), FL_OK);
+    int slow_calls = index_selects;
+    count_index_selects(false);
+    assert_int_equal(fast_calls, 2); /* one per field */
+    assert_int_equal(slow_calls, 0);
+    assert_shape(s.fields[0], 8, 3);
+    fl_dataset_release(fast);
+    fl_dataset_release(slow);
+
+    /* The public entry point too. */
+    fl_dataset *ds = rows(6);
+    assert_int_equal(fl_dataset_get_batch(ds, (const int64_t[]){5, 0, 5}, 3, &s), FL_OK);
+    assert_values(s.fields[1], 0, 0, 5, 0, 5);
+    assert_fails_status(fl_dataset_get_batch(ds, (const int64_t[]){1, 6}, 2, &s), FL_ERR_INDEX,
+                        "indices[1] = 6 is out of range for a tensor dataset of 6 samples");
+    assert_fails_status(fl_dataset_get_batch(ds, (const int64_t[]){1}, 0, &s), FL_ERR_VALUE,
+                        "a batch needs at least one index, got 0");
+    assert_fails_status(fl_dataset_get_batch(ds, NULL, 2, &s), FL_ERR_NULL, "indices is NULL");
+    fl_dataset_release(ds);
+}
+
+/* A collate that sums the images and stacks the labels. */
+static fl_status sum_collate(const fl_sample *samples, int64_t count, fl_sample *out, void *user)
+{
+    int *calls = user;
+    (*calls)++;
+    fl_tensor *x = samples[0].fields[0], *y[16];
+    for (int64_t i = 1; i < count; i++)
+        x = fl_add(x, samples[i].fields[0]);
+    for (int64_t i = 0; i < count; i++)
+        y[i] = samples[i].fields[1];
+    out->fields[0] = x; /* for a batch of one, a field of the sample itself */
+    out->fields[1] = fl_stack(y, (int)count, 0);
+    out->count = 2;
+    return FL_OK;
+}
+
+static fl_status too_many_fields(const fl_sample *samples, int64_t count, fl_sample *out, void *user)
+{
+    out->count = *(int *)user;
+    for (int f = 0; f < out->count && f < FL_SAMPLE_MAX_FIELDS; f++)
+        out->fields[f] = f ? NULL : samples[0].fields[0];
+    return FL_OK;
+}
+
+/* Fails after filling a field (which the batch dataset must release); with user set,
+ * through a tensor error, else silently. */
+static fl_status failing_collate(const fl_sample *samples, int64_t count, fl_sample *out, void *user)
+{
+    out->fields[0] = fl_copy(samples[0].fields[0]);
+    out->count = 1;
+    if (!user)
+        return FL_ERR_VALUE;
+    fl_add(samples[0].fields[0], fl_zeros(FL_F32, FL_SHAPE(2)));
+    return fl_last_status();
+}
+
+static void batch_with_a_collate_of_ones_own(void **state)
+{
+    int calls = 0;
+    fl_dataset *ds = fl_batch_dataset(rows(5), 2, false, sum_collate, &calls);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
+    assert_values(s.fields[0], 0, 0, 6 + 9, 7 + 10, 8 + 11);
+    assert_values(s.fields[1], 0, 0, 2, 3);
+    assert_int_equal(fl_dataset_get(ds, 2, &s), FL_OK); /* the partial batch of one */
+    assert_values(s.fields[1], 0, 0, 4);
+    assert_int_equal(calls, 2);
+    fl_dataset_release(ds);
+
+    ds = fl_batch_dataset(rows(5), 2, false, failing_collate, NULL);
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_BACKEND,
+                        "fl_batch_dataset: the collate function failed without recording an error");
+    assert_int_equal(s.count, 0);
+    fl_dataset_release(ds);
+    ds = fl_batch_dataset(rows(5), 2, false, failing_collate, &calls);
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_SHAPE, "fl_add: shapes f32[3] and f32[2] do not broadcast");
+    fl_dataset_release(ds);
+    int fields = 9;
+    ds = fl_batch_dataset(rows(5), 2, false, too_many_fields, &fields);
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_VALUE, "the collate function returned 9 fields (at most 8)");
+    fields = 2;
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_NULL, "the collate function returned a NULL field 1");
+    fields = 1;
+    assert_int_equal(fl_dataset_get(ds, 0, &s), FL_OK); /* a field passed through from a sample */
+    assert_values(s.fields[0], 0, 0, 0, 1, 2);
+    fl_dataset_release(ds);
+
+    /* The default collate needs samples that stack. */
+    fl_tensor *ragged[] = {fl_zeros(FL_F32, FL_SHAPE(2, 2))};
+    fl_dataset *parts[] = {fl_tensor_dataset(ragged, 1), fl_tensor_dataset((fl_tensor *[]){fl_zeros(FL_F32, FL_SHAPE(1, 3))}, 1)};
+    ds = fl_batch_dataset(fl_concat_dataset(parts, 2), 3, false, NULL, NULL);
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_SHAPE, "fl_stack");
+    fl_dataset_release(ds);
+}
+
+/* ---- shuffle and resample ---- */
+
+static void shuffle_is_a_seeded_permutation(void **state)
+{
+    enum { n = 64 };
+    fl_dataset *a = fl_shuffle_dataset(rows(n), 42), *b = fl_shuffle_dataset(rows(n), 42);
+    fl_dataset *c = fl_shuffle_dataset(rows(n), 43);
+    int64_t order[n], seen[n] = {0};
+    bool identity = true, same_as_c = true;
+    for (int64_t i = 0; i < n; i++) {
+        order[i] = label(a, i);
+        assert_true(order[i] >= 0 && order[i] < n);
+        seen[order[i]]++;
+        identity &= order[i] == i;
+        same_as_c &= order[i] == label(c, i);
+        assert_int_equal(label(b, i), order[i]); /* same seed, same order */
+    }
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(seen[i], 1);
+    assert_false(identity);
+    assert_false(same_as_c);
+
+    /* A new epoch, a new order; epoch 0 again, the first order. */
+    fl_dataset_set_epoch(a, 1);
+    bool changed = false;
+    for (int64_t i = 0; i < n; i++)
+        changed |= label(a, i) != order[i];
+    assert_true(changed);
+    fl_dataset_set_epoch(a, 0);
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(label(a, i), order[i]);
+
+    /* The permutation is part of the format: fixed for a seed on every machine. */
+    fl_dataset *small = fl_shuffle_dataset(rows(8), 1);
+    const int64_t expected[8] = {0, 5, 2, 7, 3, 4, 1, 6};
+    for (int64_t i = 0; i < 8; i++)
+        assert_int_equal(label(small, i), expected[i]);
+    fl_dataset_release(small);
+
+    fl_dataset *empty = fl_shuffle_dataset(fl_span_dataset(rows(3), 1, 0), 5);
+    assert_int_equal(fl_dataset_size(empty), 0);
+    fl_dataset_release(empty);
+    assert_fails(fl_shuffle_dataset(NULL, 1), FL_ERR_NULL, "fl_shuffle_dataset: the source dataset is NULL");
+    fl_dataset_release(a);
+    fl_dataset_release(b);
+    fl_dataset_release(c);
+}
+
+static void resample_reads_given_indices(void **state)
+{
+    fl_dataset *ds = fl_resample_dataset(rows(5), (const int64_t[]){3, 3, 0, 4}, 4);
+    assert_int_equal(fl_dataset_size(ds), 4);
+    assert_int_equal(label(ds, 0), 3);
+    assert_int_equal(label(ds, 1), 3);
+    assert_int_equal(label(ds, 2), 0);
+    assert_int_equal(label(ds, 3), 4);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get_batch(ds, (const int64_t[]){3, 2}, 2, &s), FL_OK);
+    assert_values(s.fields[1], 0, 0, 4, 0);
+    fl_dataset_release(ds);
+
+    assert_fails(fl_resample_dataset(rows(5), (const int64_t[]){1, 5}, 2), FL_ERR_INDEX,
+                 "fl_resample_dataset: indices[1] = 5 is out of range for a tensor dataset of 5 samples");
+    assert_fails(fl_resample_dataset(rows(5), (const int64_t[]){-1}, 1), FL_ERR_INDEX, "indices[0] = -1");
+    assert_fails(fl_resample_dataset(rows(5), NULL, 2), FL_ERR_NULL, "indices is NULL");
+    assert_fails(fl_resample_dataset(rows(5), (const int64_t[]){1}, -1), FL_ERR_VALUE, "the count is negative");
+    ds = fl_resample_dataset(rows(5), NULL, 0);
+    assert_int_equal(fl_dataset_size(ds), 0);
+    fl_dataset_release(ds);
+}
+
+/* ---- transform ---- */
+
+/* (x - mean) / std with mean and std from user. */
+static fl_tensor *normalize(const fl_tensor *x, void *user)
+{
+    const double *stats = user;
+    return fl_div(fl_sub(x, fl_scalar(stats[0], FL_F32)), fl_scalar(stats[1], FL_F32));
+}
+
+/* Fails on the sample whose label (in field 0 here) is 3; silently on label 4. */
+static fl_tensor *fail_on_three(const fl_tensor *y, void *user)
+{
+    double v = fl_item(y);
+    if (v == 4)
+        return NULL;
+    if (v == 3)
+        return fl_reshape(y, FL_SHAPE(7)); /* i64[] to [7]: an error */
+    return fl_mul(y, fl_scalar(10, FL_I64));
+}
+
+static void transform_maps_fields(void **state)
+{
+    double stats[] = {1.0, 2.0};
+    fl_dataset *ds = fl_transform_dataset(rows(4), (const fl_transform_fn[]){normalize, NULL}, 2, stats);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
+    assert_values(s.fields[0], 0, 0, 1, 1.5, 2);
+    assert_dtype(s.fields[1], FL_I64);
+    assert_values(s.fields[1], 0, 0, 1);
+    /* Batches of transformed samples: fetched one by one, then stacked. */
+    fl_dataset *batches = fl_batch_dataset(fl_dataset_retain(ds), 3, false, NULL, NULL);
+    assert_int_equal(fl_dataset_get(batches, 0, &s), FL_OK);
+    assert_values(s.fields[0], 0, 0, -0.5, 0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5);
+    fl_dataset_release(batches);
+    fl_dataset_release(ds);
+
+    fl_dataset *labels = fl_tensor_dataset((fl_tensor *[]){fl_arange(0, 6, 1, FL_I64)}, 1);
+    ds = fl_transform_dataset(labels, (const fl_transform_fn[]){fail_on_three}, 1, NULL);
+    assert_int_equal(fl_dataset_get(ds, 2, &s), FL_OK);
+    assert_values(s.fields[0], 0, 0, 20);
+    assert_fails_status(fl_dataset_get(ds, 3, &s), FL_ERR_SHAPE, "fl_reshape");
+    assert_fails_status(fl_dataset_get(ds, 4, &s), FL_ERR_VALUE,
+                        "fl_transform_dataset: the transform of field 0 returned NULL without recording an error");
+    fl_dataset_release(ds);
+
+    assert_fails(fl_transform_dataset(rows(2), NULL, 1, NULL), FL_ERR_NULL, "transforms is NULL");
+    assert_fails(fl_transform_dataset(rows(2), (const fl_transform_fn[]){NULL}, 9, NULL), FL_ERR_VALUE,
+                 "needs 0 to 8 transforms, got 9");
+}
+
+/* ---- concat, merge, span, partition ---- */
+
+static void concat_puts_datasets_end_to_end(void **state)
+{
+    fl_dataset *parts[] = {rows(3), fl_span_dataset(rows(5), 0, 0), fl_span_dataset(rows(5), 1, 2), rows(1)};
+    fl_dataset *ds = fl_concat_dataset(parts, 4);
+    assert_int_equal(fl_dataset_size(ds), 6);
+    const int64_t expected[] = {0, 1, 2, 1, 2, 0};
+    for (int64_t i = 0; i < 6; i++)
+        assert_int_equal(label(ds, i), expected[i]);
+    /* A batch across the boundary between sources. */
+    fl_dataset *batches = fl_batch_dataset(ds, 4, false, NULL, NULL);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(batches, 0, &s), FL_OK);
+    assert_values(s.fields[1], 0, 0, 0, 1, 2, 1);
+    fl_dataset_release(batches);
+
+    assert_fails(fl_concat_dataset(NULL, 2), FL_ERR_NULL, "fl_concat_dataset: sources is NULL");
+    assert_fails(fl_concat_dataset((fl_dataset *[]){NULL}, 0), FL_ERR_VALUE, "needs at least one source, got 0");
+    assert_fails(fl_concat_dataset((fl_dataset *[]){rows(2), NULL}, 2), FL_ERR_NULL, "sources[1] is NULL");
+}
+
+static void merge_puts_fields_side_by_side(void **state)
+{
+    fl_dataset *images = fl_tensor_dataset((fl_tensor *[]){fl_arange(0, 4, 1, FL_F32)}, 1);
+    fl_dataset *ds = fl_merge_dataset((fl_dataset *[]){images, rows(4)}, 2);
+    assert_int_equal(fl_dataset_size(ds), 4);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 2, &s), FL_OK);
+    assert_int_equal(s.count, 3);
+    assert_values(s.fields[0], 0, 0, 2);
+    assert_values(s.fields[1], 0, 0, 6, 7, 8);
+    assert_values(s.fields[2], 0, 0, 2);
+    /* Batches go through each source's fast path. */
+    fl_dataset *batches = fl_batch_dataset(fl_dataset_retain(ds), 2, false, NULL, NULL);
+    count_index_selects(true);
+    assert_int_equal(fl_dataset_get(batches, 1, &s), FL_OK);
+    int calls = index_selects;
+    count_index_selects(false);
+    assert_int_equal(calls, 3);
+    assert_values(s.fields[0], 0, 0, 2, 3);
+    assert_values(s.fields[2], 0, 0, 2, 3);
+    fl_dataset_release(batches);
+    fl_dataset_release(ds);
+
+    assert_fails(fl_merge_dataset((fl_dataset *[]){rows(4), rows(3)}, 2), FL_ERR_SHAPE,
+                 "fl_merge_dataset: sources[0] has 4 samples but sources[1] has 3");
+    fl_dataset *many[5] = {rows(2), rows(2), rows(2), rows(2), rows(2)};
+    ds = fl_merge_dataset(many, 5);
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_VALUE, "the merged sample has more than 8 fields");
+    fl_dataset_release(ds);
+}
+
+static void span_and_partition(void **state)
+{
+    fl_dataset *ds = fl_span_dataset(rows(10), 2, 3);
+    assert_int_equal(fl_dataset_size(ds), 3);
+    assert_int_equal(label(ds, 0), 2);
+    assert_int_equal(label(ds, 2), 4);
+    fl_dataset_release(ds);
+    assert_fails(fl_span_dataset(rows(10), 8, 3), FL_ERR_INDEX,
+                 "fl_span_dataset: samples [8, 8 + 3) are out of range for a tensor dataset of 10 samples");
+    assert_fails(fl_span_dataset(rows(10), -1, 3), FL_ERR_INDEX, NULL);
+    assert_fails(fl_span_dataset(rows(10), 0, -1), FL_ERR_INDEX, NULL);
+
+    /* 10 samples over 3 ranks: 3 each, contiguous; sample 9 is left out. */
+    for (int rank = 0; rank < 3; rank++) {
+        ds = fl_partition_dataset(rows(10), rank, 3);
+        assert_int_equal(fl_dataset_size(ds), 3);
+        for (int64_t i = 0; i < 3; i++)
+            assert_int_equal(label(ds, i), 3 * rank + i);
+        fl_dataset_release(ds);
+    }
+    ds = fl_partition_dataset(rows(2), 2, 3); /* fewer samples than ranks */
+    assert_int_equal(fl_dataset_size(ds), 0);
+    fl_dataset_release(ds);
+    assert_fails(fl_partition_dataset(rows(10), 3, 3), FL_ERR_VALUE,
+                 "fl_partition_dataset: rank 3 is not in a world of size 3");
+    assert_fails(fl_partition_dataset(rows(10), 0, 0), FL_ERR_VALUE, "world of size 0");
+    assert_fails(fl_partition_dataset(NULL, 0, 1), FL_ERR_NULL, "fl_partition_dataset: the source dataset is NULL");
+}
+
+/* ---- prefetch ---- */
+
+static fl_dataset *pipeline(int workers, int depth)
+{
+    fl_dataset *ds = fl_batch_dataset(fl_shuffle_dataset(rows(203), 11), 16, false, NULL, NULL);
+    return workers ? fl_prefetch_dataset(ds, workers, depth) : ds;
+}
+
+static void prefetch_gives_the_source_samples_in_order(void **state)
+{
+    fl_dataset *reference = pipeline(0, 0);
+    const int worker_counts[] = {1, 2, 3, 8};
+    for (int w = 0; w < 4; w++) {
+        for (int depth = 0; depth <= worker_counts[w] + 1; depth += worker_counts[w] + 1) {
+            fl_dataset *ds = pipeline(worker_counts[w], depth);
+            assert_same_samples(ds, reference);
+            /* A second pass, from the start again. */
+            assert_same_samples(ds, reference);
+            /* Out of sequence: jumps forward and back. */
+            fl_sample a, b;
+            fl_scope scope = fl_scope_begin();
+            const int64_t jumps[] = {7, 2, 3, 12, 0, 12};
+            for (int j = 0; j < 6; j++) {
+                assert_int_equal(fl_dataset_get(ds, jumps[j], &a), FL_OK);
+                assert_int_equal(fl_dataset_get(reference, jumps[j], &b), FL_OK);
+                assert_close(a.fields[1], b.fields[1], 0, 0);
+            }
+            fl_scope_end(scope);
+            /* New epochs reach the shuffle beneath, and nothing built ahead is stale. */
+            fl_dataset_set_epoch(ds, 5);
+            fl_dataset_set_epoch(reference, 5);
+            assert_same_samples(ds, reference);
+            fl_dataset_set_epoch(ds, 0);
+            fl_dataset_set_epoch(reference, 0);
+            fl_dataset_release(ds);
+        }
+    }
+    fl_dataset_release(reference);
+    assert_no_error();
+}
+
+static void prefetch_reports_worker_errors_on_get(void **state)
+{
+    fl_dataset *labels = fl_tensor_dataset((fl_tensor *[]){fl_arange(0, 8, 1, FL_I64)}, 1);
+    fl_dataset *ds = fl_prefetch_dataset(fl_transform_dataset(labels, (const fl_transform_fn[]){fail_on_three}, 1,
+                                                              NULL), 3, 0);
+    fl_sample s;
+    for (int64_t i = 0; i < 8; i++) {
+        fl_status status = fl_dataset_get(ds, i, &s);
+        if (i == 3) {
+            assert_fails_status(status, FL_ERR_SHAPE, "fl_prefetch_dataset: sample 3: fl_reshape");
+        } else if (i == 4) {
+            assert_fails_status(status, FL_ERR_VALUE, "sample 4: fl_transform_dataset: the transform of field 0");
+        } else {
+            assert_int_equal(status, FL_OK);
+            assert_values(s.fields[0], 0, 0, 10.0 * i);
+        }
+    }
+    fl_dataset_release(ds);
+
+    assert_fails(fl_prefetch_dataset(rows(4), 0, 0), FL_ERR_VALUE, "needs 1 to 256 workers");
+    assert_fails(fl_prefetch_dataset(rows(4), 4, 2), FL_ERR_VALUE, "got 4 workers and depth 2");
+    assert_fails(fl_prefetch_dataset(NULL, 2, 0), FL_ERR_NULL, "fl_prefetch_dataset: the source dataset is NULL");
+}
+
+static void prefetch_shuts_down_cleanly(void **state)
+{
+    /* Released at once, midway with workers busy, and after the end. */
+    fl_dataset_release(pipeline(4, 0));
+    fl_dataset *ds = pipeline(4, 8);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 0, &s), FL_OK);
+    fl_dataset_release(ds);
+    ds = pipeline(2, 0);
+    for (int64_t i = 0; i < fl_dataset_size(ds); i++)
+        assert_int_equal(fl_dataset_get(ds, i, &s), FL_OK);
+    fl_dataset_release(ds);
+    /* Nested: prefetch workers reading a prefetch dataset. */
+    ds = fl_prefetch_dataset(fl_batch_dataset(fl_prefetch_dataset(rows(40), 2, 0), 4, false, NULL, NULL), 2, 0);
+    fl_dataset *reference = fl_batch_dataset(rows(40), 4, false, NULL, NULL);
+    assert_same_samples(ds, reference);
+    fl_dataset_release(reference);
+    fl_dataset_release(ds);
+}
+
+/* ---- datasets of one's own, ownership, and NULL propagation ---- */
+
+static void datasets_of_ones_own(void **state)
+{
+    fl_dataset *ds = plain(rows(3), 2);
+    assert_int_equal(label(ds, 2), 2);
+    fl_dataset_release(ds);
+    ds = plain(rows(3), FL_SAMPLE_MAX_FIELDS + 1);
+    fl_sample s;
+    assert_fails_status(fl_dataset_get(ds, 0, &s), FL_ERR_VALUE, "the plain dataset returned 9 fields (at most 8)");
+    fl_dataset_release(ds);
+    assert_fails(fl_dataset_new(NULL, NULL), FL_ERR_NULL, "fl_dataset_new: ops and its size and get entries");
+    assert_fails(fl_dataset_new(&(fl_dataset_ops){.name = "nothing"}, NULL), FL_ERR_NULL, NULL);
+}
+
+static void wrappers_of_a_failed_dataset_keep_the_first_error(void **state)
+{
+    fl_dataset *ds = fl_prefetch_dataset(
+        fl_batch_dataset(fl_transform_dataset(fl_shuffle_dataset(fl_tensor_dataset(NULL, 1), 1),
+                                              (const fl_transform_fn[]){NULL}, 1, NULL),
+                         4, false, NULL, NULL),
+        2, 0);
+    assert_fails(ds, FL_ERR_NULL, "fl_tensor_dataset: tensors is NULL");
+    fl_dataset *sources[] = {rows(2), fl_span_dataset(fl_resample_dataset(NULL, NULL, 0), 0, 0)};
+    assert_fails(fl_merge_dataset(sources, 2), FL_ERR_NULL, "fl_resample_dataset: the source dataset is NULL");
+}
+
+/* Outside any scope the caller owns the fields (LeakSanitizer checks the release). */
+static void samples_outside_a_scope_belong_to_the_caller(void **state)
+{
+    fl_dataset *ds = fl_batch_dataset(rows(5), 2, false, NULL, NULL);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 0, &s), FL_OK);
+    assert_int_equal(s.count, 2);
+    fl_sample_release(&s);
+    assert_int_equal(fl_dataset_get_batch(ds, (const int64_t[]){0, 1}, 2, &s), FL_OK);
+    fl_sample_release(&s);
+    assert_int_equal(s.count, 0);
+    fl_sample_release(NULL);
+    fl_dataset_release(ds);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(tensor_dataset_slices_rows),
+        scoped_test(tensor_dataset_errors),
+        scoped_test(batch_keeps_or_drops_the_partial_batch),
+        scoped_test(batch_gathers_with_one_index_select_per_field),
+        scoped_test(batch_with_a_collate_of_ones_own),
+        scoped_test(shuffle_is_a_seeded_permutation),
+        scoped_test(resample_reads_given_indices),
+        scoped_test(transform_maps_fields),
+        scoped_test(concat_puts_datasets_end_to_end),
+        scoped_test(merge_puts_fields_side_by_side),
+        scoped_test(span_and_partition),
+        scoped_test(prefetch_gives_the_source_samples_in_order),
+        scoped_test(prefetch_reports_worker_errors_on_get),
+        scoped_test(prefetch_shuts_down_cleanly),
+        scoped_test(datasets_of_ones_own),
+        scoped_test(wrappers_of_a_failed_dataset_keep_the_first_error),
+        cmocka_unit_test(samples_outside_a_scope_belong_to_the_caller),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
