@@ -148,6 +148,77 @@ static void pad_and_tile_gradients(void **state)
     assert_gradcheck(tile_of, &none, IN(-1, 1, 2, 3));
 }
 
+/* ---- reductions ---- */
+
+typedef struct reduce_case {
+    int axes[3], count;
+    bool keepdims;
+    int correction;
+} reduce_case;
+
+#define AXES_OF(c) ((c)->count ? (c)->axes : NULL), (c)->count
+
+static fl_variable *mean_of(fl_variable *const *x, void *ctx)
+{
+    reduce_case *c = ctx;
+    return fl_v_mean(x[0], AXES_OF(c), c->keepdims);
+}
+
+static fl_variable *var_of(fl_variable *const *x, void *ctx)
+{
+    reduce_case *c = ctx;
+    return fl_v_var(x[0], AXES_OF(c), c->correction, c->keepdims);
+}
+
+static fl_variable *max_of(fl_variable *const *x, void *ctx)
+{
+    reduce_case *c = ctx;
+    return fl_v_max(x[0], AXES_OF(c), c->keepdims);
+}
+
+static fl_variable *min_of(fl_variable *const *x, void *ctx)
+{
+    reduce_case *c = ctx;
+    return fl_v_min(x[0], AXES_OF(c), c->keepdims);
+}
+
+static fl_variable *logsumexp_of(fl_variable *const *x, void *ctx)
+{
+    reduce_case *c = ctx;
+    return fl_v_logsumexp(x[0], AXES_OF(c), c->keepdims);
+}
+
+static const reduce_case reduce_cases[] = {
+    {{0}, 0, false, 1}, {{1}, 1, false, 0}, {{0, 2}, 2, true, 1}, {{-1}, 1, true, 0}, {{-3, -1}, 2, false, 2},
+};
+
+static void reduction_gradients(void **state)
+{
+    gradcheck_fn fns[] = {mean_of, var_of, max_of, min_of, logsumexp_of};
+    for (int f = 0; f < 5; f++)
+        for (int i = 0; i < 5; i++) {
+            reduce_case c = reduce_cases[i];
+            /* random values: distinct, so the extrema are unique and a step does not move them */
+            assert_gradcheck(fns[f], &c, IN(-1, 1, 2, 3, 4));
+        }
+    /* a 1-D input */
+    reduce_case all = {{0}, 0, false, 1};
+    for (int f = 0; f < 5; f++)
+        assert_gradcheck(fns[f], &all, IN(-1, 1, 5));
+}
+
+/* Ties: the first extremum takes the whole gradient. */
+static void max_and_min_send_the_gradient_to_the_first_extremum(void **state)
+{
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(2, 3), 1, 3, 3, -2, 0, -2), true);
+    fl_variable *y = fl_v_add(fl_v_max(x, FL_AXES(1), false), fl_v_min(x, FL_AXES(1), false));
+    assert_int_equal(fl_v_backward(y, T_F64(FL_SHAPE(2), 10, 20), false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 10, 10, 0, 20, 20, 0);
+    fl_v_zero_grad(x);
+    assert_int_equal(fl_v_backward(fl_v_max(x, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 0, 1, 0, 0, 0, 0);
+}
+
 static void shape_errors(void **state)
 {
     fl_variable *x = fl_v_new(IN(-1, 1, 2, 3), true), *out[2];
@@ -174,6 +245,8 @@ int main(void)
         scoped_test(index_gradients),
         scoped_test(pad_and_tile_gradients),
         scoped_test(shape_errors),
+        scoped_test(reduction_gradients),
+        scoped_test(max_and_min_send_the_gradient_to_the_first_extremum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
