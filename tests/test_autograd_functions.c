@@ -219,6 +219,64 @@ static void max_and_min_send_the_gradient_to_the_first_extremum(void **state)
     assert_values(fl_v_grad(x), 0, 0, 0, 1, 0, 0, 0, 0);
 }
 
+/* ---- convolution and pooling ---- */
+
+static fl_variable *conv2d_of(fl_variable *const *x, void *ctx) { return fl_v_conv2d(x[0], x[1], ctx); }
+static fl_variable *conv1d_of(fl_variable *const *x, void *ctx) { return fl_v_conv1d(x[0], x[1], ctx); }
+static fl_variable *pool2d_of(fl_variable *const *x, void *ctx) { return fl_v_pool2d(x[0], ctx); }
+
+static void conv2d_gradients(void **state)
+{
+    assert_gradcheck(conv2d_of, NULL, IN(-1, 1, 2, 2, 5, 5), IN(-1, 1, 3, 2, 3, 3));
+    fl_conv_params strided = {.stride = {2, 1}, .padding = {1, 2}};
+    assert_gradcheck(conv2d_of, &strided, IN(-1, 1, 1, 2, 5, 6), IN(-1, 1, 2, 2, 3, 2));
+    fl_conv_params dilated = {.dilation = {2, 1}, .padding = {1, 0}, .groups = 2};
+    assert_gradcheck(conv2d_of, &dilated, IN(-1, 1, 2, 4, 5, 4), IN(-1, 1, 4, 2, 2, 3));
+    fl_conv_params depthwise = {.stride = {2, 2}, .padding = {1, 1}, .groups = 3};
+    assert_gradcheck(conv2d_of, &depthwise, IN(-1, 1, 1, 3, 5, 5), IN(-1, 1, 3, 1, 3, 3));
+}
+
+static void conv1d_gradients(void **state)
+{
+    assert_gradcheck(conv1d_of, NULL, IN(-1, 1, 2, 3, 7), IN(-1, 1, 2, 3, 3));
+    fl_conv_params all = {.stride = {0, 2}, .padding = {0, 2}, .dilation = {0, 2}, .groups = 2};
+    assert_gradcheck(conv1d_of, &all, IN(-1, 1, 2, 4, 9), IN(-1, 1, 4, 2, 3));
+}
+
+/* A permutation of distinct values a step apart: no ties in any window. */
+static fl_tensor *distinct_input(int ndim, const int64_t *shape)
+{
+    fl_tensor *noise = gradcheck_input(0, 1, ndim, shape);
+    fl_tensor *order;
+    int64_t n = fl_numel(noise);
+    assert_int_equal(fl_sort(fl_reshape(noise, FL_SHAPE(n)), 0, false, NULL, &order), FL_OK);
+    return fl_reshape(fl_mul_scalar(fl_cast(order, FL_F64), 0.1), ndim, shape);
+}
+
+static void pool2d_gradients(void **state)
+{
+    fl_pool_params cases[] = {
+        {.kind = FL_POOL_MAX, .kernel = {2, 2}},
+        {.kind = FL_POOL_MAX, .kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}},
+        {.kind = FL_POOL_MAX, .kernel = {3, 3}, .stride = {2, 2}, .padding = {0, 1}, .ceil_mode = true},
+        {.kind = FL_POOL_AVG, .kernel = {2, 2}},
+        {.kind = FL_POOL_AVG, .kernel = {3, 3}, .stride = {2, 1}, .padding = {1, 1}},
+        {.kind = FL_POOL_AVG, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true,
+         .count_include_pad = true},
+    };
+    for (int i = 0; i < 6; i++)
+        assert_gradcheck(pool2d_of, &cases[i], distinct_input(FL_SHAPE(2, 2, 6, 5)));
+}
+
+static void conv_errors(void **state)
+{
+    fl_variable *x = fl_v_new(IN(-1, 1, 1, 2, 4, 4), true);
+    fl_variable *w = fl_v_new(IN(-1, 1, 3, 3, 3, 3), true);
+    assert_fails(fl_v_conv2d(x, w, NULL), FL_ERR_SHAPE, "fl_conv2d");
+    assert_fails(fl_v_conv1d(x, NULL, NULL), FL_ERR_NULL, "fl_v_conv1d");
+    assert_fails(fl_v_pool2d(x, NULL), FL_ERR_NULL, "fl_pool2d");
+}
+
 static void shape_errors(void **state)
 {
     fl_variable *x = fl_v_new(IN(-1, 1, 2, 3), true), *out[2];
@@ -245,6 +303,10 @@ int main(void)
         scoped_test(index_gradients),
         scoped_test(pad_and_tile_gradients),
         scoped_test(shape_errors),
+        scoped_test(conv2d_gradients),
+        scoped_test(conv1d_gradients),
+        scoped_test(pool2d_gradients),
+        scoped_test(conv_errors),
         scoped_test(reduction_gradients),
         scoped_test(max_and_min_send_the_gradient_to_the_first_extremum),
     };
