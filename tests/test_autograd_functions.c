@@ -277,6 +277,44 @@ static void conv_errors(void **state)
     assert_fails(fl_v_pool2d(x, NULL), FL_ERR_NULL, "fl_pool2d");
 }
 
+/* ---- activations ---- */
+
+static fl_variable *leaky_relu_of(fl_variable *const *x, void *ctx) { return fl_v_leaky_relu(x[0], 0.1); }
+static fl_variable *gelu_of(fl_variable *const *x, void *ctx) { return fl_v_gelu(x[0], false); }
+static fl_variable *gelu_tanh_of(fl_variable *const *x, void *ctx) { return fl_v_gelu(x[0], true); }
+static fl_variable *softmax_of(fl_variable *const *x, void *ctx) { return fl_v_softmax(x[0], *(int *)ctx); }
+static fl_variable *log_softmax_of(fl_variable *const *x, void *ctx) { return fl_v_log_softmax(x[0], *(int *)ctx); }
+
+static void activation_gradients(void **state)
+{
+    /* away from the kink at 0 */
+    assert_gradcheck(leaky_relu_of, NULL, T_F64(FL_SHAPE(6), -2, -0.5, -0.1, 0.1, 0.7, 3));
+    assert_gradcheck(gelu_of, NULL, IN(-4, 4, 3, 7));
+    assert_gradcheck(gelu_tanh_of, NULL, IN(-4, 4, 3, 7));
+}
+
+static void gelu_matches_pytorch(void **state)
+{
+    /* torch.nn.functional.gelu(torch.tensor([-2., -0.5, 0., 1.5], dtype=torch.float64), approximate=...) */
+    fl_tensor *x = T_F64(FL_SHAPE(4), -2, -0.5, 0, 1.5);
+    assert_values(fl_v_value(fl_v_gelu(fl_v_new(x, false), false)), 1e-12, 1e-15, -0.04550026389635842,
+                  -0.15426876936299344, 0, 1.399789198096713);
+    assert_values(fl_v_value(fl_v_gelu(fl_v_new(x, false), true)), 1e-12, 1e-15, -0.04540230591222494,
+                  -0.15428599017485606, 0, 1.3995715769802328);
+}
+
+static void softmax_gradients(void **state)
+{
+    int last = -1, first = 0, middle = 1;
+    gradcheck_fn fns[] = {softmax_of, log_softmax_of};
+    for (int f = 0; f < 2; f++) {
+        assert_gradcheck(fns[f], &last, IN(-3, 3, 2, 3, 4));
+        assert_gradcheck(fns[f], &first, IN(-3, 3, 2, 3, 4));
+        assert_gradcheck(fns[f], &middle, IN(-3, 3, 2, 3, 4));
+        assert_gradcheck(fns[f], &first, IN(-3, 3, 5));
+    }
+}
+
 static void shape_errors(void **state)
 {
     fl_variable *x = fl_v_new(IN(-1, 1, 2, 3), true), *out[2];
@@ -303,6 +341,9 @@ int main(void)
         scoped_test(index_gradients),
         scoped_test(pad_and_tile_gradients),
         scoped_test(shape_errors),
+        scoped_test(activation_gradients),
+        scoped_test(gelu_matches_pytorch),
+        scoped_test(softmax_gradients),
         scoped_test(conv2d_gradients),
         scoped_test(conv1d_gradients),
         scoped_test(pool2d_gradients),
