@@ -7,6 +7,125 @@
 
 #define IN(low, high, ...) gradcheck_input((low), (high), FL_SHAPE(__VA_ARGS__))
 
+/* y * y: keeps the gradient of a pure movement of elements from being the same at every one. */
+static fl_variable *squared(fl_variable *y) { return fl_v_mul(y, y); }
+
+/* ---- elementwise ---- */
+
+typedef fl_variable *(*unary_fn)(fl_variable *);
+
+static fl_variable *unary_of(fl_variable *const *x, void *ctx) { return (*(unary_fn *)ctx)(x[0]); }
+
+static void unary_gradients(void **state)
+{
+    /* on (0.2, 2), where every function is smooth and defined */
+    unary_fn fns[] = {fl_v_neg,  fl_v_abs,  fl_v_exp,     fl_v_log, fl_v_log1p, fl_v_sqrt,   fl_v_rsqrt,
+                      fl_v_sin,  fl_v_cos,  fl_v_tanh,    fl_v_sigmoid, fl_v_erf, fl_v_square, fl_v_reciprocal};
+    for (int i = 0; i < (int)(sizeof fns / sizeof *fns); i++) {
+        assert_gradcheck(unary_of, &fns[i], IN(0.2, 2, 2, 3));
+        assert_gradcheck(unary_of, &fns[i], IN(0.2, 2));
+    }
+    /* and both signs where they are defined */
+    unary_fn signed_fns[] = {fl_v_neg, fl_v_abs, fl_v_exp, fl_v_sin, fl_v_cos, fl_v_tanh, fl_v_sigmoid, fl_v_erf,
+                             fl_v_square, fl_v_reciprocal};
+    for (int i = 0; i < (int)(sizeof signed_fns / sizeof *signed_fns); i++)
+        assert_gradcheck(unary_of, &signed_fns[i], T_F64(FL_SHAPE(4), -2.5, -0.3, 0.4, 1.7));
+}
+
+static fl_variable *clamp_of(fl_variable *const *x, void *ctx) { return fl_v_clamp(x[0], -0.5, 0.5); }
+
+static void clamp_gradient(void **state)
+{
+    /* the gradient passes inside the bounds only (points away from them) */
+    assert_gradcheck(clamp_of, NULL, T_F64(FL_SHAPE(5), -2, -0.49, 0, 0.3, 0.8));
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(3), -0.5, 0.5, 0.6), true);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_clamp(x, -0.5, 0.5), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 1, 1, 0); /* bounds included, as in PyTorch */
+}
+
+static fl_variable *pow_of(fl_variable *const *x, void *ctx) { return fl_v_pow(x[0], x[1]); }
+static fl_variable *minimum_of(fl_variable *const *x, void *ctx) { return fl_v_minimum(x[0], x[1]); }
+static fl_variable *maximum_of(fl_variable *const *x, void *ctx) { return fl_v_maximum(x[0], x[1]); }
+
+static void binary_gradients(void **state)
+{
+    gradcheck_fn fns[] = {pow_of, minimum_of, maximum_of};
+    for (int i = 0; i < 3; i++) {
+        assert_gradcheck(fns[i], NULL, IN(0.5, 2, 2, 3), IN(0.5, 2, 2, 3));
+        assert_gradcheck(fns[i], NULL, IN(0.5, 2, 2, 1, 3), IN(0.5, 2, 4, 1));
+        assert_gradcheck(fns[i], NULL, IN(0.5, 2, 3), IN(0.5, 2));
+    }
+}
+
+static void binary_gradients_at_special_points(void **state)
+{
+    /* pow: 0^b has no gradient in b (not nan); a^0 none in a (not 0 * inf) */
+    fl_variable *a = fl_v_new(T_F64(FL_SHAPE(3), 0, 0, 2), true);
+    fl_variable *b = fl_v_new(T_F64(FL_SHAPE(3), 2, 0, 0), true);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_pow(a, b), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(a), 0, 0, 0, 0, 0);
+    assert_values(fl_v_grad(b), 0, 1e-15, 0, 0, log(2));
+    /* maximum and minimum split ties evenly, as PyTorch does */
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(3), 1, 2, 3), true);
+    fl_variable *y = fl_v_new(T_F64(FL_SHAPE(3), 3, 2, 1), true);
+    fl_variable *both = fl_v_add(fl_v_maximum(x, y), fl_v_mul_scalar(fl_v_minimum(x, y), 10));
+    assert_int_equal(fl_v_backward(fl_v_sum(both, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 10, 5.5, 1);
+    assert_values(fl_v_grad(y), 0, 0, 1, 5.5, 10);
+}
+
+static fl_variable *add_scalar_of(fl_variable *const *x, void *ctx) { return squared(fl_v_add_scalar(x[0], 1.5)); }
+static fl_variable *mul_scalar_of(fl_variable *const *x, void *ctx) { return fl_v_mul_scalar(x[0], -2.5); }
+static fl_variable *pow_scalar_of(fl_variable *const *x, void *ctx) { return fl_v_pow_scalar(x[0], *(double *)ctx); }
+
+static void scalar_gradients(void **state)
+{
+    assert_gradcheck(add_scalar_of, NULL, IN(-1, 1, 2, 3));
+    assert_gradcheck(mul_scalar_of, NULL, IN(-1, 1, 2, 3));
+    double exponents[] = {2, -1.5, 0.5, 0, 1};
+    for (int i = 0; i < 5; i++)
+        assert_gradcheck(pow_scalar_of, &exponents[i], IN(0.5, 2, 2, 3));
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(2), 0, 1), true);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_pow_scalar(x, 0), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 0, 0);
+}
+
+static fl_variable *where_of(fl_variable *const *x, void *ctx) { return fl_v_where(ctx, x[0], x[1]); }
+
+static void where_gradients(void **state)
+{
+    fl_tensor *cond = T_BOOL(FL_SHAPE(2, 3), 1, 0, 0, 1, 1, 0);
+    assert_gradcheck(where_of, cond, IN(-1, 1, 2, 3), IN(-1, 1, 2, 3));
+    assert_gradcheck(where_of, cond, IN(-1, 1, 3), IN(-1, 1, 2, 1)); /* broadcast */
+    fl_tensor *column = T_BOOL(FL_SHAPE(2, 1), 0, 1);
+    assert_gradcheck(where_of, column, IN(-1, 1, 3), IN(-1, 1));
+}
+
+/* f64 to f64: finite differences need f64 throughout; the f32 case is checked by value below. */
+static fl_variable *cast_of(fl_variable *const *x, void *ctx) { return squared(fl_v_cast(x[0], FL_F64)); }
+
+static void cast_gradients(void **state)
+{
+    assert_gradcheck(cast_of, NULL, IN(-1, 1, 2, 3));
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(2), 1.5, -2), true);
+    fl_variable *y = fl_v_mul(fl_v_cast(x, FL_F32), fl_v_new(T_F32(FL_SHAPE(2), 3, 4), false));
+    assert_dtype(fl_v_value(y), FL_F32);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_dtype(fl_v_grad(x), FL_F64);
+    assert_values(fl_v_grad(x), 0, 0, 3, 4);
+    /* integers are constants */
+    assert_false(fl_v_requires_grad(fl_v_cast(x, FL_I32)));
+}
+
+static void elementwise_errors(void **state)
+{
+    fl_variable *x = fl_v_new(IN(-1, 1, 2, 3), true);
+    assert_fails(fl_v_pow(x, fl_v_new(IN(-1, 1, 2), true)), FL_ERR_SHAPE, "fl_pow");
+    assert_fails(fl_v_clamp(x, 1, 0), FL_ERR_VALUE, "fl_clamp");
+    assert_fails(fl_v_where(NULL, x, x), FL_ERR_NULL, "fl_v_where");
+    assert_fails(fl_v_exp(NULL), FL_ERR_NULL, "fl_v_exp");
+}
+
 /* ---- shape and indexing ---- */
 
 typedef struct shape_case {
@@ -31,9 +150,6 @@ static fl_variable *permute_of(fl_variable *const *x, void *ctx) { return fl_v_p
 static fl_variable *transpose_of(fl_variable *const *x, void *ctx) { return fl_v_transpose(x[0], -1, 0); }
 static fl_variable *squeeze_of(fl_variable *const *x, void *ctx) { return fl_v_squeeze(x[0], -2); }
 static fl_variable *unsqueeze_of(fl_variable *const *x, void *ctx) { return fl_v_unsqueeze(x[0], -1); }
-
-/* Multiplying by x keeps the gradient of a pure movement from being the same at every element. */
-static fl_variable *squared(fl_variable *y) { return fl_v_mul(y, y); }
 
 static void reshape_gradients(void **state)
 {
@@ -333,6 +449,14 @@ static void shape_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        scoped_test(unary_gradients),
+        scoped_test(clamp_gradient),
+        scoped_test(binary_gradients),
+        scoped_test(binary_gradients_at_special_points),
+        scoped_test(scalar_gradients),
+        scoped_test(where_gradients),
+        scoped_test(cast_gradients),
+        scoped_test(elementwise_errors),
         scoped_test(reshape_gradients),
         scoped_test(permutation_gradients),
         scoped_test(expand_gradients),

@@ -78,8 +78,8 @@ fl_variable *fl_v_gelu(fl_variable *x, bool approximate)
         return NULL;
     fl_scope scope = fl_scope_begin();
     const fl_tensor *v = x->value;
-    fl_tensor *shape = approximate ? gelu_tanh_term(v) : fl_erf(fl_mul_scalar(v, M_SQRT1_2));
-    fl_tensor *y = fl_mul(fl_mul_scalar(v, 0.5), fl_add_scalar(shape, 1));
+    fl_tensor *erf_or_tanh = approximate ? gelu_tanh_term(v) : fl_erf(fl_mul_scalar(v, M_SQRT1_2));
+    fl_tensor *y = fl_mul(fl_mul_scalar(v, 0.5), fl_add_scalar(erf_or_tanh, 1));
     fl_variable *result = fl_v_record(y, FL_VARS(x), gelu_grad, FL_SAVE(v), &approximate, sizeof approximate);
     return fl__v_scope_return(scope, result);
 }
