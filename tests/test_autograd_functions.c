@@ -431,6 +431,31 @@ static void softmax_gradients(void **state)
     }
 }
 
+static fl_variable *gather_of(fl_variable *const *x, void *ctx) { return fl_v_gather(x[0], *(int *)ctx, fl_v_value(x[1])); }
+static fl_variable *index_select_of(fl_variable *const *x, void *ctx)
+{
+    return fl_v_index_select(x[0], *(int *)ctx, fl_v_value(x[1]));
+}
+
+static void index_tensor_gradients(void **state)
+{
+    int first = 0, last = -1;
+    /* repeated indices accumulate; an index smaller than the input along other axes */
+    assert_gradcheck(gather_of, &first, IN(-1, 1, 3, 4), T_I64(FL_SHAPE(2, 3), 2, 0, 2, 2, 1, 0));
+    assert_gradcheck(gather_of, &last, IN(-1, 1, 2, 3, 4), T_I32(FL_SHAPE(2, 2, 2), 3, 3, 0, 1, 2, 0, 1, 1));
+    assert_gradcheck(index_select_of, &first, IN(-1, 1, 4, 3), T_I64(FL_SHAPE(5), 3, 0, 3, 1, 3));
+    assert_gradcheck(index_select_of, &last, IN(-1, 1, 2, 3, 4), T_I32(FL_SHAPE(3), 1, 1, 0));
+    assert_gradcheck(index_select_of, &first, IN(-1, 1, 4, 3), T_I64(FL_SHAPE(), 2)); /* a 0-d index */
+}
+
+static void index_tensor_errors(void **state)
+{
+    fl_variable *x = fl_v_new(IN(-1, 1, 3, 4), true);
+    assert_fails(fl_v_gather(x, 0, T_I64(FL_SHAPE(1, 1), 3)), FL_ERR_INDEX, "fl_gather");
+    assert_fails(fl_v_index_select(x, 2, T_I64(FL_SHAPE(1), 0)), FL_ERR_AXIS, "fl_index_select");
+    assert_fails(fl_v_index_select(x, 0, NULL), FL_ERR_NULL, "fl_v_index_select");
+}
+
 static void shape_errors(void **state)
 {
     fl_variable *x = fl_v_new(IN(-1, 1, 2, 3), true), *out[2];
@@ -465,6 +490,8 @@ int main(void)
         scoped_test(index_gradients),
         scoped_test(pad_and_tile_gradients),
         scoped_test(shape_errors),
+        scoped_test(index_tensor_gradients),
+        scoped_test(index_tensor_errors),
         scoped_test(activation_gradients),
         scoped_test(gelu_matches_pytorch),
         scoped_test(softmax_gradients),
