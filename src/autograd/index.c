@@ -47,7 +47,7 @@ static fl_variable *select(const char *fn, fl_variable *x, int axis, const fl_te
         fl__axis(fn, axis, c.ndim, &c.axis);
     fl_variable *v = fl_v_record(y, FL_VARS(x), slices ? index_select_grad : gather_grad, FL_SAVE(index), &c,
                                  sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }
 
 fl_variable *fl_v_gather(fl_variable *x, int axis, const fl_tensor *index)
