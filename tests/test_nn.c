@@ -175,7 +175,7 @@ static void modules_have_the_gradients_of_their_values(void **state)
 
 static fl_tensor *nn_fixture(const char *key, const char *what)
 {
-    char name[128];
+    char name[400];
     snprintf(name, sizeof name, "%s/%s", key, what);
     return fixture("nn.bin", name);
 }
