@@ -56,7 +56,8 @@ struct fl_optimizer {
     fl_variable **params;  /* retained; destroy releases them */
     size_t count;
     double lr;             /* read at every step: schedules change it between steps */
-    /* One update of every parameter that has a gradient. */
+    /* One update of every parameter that has a gradient. On failure (out of memory)
+     * the parameters before the failing one have been updated, the rest not. */
     fl_status (*step)(fl_optimizer *o);
     /* Writes the state into map under prefix (see above). */
     fl_status (*save_state)(const fl_optimizer *o, fl_tensor_map *map, const char *prefix);

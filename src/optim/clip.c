@@ -1,6 +1,7 @@
 /* Gradient clipping by the norm of all the gradients together, as
  * torch.nn.utils.clip_grad_norm_. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -37,10 +38,12 @@ double fl_clip_grad_norm(fl_variable *const *params, size_t count, double max_no
     }
     if (ngrads == 0)
         return 0;
+    fl_tensor **norms = malloc(ngrads * sizeof *norms);
+    if (!norms)
+        return fl__error(FL_ERR_MEMORY, fn, "out of memory"), NAN;
     bool recording = fl_set_grad_enabled(false);
     fl_scope scope = fl_scope_begin();
     /* The norm of the per-gradient norms, in their promoted dtype, as PyTorch stacks them. */
-    fl_tensor *norms[ngrads];
     for (size_t i = 0, k = 0; i < count; i++)
         if (fl_v_grad(params[i]))
             norms[k++] = fl_cast(norm(fl_v_grad(params[i]), norm_type), dtype);
@@ -56,5 +59,6 @@ double fl_clip_grad_norm(fl_variable *const *params, size_t count, double max_no
     double result = status == FL_OK ? fl_item(total) : NAN;
     fl_scope_end(scope);
     fl_set_grad_enabled(recording);
+    free(norms);
     return result;
 }

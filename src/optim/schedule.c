@@ -5,28 +5,28 @@
 
 #include "internal.h"
 
-static double invalid(const char *fn, const char *what, double value)
+/* Records "fn: what = value: it must be >= least" and returns NAN. */
+static double too_small(const char *fn, const char *what, int64_t value, int least)
 {
-    fl__error(FL_ERR_VALUE, fn, "%s = %g: %s", what, value,
-              what[0] == 'e' ? "it must be >= 0" : "it must be >= 1");
+    fl__error(FL_ERR_VALUE, fn, "%s = %lld: it must be >= %d", what, (long long)value, least);
     return NAN;
 }
 
 double fl_lr_step(double base_lr, int64_t epoch, int64_t step_size, double gamma)
 {
     if (epoch < 0)
-        return invalid("fl_lr_step", "epoch", (double)epoch);
+        return too_small("fl_lr_step", "epoch", epoch, 0);
     if (step_size < 1)
-        return invalid("fl_lr_step", "step_size", (double)step_size);
+        return too_small("fl_lr_step", "step_size", step_size, 1);
     return base_lr * pow(gamma, (double)(epoch / step_size));
 }
 
 double fl_lr_cosine(double base_lr, int64_t epoch, int64_t t_max, double eta_min)
 {
     if (epoch < 0)
-        return invalid("fl_lr_cosine", "epoch", (double)epoch);
+        return too_small("fl_lr_cosine", "epoch", epoch, 0);
     if (t_max < 1)
-        return invalid("fl_lr_cosine", "t_max", (double)t_max);
+        return too_small("fl_lr_cosine", "t_max", t_max, 1);
     return eta_min + (base_lr - eta_min) * (1 + cos(M_PI * (double)epoch / (double)t_max)) / 2;
 }
 
@@ -34,9 +34,9 @@ double fl_lr_linear(double base_lr, int64_t epoch, double start_factor, double e
 {
     const char *fn = "fl_lr_linear";
     if (epoch < 0)
-        return invalid(fn, "epoch", (double)epoch);
+        return too_small(fn, "epoch", epoch, 0);
     if (total_iters < 1)
-        return invalid(fn, "total_iters", (double)total_iters);
+        return too_small(fn, "total_iters", total_iters, 1);
     /* PyTorch's bounds: a start of 0 would make the first learning rate 0. */
     if (!(start_factor > 0 && start_factor <= 1))
         return fl__error(FL_ERR_VALUE, fn, "start_factor = %g: it must be in (0, 1]", start_factor), NAN;
@@ -51,15 +51,17 @@ double fl_lr_at(const fl_lr_schedule *s, double base_lr, int64_t epoch)
     if (fl__null_args("fl_lr_at", 1, s))
         return NAN;
     if (s->warmup_iters < 0)
-        return invalid("fl_lr_at", "warmup_iters", (double)s->warmup_iters) , NAN;
-    if (epoch >= 0 && epoch < s->warmup_iters) {
+        return too_small("fl_lr_at", "warmup_iters", s->warmup_iters, 0);
+    if (epoch < 0)
+        return too_small("fl_lr_at", "epoch", epoch, 0);
+    if (epoch < s->warmup_iters) {
         double start = s->warmup_start_factor != 0 ? s->warmup_start_factor : 1.0 / 3;
         return fl_lr_linear(base_lr, epoch, start, 1.0, s->warmup_iters);
     }
     epoch -= s->warmup_iters;
     switch (s->kind) {
     case FL_LR_CONSTANT:
-        return epoch >= 0 ? base_lr : invalid("fl_lr_at", "epoch", (double)epoch);
+        return base_lr;
     case FL_LR_STEP:
         return fl_lr_step(base_lr, epoch, s->step_size, s->gamma);
     case FL_LR_COSINE:
