@@ -1,0 +1,35 @@
+/* Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
+ * torch.optim.SGD. */
+#include "internal.h"
+
+static fl_tensor *sgd_update(const fl__optim *o, const fl_tensor *value, const fl_tensor *grad, double step,
+                             fl_tensor **buffers)
+{
+    const fl_sgd_options *opt = o->options;
+    fl_tensor *g = fl__decayed_grad(grad, value, opt->weight_decay);
+    if (opt->momentum != 0) {
+        /* The first step starts the buffer at the gradient itself, undamped. */
+        fl_tensor *buf = buffers[0] ? fl_add(fl_mul_scalar(buffers[0], opt->momentum),
+                                             fl_mul_scalar(g, 1 - opt->dampening))
+                                    : g;
+        buffers[0] = buf;
+        g = opt->nesterov ? fl_add(g, fl_mul_scalar(buf, opt->momentum)) : buf;
+    }
+    return fl_sub(value, fl_mul_scalar(g, o->base.lr));
+}
+
+fl_optimizer *fl_sgd(fl_variable *const *params, size_t count, const fl_sgd_options *options)
+{
+    const char *fn = "fl_sgd";
+    fl_sgd_options opt = options ? *options : FL_SGD_DEFAULTS;
+    if (!fl__check_nonnegative(fn, "momentum", opt.momentum) || !fl__check_nonnegative(fn, "dampening", opt.dampening) ||
+        !fl__check_nonnegative(fn, "weight_decay", opt.weight_decay))
+        return NULL;
+    if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0))
+        return fl__error(FL_ERR_VALUE, fn, "Nesterov momentum needs momentum > 0 and dampening 0 (momentum = %g, "
+                         "dampening = %g)", opt.momentum, opt.dampening);
+    const char *momentum[] = {"momentum_buffer", NULL}, *none[] = {NULL};
+    fl__optim *o = fl__optim_create(fn, "sgd", params, count, opt.lr, sgd_update, false,
+                                    opt.momentum != 0 ? momentum : none, NULL, &opt, sizeof opt);
+    return o ? &o->base : NULL;
+}

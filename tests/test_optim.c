@@ -1,0 +1,550 @@
+/* Optimizers against torch.optim (and NovoGrad against a NumPy transcription of
+ * Flashlight's), step by step on a fixed sequence of gradients; their state against
+ * PyTorch's state_dict and across a save and load; learning-rate schedules against
+ * torch.optim.lr_scheduler; clipping against torch.nn.utils.clip_grad_norm_.
+ * Fixtures: tests/fixtures/gen_optim.py. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flare/autograd.h"
+#include "flare/io.h"
+#include "flare/optim.h"
+#include "support.h"
+
+/* The fixture's sequence, as gen_optim.py describes it. */
+#define STEPS 5
+#define NPARAMS 2
+#define SKIP_STEP 2  /* the second parameter has no gradient at this step */
+#define SKIP_PARAM 1
+#define LR_STEP 3    /* the learning rate is halved from this step on */
+
+static fl_tensor *fx(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static fl_tensor *fx(const char *format, ...)
+{
+    char name[128];
+    va_list ap;
+    va_start(ap, format);
+    vsnprintf(name, sizeof name, format, ap);
+    va_end(ap);
+    fl_tensor *t = fixture("optim.bin", name);
+    assert_non_null(t);
+    return t;
+}
+
+typedef fl_optimizer *(*make_fn)(fl_variable *const *params, size_t count);
+
+static fl_optimizer *sgd(fl_variable *const *p, size_t n) { return fl_sgd(p, n, &(fl_sgd_options){.lr = 0.1}); }
+static fl_optimizer *sgd_wd(fl_variable *const *p, size_t n)
+{
+    return fl_sgd(p, n, &(fl_sgd_options){.lr = 0.1, .weight_decay = 0.1});
+}
+static fl_optimizer *sgd_momentum(fl_variable *const *p, size_t n)
+{
+    return fl_sgd(p, n, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9, .dampening = 0.1});
+}
+static fl_optimizer *sgd_nesterov(fl_variable *const *p, size_t n)
+{
+    return fl_sgd(p, n, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 0.01});
+}
+static fl_optimizer *adam(fl_variable *const *p, size_t n)
+{
+    fl_adam_options o = FL_ADAM_DEFAULTS;
+    o.lr = 0.01;
+    return fl_adam(p, n, &o);
+}
+static fl_optimizer *adam_wd(fl_variable *const *p, size_t n)
+{
+    return fl_adam(p, n, &(fl_adam_options){.lr = 0.01, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-8, .weight_decay = 0.1});
+}
+static fl_optimizer *amsgrad(fl_variable *const *p, size_t n)
+{
+    return fl_adam(p, n, &(fl_adam_options){.lr = 0.01, .beta1 = 0.5, .beta2 = 0.5, .eps = 1e-8, .amsgrad = true});
+}
+static fl_optimizer *adamw(fl_variable *const *p, size_t n)
+{
+    fl_adam_options o = FL_ADAMW_DEFAULTS;
+    o.lr = 0.01;
+    return fl_adamw(p, n, &o);
+}
+static fl_optimizer *adamw_amsgrad(fl_variable *const *p, size_t n)
+{
+    return fl_adamw(p, n, &(fl_adam_options){.lr = 0.01, .beta1 = 0.5, .beta2 = 0.5, .eps = 1e-8,
+                                             .weight_decay = 0.1, .amsgrad = true});
+}
+static fl_optimizer *rmsprop(fl_variable *const *p, size_t n)
+{
+    fl_rmsprop_options o = FL_RMSPROP_DEFAULTS;
+    o.lr = 0.01;
+    return fl_rmsprop(p, n, &o);
+}
+static fl_optimizer *rmsprop_centered(fl_variable *const *p, size_t n)
+{
+    return fl_rmsprop(p, n, &(fl_rmsprop_options){.lr = 0.01, .alpha = 0.9, .eps = 1e-8, .centered = true,
+                                                  .momentum = 0.9, .weight_decay = 0.1});
+}
+static fl_optimizer *adagrad(fl_variable *const *p, size_t n)
+{
+    fl_adagrad_options o = FL_ADAGRAD_DEFAULTS;
+    o.lr = 0.1;
+    return fl_adagrad(p, n, &o);
+}
+static fl_optimizer *adagrad_decay(fl_variable *const *p, size_t n)
+{
+    return fl_adagrad(p, n, &(fl_adagrad_options){.lr = 0.1, .lr_decay = 0.1, .weight_decay = 0.1,
+                                                  .initial_accumulator_value = 0.1, .eps = 1e-10});
+}
+static fl_optimizer *adadelta(fl_variable *const *p, size_t n) { return fl_adadelta(p, n, NULL); }
+static fl_optimizer *adadelta_wd(fl_variable *const *p, size_t n)
+{
+    return fl_adadelta(p, n, &(fl_adadelta_options){.lr = 0.5, .rho = 0.8, .eps = 1e-6, .weight_decay = 0.1});
+}
+static fl_optimizer *novograd(fl_variable *const *p, size_t n)
+{
+    fl_novograd_options o = FL_NOVOGRAD_DEFAULTS;
+    o.lr = 0.01;
+    return fl_novograd(p, n, &o);
+}
+static fl_optimizer *novograd_wd(fl_variable *const *p, size_t n)
+{
+    return fl_novograd(p, n, &(fl_novograd_options){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                                    .weight_decay = 0.1});
+}
+
+typedef struct optim_case {
+    const char *name; /* as gen_optim.py names it */
+    make_fn make;
+} optim_case;
+
+#define CASE(f) {#f, f}
+static const optim_case cases[] = {
+    CASE(sgd),     CASE(sgd_wd),           CASE(sgd_momentum), CASE(sgd_nesterov),  CASE(adam),
+    CASE(adam_wd), CASE(amsgrad),          CASE(adamw),        CASE(adamw_amsgrad), CASE(rmsprop),
+    CASE(rmsprop_centered), CASE(adagrad), CASE(adagrad_decay), CASE(adadelta),     CASE(adadelta_wd),
+    CASE(novograd), CASE(novograd_wd),
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static void new_params(fl_variable **params, fl_dtype dtype)
+{
+    for (int k = 0; k < NPARAMS; k++)
+        params[k] = fl_v_new(fl_cast(fx("p%d", k), dtype), true);
+}
+
+/* Step t of the fixture's sequence: its gradients, its learning rate, one step. */
+static void fixture_step(fl_optimizer *o, fl_variable **params, int t)
+{
+    if (t == LR_STEP)
+        assert_int_equal(fl_optimizer_set_lr(o, fl_optimizer_get_lr(o) * 0.5), FL_OK);
+    for (int k = 0; k < NPARAMS; k++) {
+        bool skipped = t == SKIP_STEP && k == SKIP_PARAM;
+        fl_dtype dtype = fl_dtype_of(fl_v_value(params[k]));
+        assert_int_equal(fl_v_set_grad(params[k], skipped ? NULL : fl_cast(fx("g%d_%d", t, k), dtype)), FL_OK);
+    }
+    assert_int_equal(fl_optimizer_step(o), FL_OK);
+    assert_true(fl_grad_enabled());
+}
+
+static void check_against_reference(const char *name, fl_dtype dtype, double rtol, double atol)
+{
+    for (size_t c = 0; c < NCASES; c++) {
+        if (strcmp(cases[c].name, name) != 0)
+            continue;
+        fl_variable *params[NPARAMS];
+        new_params(params, dtype);
+        fl_optimizer *o = cases[c].make(params, NPARAMS);
+        assert_non_null(o);
+        for (int t = 0; t < STEPS; t++) {
+            fixture_step(o, params, t);
+            for (int k = 0; k < NPARAMS; k++) {
+                const fl_tensor *value = fl_v_value(params[k]);
+                assert_dtype(value, dtype);
+                assert_close(value, fx("%s_%d_%d", cases[c].name, t, k), rtol, atol);
+            }
+        }
+        fl_optimizer_free(o);
+        assert_no_error();
+    }
+}
+
+/* f64 to PyTorch's f64 tightly; f32 to the same f64 reference, within f32 rounding. */
+#define CHECK(...) \
+    for (const char *const *name = (const char *const[]){__VA_ARGS__, NULL}; *name; name++) { \
+        check_against_reference(*name, FL_F64, 1e-12, 1e-14); \
+        check_against_reference(*name, FL_F32, 1e-5, 1e-6); \
+    }
+
+static void sgd_matches_pytorch(void **state) { CHECK("sgd", "sgd_wd", "sgd_momentum", "sgd_nesterov"); }
+static void adam_and_amsgrad_match_pytorch(void **state) { CHECK("adam", "adam_wd", "amsgrad"); }
+static void adamw_matches_pytorch(void **state) { CHECK("adamw", "adamw_amsgrad"); }
+static void rmsprop_matches_pytorch(void **state) { CHECK("rmsprop", "rmsprop_centered"); }
+static void adagrad_matches_pytorch(void **state) { CHECK("adagrad", "adagrad_decay"); }
+static void adadelta_matches_pytorch(void **state) { CHECK("adadelta", "adadelta_wd"); }
+static void novograd_matches_flashlight_formula(void **state) { CHECK("novograd", "novograd_wd"); }
+
+/* After the whole sequence, the state is PyTorch's state_dict, name for name. */
+static void state_has_pytorch_names_and_values(void **state)
+{
+    for (size_t c = 0; c < NCASES; c++) {
+        fl_variable *params[NPARAMS];
+        new_params(params, FL_F64);
+        fl_optimizer *o = cases[c].make(params, NPARAMS);
+        for (int t = 0; t < STEPS; t++)
+            fixture_step(o, params, t);
+        fl_tensor_map *map = fl_tensor_map_create();
+        assert_int_equal(fl_optimizer_state(o, map, "optimizer."), FL_OK);
+        int64_t count = 0;
+        for (size_t i = 0; i < fl_tensor_map_count(map); i++) {
+            const char *name = fl_tensor_map_name_at(map, i);
+            if (strncmp(name, "optimizer.state.", 16) != 0)
+                continue;
+            count++;
+            assert_close(fl_tensor_map_tensor_at(map, i), fx("%s.state.%s", cases[c].name, name + 16), 1e-12, 1e-14);
+        }
+        assert_int_equal(count, (int64_t)fl_item(fx("%s.state_count", cases[c].name)));
+        double lr = fl_item(fl_tensor_map_get(map, "optimizer.param_groups.0.lr"));
+        assert_true(lr == fl_optimizer_get_lr(o));
+        fl_tensor_map_free(map);
+        fl_optimizer_free(o);
+    }
+    assert_no_error();
+}
+
+/* Three steps, the state saved; two more. A new optimizer over the values after
+ * three steps, the state loaded, two more: the same values, bit for bit. */
+static void resuming_from_saved_state_is_exact(void **state)
+{
+    for (size_t c = 0; c < NCASES; c++) {
+        for (fl_dtype dtype = FL_F32; dtype <= FL_F64; dtype++) {
+            fl_variable *params[NPARAMS], *resumed[NPARAMS];
+            new_params(params, dtype);
+            fl_optimizer *o = cases[c].make(params, NPARAMS);
+            for (int t = 0; t < 3; t++)
+                fixture_step(o, params, t);
+            fl_tensor_map *map = fl_tensor_map_create();
+            assert_int_equal(fl_optimizer_state(o, map, NULL), FL_OK);
+            for (int k = 0; k < NPARAMS; k++)
+                resumed[k] = fl_v_new(fl_v_value(params[k]), true);
+            fl_optimizer *r = cases[c].make(resumed, NPARAMS);
+            assert_int_equal(fl_optimizer_load_state(r, map, NULL), FL_OK);
+            fl_tensor_map_free(map);
+            for (int t = 3; t < STEPS; t++) {
+                fixture_step(o, params, t);
+                fixture_step(r, resumed, t);
+            }
+            for (int k = 0; k < NPARAMS; k++)
+                assert_close(fl_v_value(resumed[k]), fl_v_value(params[k]), 0, 0);
+            fl_optimizer_free(o);
+            fl_optimizer_free(r);
+        }
+    }
+    assert_no_error();
+}
+
+static void defaults_lr_and_zero_grad(void **state)
+{
+    fl_variable *p = fl_v_new(T_F64(FL_SHAPE(2), 1, -2), true);
+    fl_optimizer *o = fl_adamw(&p, 1, NULL);
+    assert_true(fl_optimizer_get_lr(o) == 1e-3);
+    assert_string_equal(o->name, "adamw");
+    /* A zero gradient leaves AdamW's update at 0: only the default decay, 0.01, acts. */
+    fl_v_set_grad(p, T_F64(FL_SHAPE(2), 0, 0));
+    assert_int_equal(fl_optimizer_step(o), FL_OK);
+    assert_values(fl_v_value(p), 0, 0, 1 * (1 - 1e-3 * 1e-2), -2 * (1 - 1e-3 * 1e-2));
+    fl_optimizer_zero_grad(o);
+    assert_null(fl_v_grad(p));
+    assert_int_equal(fl_optimizer_step(o), FL_OK); /* nothing to do */
+    fl_optimizer_free(o);
+
+    /* NULL options are PyTorch's defaults (Flashlight's betas and apex's lr for NovoGrad). */
+    fl_optimizer *with_defaults[] = {fl_sgd(&p, 1, NULL),     fl_adam(&p, 1, NULL),     fl_rmsprop(&p, 1, NULL),
+                                     fl_adagrad(&p, 1, NULL), fl_adadelta(&p, 1, NULL), fl_novograd(&p, 1, NULL)};
+    const double default_lrs[] = {1e-3, 1e-3, 1e-2, 1e-2, 1.0, 1e-3};
+    for (int i = 0; i < 6; i++) {
+        assert_true(fl_optimizer_get_lr(with_defaults[i]) == default_lrs[i]);
+        fl_optimizer_free(with_defaults[i]);
+    }
+    assert_true(isnan(fl_optimizer_get_lr(NULL)));
+    assert_no_error();
+}
+
+/* ---- errors ---- */
+
+static void construction_errors(void **state)
+{
+    fl_variable *p[2] = {fl_v_new(T_F64(FL_SHAPE(2), 1, 2), true), fl_v_new(T_F32(FL_SHAPE(1), 3), true)};
+    assert_fails(fl_sgd(NULL, 2, NULL), FL_ERR_NULL, "fl_sgd");
+    assert_fails(fl_adam(p, 0, NULL), FL_ERR_VALUE, "no parameters");
+    assert_fails(fl_adamw((fl_variable *[]){p[0], NULL}, 2, NULL), FL_ERR_NULL, "parameter 1 is NULL");
+    assert_fails(fl_sgd(p, 2, &(fl_sgd_options){.lr = -0.1}), FL_ERR_VALUE, "lr = -0.1");
+    assert_fails(fl_sgd(p, 2, &(fl_sgd_options){.lr = NAN}), FL_ERR_VALUE, "lr = nan");
+    assert_fails(fl_sgd(p, 2, &(fl_sgd_options){.lr = 0.1, .nesterov = true}), FL_ERR_VALUE, "Nesterov");
+    assert_fails(fl_sgd(p, 2, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                 FL_ERR_VALUE, "dampening = 0.1");
+    assert_fails(fl_sgd(p, 2, &(fl_sgd_options){.lr = 0.1, .momentum = -1}), FL_ERR_VALUE, "momentum = -1");
+    fl_adam_options bad_beta = FL_ADAM_DEFAULTS;
+    bad_beta.beta1 = 1;
+    assert_fails(fl_adam(p, 2, &bad_beta), FL_ERR_VALUE, "beta1 = 1");
+    bad_beta = FL_ADAMW_DEFAULTS;
+    bad_beta.weight_decay = -0.5;
+    assert_fails(fl_adamw(p, 2, &bad_beta), FL_ERR_VALUE, "fl_adamw: weight_decay = -0.5");
+    assert_fails(fl_rmsprop(p, 2, &(fl_rmsprop_options){.lr = 0.1, .eps = -1}), FL_ERR_VALUE, "eps = -1");
+    assert_fails(fl_adagrad(p, 2, &(fl_adagrad_options){.lr = 0.1, .lr_decay = -1}), FL_ERR_VALUE, "lr_decay");
+    assert_fails(fl_adadelta(p, 2, &(fl_adadelta_options){.lr = 1, .rho = 1.5}), FL_ERR_VALUE, "rho = 1.5");
+    assert_fails(fl_novograd(p, 2, &(fl_novograd_options){.lr = 0.1, .beta2 = -0.1}), FL_ERR_VALUE, "beta2");
+    fl_variable *integer = fl_v_new(T_I32(FL_SHAPE(2), 1, 2), false);
+    assert_fails(fl_sgd(&integer, 1, NULL), FL_ERR_DTYPE, "i32[2]");
+    fl_variable *computed = fl_v_add(p[0], p[0]);
+    assert_fails(fl_sgd(&computed, 1, NULL), FL_ERR_VALUE, "not a leaf");
+}
+
+static void step_errors(void **state)
+{
+    fl_variable *p = fl_v_new(T_F64(FL_SHAPE(2), 1, 2), true);
+    fl_optimizer *o = fl_sgd(&p, 1, &(fl_sgd_options){.lr = 0.5});
+    assert_fails_status(fl_optimizer_step(NULL), FL_ERR_NULL, "fl_optimizer_step");
+    assert_fails_status(fl_optimizer_set_lr(o, -1), FL_ERR_VALUE, "lr = -1");
+    assert_fails_status(fl_optimizer_set_lr(NULL, 1), FL_ERR_NULL, "fl_optimizer_set_lr");
+    assert_true(fl_optimizer_get_lr(o) == 0.5);
+    /* A gradient of another shape or dtype never reaches the optimizer. */
+    assert_fails_status(fl_v_set_grad(p, T_F64(FL_SHAPE(3), 1, 1, 1)), FL_ERR_SHAPE, "f64[3]");
+    assert_fails_status(fl_v_set_grad(p, T_F32(FL_SHAPE(2), 1, 1)), FL_ERR_SHAPE, "f32[2]");
+    assert_int_equal(fl_optimizer_step(o), FL_OK);
+    assert_values(fl_v_value(p), 0, 0, 1, 2);
+    assert_fails_status(fl_optimizer_state(o, NULL, ""), FL_ERR_NULL, "fl_optimizer_state");
+    assert_fails_status(fl_optimizer_load_state(NULL, NULL, ""), FL_ERR_NULL, "fl_optimizer_load_state");
+    fl_optimizer_free(o);
+    fl_optimizer_free(NULL);
+    fl_optimizer_zero_grad(NULL);
+}
+
+/* A map with one tensor under "state.<name>" beside a valid state of Adam's. */
+static fl_tensor_map *adam_state_with(const char *name, fl_tensor *t)
+{
+    fl_tensor_map *map = fl_tensor_map_create();
+    fl_tensor_map_set(map, "state.0.step", fl_scalar(2, FL_F64));
+    fl_tensor_map_set(map, "state.0.exp_avg", fl_zeros(FL_F64, FL_SHAPE(3, 4)));
+    fl_tensor_map_set(map, "state.0.exp_avg_sq", fl_zeros(FL_F64, FL_SHAPE(3, 4)));
+    if (name)
+        fl_tensor_map_set(map, name, t);
+    return map;
+}
+
+static void load_state_errors(void **state)
+{
+    fl_variable *params[NPARAMS];
+    new_params(params, FL_F64);
+    fl_optimizer *o = adam(params, NPARAMS);
+    for (int t = 0; t < 3; t++)
+        fixture_step(o, params, t);
+    struct {
+        const char *name;
+        fl_tensor *tensor;
+        fl_status status;
+        const char *message;
+    } bad[] = {
+        {"state.0.exp_avg", fl_zeros(FL_F64, FL_SHAPE(4, 3)), FL_ERR_SHAPE, "state.0.exp_avg is f64[4, 3]"},
+        {"state.0.exp_avg_sq", fl_zeros(FL_I32, FL_SHAPE(3, 4)), FL_ERR_SHAPE, "i32[3, 4]"},
+        {"state.0.momentum_buffer", fl_zeros(FL_F64, FL_SHAPE(3, 4)), FL_ERR_VALUE, "keeps no 'momentum_buffer'"},
+        {"state.2.step", fl_scalar(1, FL_F64), FL_ERR_INDEX, "the adam optimizer has 2"},
+        {"state.x.step", fl_scalar(1, FL_F64), FL_ERR_VALUE, "not state.<index>.<name>"},
+        {"state.1.step", fl_scalar(1, FL_F64), FL_ERR_VALUE, "parameter 1 is incomplete"},
+        {"state.0.step", fl_scalar(1.5, FL_F64), FL_ERR_VALUE, "step = 1.5"},
+        {"state.0.step", fl_scalar(-1, FL_F64), FL_ERR_VALUE, "step = -1"},
+        {"param_groups.0.lr", fl_scalar(-1, FL_F64), FL_ERR_VALUE, "param_groups.0.lr = -1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fl_tensor_map *map = adam_state_with(bad[i].name, bad[i].tensor);
+        assert_fails_status(fl_optimizer_load_state(o, map, NULL), bad[i].status, bad[i].message);
+        fl_tensor_map_free(map);
+    }
+    /* The valid map itself loads; the prefix keeps other entries out of it. */
+    fl_tensor_map *map = adam_state_with("other.state.9.thing", fl_scalar(0, FL_F64));
+    fl_optimizer *fresh = adam(params, NPARAMS);
+    assert_int_equal(fl_optimizer_load_state(fresh, map, ""), FL_OK);
+    fl_tensor_map_free(map);
+    fl_optimizer_free(fresh);
+    /* NovoGrad's second moment is one number per parameter tensor. */
+    fl_optimizer *n = novograd(params, NPARAMS);
+    map = fl_tensor_map_create();
+    fl_tensor_map_set(map, "state.0.exp_avg", fl_zeros(FL_F64, FL_SHAPE(3, 4)));
+    fl_tensor_map_set(map, "state.0.exp_avg_sq", fl_zeros(FL_F64, FL_SHAPE(3, 4)));
+    assert_fails_status(fl_optimizer_load_state(n, map, NULL), FL_ERR_SHAPE, "it must be 0-d");
+    fl_tensor_map_free(map);
+    fl_optimizer_free(n);
+    /* Failed loads left the state as it was: the run goes on as PyTorch's did. */
+    for (int t = 3; t < STEPS; t++)
+        fixture_step(o, params, t);
+    for (int k = 0; k < NPARAMS; k++)
+        assert_close(fl_v_value(params[k]), fx("adam_%d_%d", STEPS - 1, k), 1e-12, 1e-14);
+    fl_optimizer_free(o);
+    assert_no_error();
+}
+
+/* A step keeps only the new values and state: no memory grows from step to step. */
+static void steps_leave_nothing_behind(void **state)
+{
+    fl_variable *params[NPARAMS];
+    new_params(params, FL_F64);
+    fl_optimizer *o = amsgrad(params, NPARAMS);
+    fl_tensor *g[NPARAMS] = {fx("g0_0"), fx("g0_1")};
+    fl_memory_stats before, after;
+    for (int t = 0; t < 4; t++) {
+        for (int k = 0; k < NPARAMS; k++)
+            fl_v_set_grad(params[k], g[k]);
+        fl_optimizer_step(o);
+        fl_memory_stats_get(t == 2 ? &before : &after);
+    }
+    assert_int_equal(after.in_use, before.in_use);
+    fl_optimizer_free(o);
+    assert_no_error();
+}
+
+/* ---- schedules ---- */
+
+#define EPOCHS 12
+
+static void check_schedule(const char *name, double (*lr)(int64_t epoch), double rtol)
+{
+    double values[EPOCHS];
+    for (int e = 0; e < EPOCHS; e++)
+        values[e] = lr(e);
+    fl_tensor *expected = fx("%s", name);
+    assert_close(fl_from_data(values, FL_F64, FL_SHAPE(EPOCHS)), expected, rtol, 1e-16);
+}
+
+static double step_lr(int64_t e) { return fl_lr_step(0.1, e, 3, 0.5); }
+static double cosine_lr(int64_t e) { return fl_lr_cosine(0.1, e, 10, 0.001); }
+static double linear_lr(int64_t e) { return fl_lr_linear(0.1, e, 0.25, 0.75, 4); }
+static double warmup_cosine_lr(int64_t e)
+{
+    fl_lr_schedule s = {.kind = FL_LR_COSINE, .t_max = 8, .warmup_iters = 3, .warmup_start_factor = 0.1};
+    return fl_lr_at(&s, 0.1, e);
+}
+static double warmup_step_lr(int64_t e)
+{
+    fl_lr_schedule s = {.kind = FL_LR_STEP, .step_size = 4, .gamma = 0.1, .warmup_iters = 2};
+    return fl_lr_at(&s, 0.1, e);
+}
+static double constant_lr(int64_t e) { return fl_lr_at(&(fl_lr_schedule){.kind = FL_LR_CONSTANT}, 0.1, e); }
+
+static void schedules_match_pytorch(void **state)
+{
+    /* The closed forms are PyTorch's operation for operation. */
+    check_schedule("lr_step", step_lr, 0);
+    check_schedule("lr_cosine", cosine_lr, 0);
+    check_schedule("lr_linear", linear_lr, 0);
+    /* SequentialLR steps its schedulers recursively: rounding differs in the last bits. */
+    check_schedule("lr_warmup_cosine", warmup_cosine_lr, 1e-13);
+    check_schedule("lr_warmup_step", warmup_step_lr, 1e-13);
+    for (int e = 0; e < EPOCHS; e++)
+        assert_true(constant_lr(e) == 0.1);
+    assert_no_error();
+}
+
+static void schedule_errors(void **state)
+{
+    assert_true(isnan(fl_lr_step(0.1, 3, 0, 0.5)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "fl_lr_step: step_size = 0");
+    assert_true(isnan(fl_lr_cosine(0.1, -1, 10, 0)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "fl_lr_cosine: epoch = -1");
+    assert_true(isnan(fl_lr_cosine(0.1, 1, 0, 0)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "t_max = 0");
+    assert_true(isnan(fl_lr_linear(0.1, 1, 0, 1, 5)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "start_factor = 0");
+    assert_true(isnan(fl_lr_linear(0.1, 1, 0.5, 1.5, 5)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "end_factor = 1.5");
+    assert_true(isnan(fl_lr_linear(0.1, 1, 0.5, 1, 0)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "total_iters = 0");
+    assert_true(isnan(fl_lr_at(NULL, 0.1, 1)));
+    assert_fails_status(FL_ERR_NULL, FL_ERR_NULL, "fl_lr_at");
+    assert_true(isnan(fl_lr_at(&(fl_lr_schedule){.kind = (fl_lr_kind)7}, 0.1, 1)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "unknown schedule kind 7");
+    assert_true(isnan(fl_lr_at(&(fl_lr_schedule){.warmup_iters = -2}, 0.1, 1)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "warmup_iters = -2");
+    assert_true(isnan(fl_lr_at(&(fl_lr_schedule){.kind = FL_LR_CONSTANT}, 0.1, -1)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "epoch = -1");
+}
+
+/* ---- clipping ---- */
+
+static void clipping_matches_pytorch(void **state)
+{
+    const struct {
+        const char *tag;
+        double norm_type;
+    } norms[] = {{"2", 2}, {"inf", INFINITY}, {"1", 1}};
+    const struct {
+        const char *tag;
+        double max_norm;
+    } limits[] = {{"clipped", 0.5}, {"unclipped", 100}};
+    for (int n = 0; n < 3; n++) {
+        for (int m = 0; m < 2; m++) {
+            for (fl_dtype dtype = FL_F32; dtype <= FL_F64; dtype++) {
+                double rtol = dtype == FL_F64 ? 1e-12 : 1e-6;
+                fl_variable *params[NPARAMS + 1];
+                for (int k = 0; k < NPARAMS; k++) {
+                    params[k] = fl_v_new(fl_zeros_like(fl_cast(fx("g0_%d", k), dtype)), true);
+                    fl_v_set_grad(params[k], fl_cast(fx("g0_%d", k), dtype));
+                }
+                params[NPARAMS] = fl_v_new(fl_zeros(dtype, FL_SHAPE(3)), true); /* no gradient: left out */
+                double total = fl_clip_grad_norm(params, NPARAMS + 1, limits[m].max_norm, norms[n].norm_type);
+                double expected = fl_item(fx("clip_%s_%s_norm", norms[n].tag, limits[m].tag));
+                assert_true(fabs(total - expected) <= rtol * expected);
+                for (int k = 0; k < NPARAMS; k++)
+                    assert_close(fl_v_grad(params[k]), fx("clip_%s_%s_%d", norms[n].tag, limits[m].tag, k), rtol,
+                                 1e-15);
+                assert_null(fl_v_grad(params[NPARAMS]));
+            }
+        }
+    }
+    /* A general p-norm: (sum |g|^p)^(1/p) of everything together. */
+    fl_variable *p[2] = {fl_v_new(T_F64(FL_SHAPE(2), 0, 0), true), fl_v_new(T_F64(FL_SHAPE(1), 0), true)};
+    fl_v_set_grad(p[0], T_F64(FL_SHAPE(2), 1, -2));
+    fl_v_set_grad(p[1], T_F64(FL_SHAPE(1), 3));
+    assert_true(fabs(fl_clip_grad_norm(p, 2, 100, 3) - cbrt(36)) < 1e-14);
+    assert_true(fl_clip_grad_norm(NULL, 0, 1, 2) == 0);
+    assert_no_error();
+}
+
+static void clipping_errors(void **state)
+{
+    fl_variable *p = fl_v_new(T_F64(FL_SHAPE(2), 0, 0), true);
+    fl_v_set_grad(p, T_F64(FL_SHAPE(2), 3, 4));
+    assert_true(isnan(fl_clip_grad_norm(NULL, 2, 1, 2)));
+    assert_fails_status(FL_ERR_NULL, FL_ERR_NULL, "fl_clip_grad_norm");
+    assert_true(isnan(fl_clip_grad_norm((fl_variable *[]){p, NULL}, 2, 1, 2)));
+    assert_fails_status(FL_ERR_NULL, FL_ERR_NULL, "parameter 1 is NULL");
+    assert_true(isnan(fl_clip_grad_norm(&p, 1, -1, 2)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "max_norm = -1");
+    assert_true(isnan(fl_clip_grad_norm(&p, 1, 1, 0)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "norm_type = 0");
+    assert_true(isnan(fl_clip_grad_norm(&p, 1, 1, NAN)));
+    assert_fails_status(FL_ERR_VALUE, FL_ERR_VALUE, "norm_type = nan");
+    assert_values(fl_v_grad(p), 0, 0, 3, 4); /* untouched */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(sgd_matches_pytorch),
+        scoped_test(adam_and_amsgrad_match_pytorch),
+        scoped_test(adamw_matches_pytorch),
+        scoped_test(rmsprop_matches_pytorch),
+        scoped_test(adagrad_matches_pytorch),
+        scoped_test(adadelta_matches_pytorch),
+        scoped_test(novograd_matches_flashlight_formula),
+        scoped_test(state_has_pytorch_names_and_values),
+        scoped_test(resuming_from_saved_state_is_exact),
+        scoped_test(defaults_lr_and_zero_grad),
+        scoped_test(construction_errors),
+        scoped_test(step_errors),
+        scoped_test(load_state_errors),
+        scoped_test(steps_leave_nothing_behind),
+        scoped_test(schedules_match_pytorch),
+        scoped_test(schedule_errors),
+        scoped_test(clipping_matches_pytorch),
+        scoped_test(clipping_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
