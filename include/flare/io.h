@@ -79,6 +79,30 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map);
  * *out is NULL. */
 fl_status fl_load_safetensors(const char *path, fl_tensor_map **out);
 
+/* ---- training checkpoints -------------------------------------------------------- */
+
+typedef struct fl_module fl_module;       /* include/flare/nn.h */
+typedef struct fl_optimizer fl_optimizer; /* include/flare/optim.h */
+
+/*
+ * A checkpoint is one safetensors file: the model's state dict under PyTorch's names
+ * (unprefixed, so `model.load_state_dict(safetensors.torch.load_file(path))` reads a
+ * file saved without an optimizer), the optimizer's state under "optimizer." (in
+ * PyTorch's names: "optimizer.state.0.momentum_buffer", ...), and in the metadata the
+ * random generator's state and the caller's key/value strings (metadata: key, value,
+ * ..., NULL; may be NULL), such as the epoch. It is written atomically: a crash
+ * leaves the previous checkpoint whole. optimizer may be NULL.
+ *
+ * Loading restores the model (strictly: every name must match), the optimizer's state
+ * if optimizer is given, and the generator, so training resumed from a checkpoint
+ * draws the same dropout masks and shuffles and computes the same losses as a run
+ * that never stopped. *file (if file is not NULL) receives the file's map, for the
+ * caller's metadata; free it with fl_tensor_map_free. Nothing is changed on error.
+ */
+fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
+                             const char *const *metadata);
+fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *optimizer, fl_tensor_map **file);
+
 #ifdef __cplusplus
 }
 #endif

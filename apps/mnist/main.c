@@ -1,0 +1,369 @@
+/*
+ * The Flashlight paper's end-to-end example (section A.4.3) in Flare: the CNN of
+ * Listing 8, trained with SGD by the loop of Listing 9 and evaluated as in Listings 10
+ * and 11, on Fashion-MNIST from Debian's dataset-fashion-mnist package by default, or
+ * on MNIST given a folder of its IDX files.
+ *
+ *     mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]
+ *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
+ *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]
+ *
+ * As in Listing 7, the first 5000 training images are held out for validation.
+ * --save writes a checkpoint after every epoch (model, optimizer, generator and epoch,
+ * atomically); --load resumes from one, continuing exactly as if the run had not
+ * stopped; --eval-only evaluates a loaded checkpoint on the test set.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flare/autograd.h"
+#include "flare/data.h"
+#include "flare/io.h"
+#include "flare/meter.h"
+#include "flare/nn.h"
+#include "flare/optim.h"
+#include "flare/tensor.h"
+
+#define VALIDATION_SIZE 5000
+#define EVAL_BATCH 256
+
+typedef struct options {
+    const char *data, *json, *save, *load;
+    int epochs, threads, workers;
+    int64_t batch, train_limit;
+    double lr, momentum;
+    uint64_t seed;
+    bool eval_only, no_eval, quiet;
+} options;
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
+                 "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
+                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]\n");
+}
+
+static bool parse_number(const char *flag, const char *text, double low, double high, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= low && v <= high)) {
+        fprintf(stderr, "mnist: %s wants a number in [%g, %g], not '%s'\n", flag, low, high, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.data = FL_FASHION_MNIST_DIR, .epochs = 5, .batch = 64, .lr = 0.05, .momentum = 0.9,
+                   .seed = 1, .threads = 0, .workers = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        double v;
+#define NUMBER(flag, low, high, target) \
+    if (strcmp(a, flag) == 0) { \
+        if (!value || !parse_number(flag, value, low, high, &v)) \
+            return value ? false : (fprintf(stderr, "mnist: %s needs a value\n", flag), false); \
+        target = v; \
+        i++; \
+        continue; \
+    }
+#define TEXT(flag, target) \
+    if (strcmp(a, flag) == 0) { \
+        if (!value) \
+            return fprintf(stderr, "mnist: %s needs a value\n", flag), false; \
+        target = value; \
+        i++; \
+        continue; \
+    }
+        NUMBER("--epochs", 0, 1000, o->epochs)
+        NUMBER("--batch", 1, 1 << 20, o->batch)
+        NUMBER("--lr", 0, 100, o->lr)
+        NUMBER("--momentum", 0, 1, o->momentum)
+        NUMBER("--seed", 0, 1e15, o->seed)
+        NUMBER("--threads", 1, 1024, o->threads)
+        NUMBER("--workers", 0, 64, o->workers)
+        NUMBER("--train-limit", 1, 1e9, o->train_limit)
+        TEXT("--data", o->data)
+        TEXT("--json", o->json)
+        TEXT("--save", o->save)
+        TEXT("--load", o->load)
+#undef NUMBER
+#undef TEXT
+        if (strcmp(a, "--eval-only") == 0)
+            o->eval_only = true;
+        else if (strcmp(a, "--no-eval") == 0)
+            o->no_eval = true;
+        else if (strcmp(a, "--quiet") == 0)
+            o->quiet = true;
+        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return usage(stdout), exit(0), false;
+        else
+            return fprintf(stderr, "mnist: unknown argument '%s'\n", a), usage(stderr), false;
+    }
+    if (o->eval_only && !o->load)
+        return fprintf(stderr, "mnist: --eval-only evaluates a checkpoint given with --load\n"), false;
+    return true;
+}
+
+/* ---- data (Listing 7) ---- */
+
+/* Images as f32 [N, 1, 28, 28] in [0, 1] and labels as i64 [N], owned by the caller. */
+static fl_status load_split(const char *dir, bool train, fl_tensor **images, fl_tensor **labels)
+{
+    fl_tensor *raw_images, *raw_labels;
+    fl_status status = fl_load_mnist(dir, train, &raw_images, &raw_labels);
+    if (status != FL_OK)
+        return status;
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *x = fl_div_scalar(fl_cast(raw_images, FL_F32), 255.0);
+    *images = fl_keep(fl_unsqueeze(x, 1));
+    *labels = fl_keep(fl_cast(raw_labels, FL_I64));
+    fl_scope_end(scope);
+    fl_release(raw_images);
+    fl_release(raw_labels);
+    return *images && *labels ? FL_OK : fl_last_status();
+}
+
+static fl_dataset *batches(fl_tensor *images, fl_tensor *labels, int64_t start, int64_t count, int64_t batch)
+{
+    fl_dataset *all = fl_tensor_dataset((fl_tensor *[]){images, labels}, 2);
+    return fl_batch_dataset(fl_span_dataset(all, start, count), batch, false, NULL, NULL);
+}
+
+/* ---- the model (Listing 8) ---- */
+
+static fl_module *mnist_cnn(void)
+{
+    const fl_conv_params same = {.padding = {2, 2}};
+    return fl_nn_sequential(FL_MODULES(
+        fl_nn_conv2d(1, 32, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
+        fl_nn_conv2d(32, 64, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
+        fl_nn_view(FL_SHAPE(-1, 7 * 7 * 64)), fl_nn_linear(7 * 7 * 64, 1024, true), fl_nn_relu(),
+        fl_nn_dropout(0.5), fl_nn_linear(1024, 10, true), fl_nn_log_softmax(1)));
+}
+
+/* ---- evaluation (Listings 10 and 11) ---- */
+
+typedef struct evaluation {
+    double loss, error;
+} evaluation;
+
+static fl_status evaluate(fl_module *model, fl_dataset *data, evaluation *out)
+{
+    fl_average_meter loss = {0};
+    fl_frame_error_meter error = {0};
+    fl_module_train(model, false);
+    bool was = fl_set_grad_enabled(false);
+    fl_status status = FL_OK;
+    for (int64_t b = 0; status == FL_OK && b < fl_dataset_size(data); b++) {
+        fl_scope scope = fl_scope_begin();
+        fl_sample s;
+        status = fl_dataset_get(data, b, &s);
+        if (status == FL_OK) {
+            fl_variable *output = fl_module_forward(model, fl_v_new(s.fields[0], false));
+            fl_variable *l = fl_nn_nll_loss(output, s.fields[1], NULL);
+            fl_tensor *predictions = fl_argmax(fl_v_value(output), 1, false);
+            status = l && predictions ? fl_frame_error_meter_add(&error, predictions, s.fields[1]) : fl_last_status();
+            fl_average_meter_add(&loss, fl_item(fl_v_value(l)), (double)fl_dim(s.fields[1], 0));
+        }
+        fl_scope_end(scope);
+    }
+    fl_set_grad_enabled(was);
+    fl_module_train(model, true);
+    *out = (evaluation){fl_average_meter_value(&loss), fl_frame_error_meter_value(&error)};
+    return status;
+}
+
+/* ---- progress and results ---- */
+
+static void progress(const options *o, int epoch, int64_t done, int64_t total, double loss, double per_second)
+{
+    if (o->quiet || !isatty(STDERR_FILENO))
+        return;
+    enum { WIDTH = 30 };
+    int filled = (int)(WIDTH * done / (total ? total : 1));
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    bar[WIDTH] = '\0';
+    fprintf(stderr, "\repoch %d [%s] %" PRId64 "/%" PRId64 "  loss %.4f  %.0f images/s ", epoch, bar, done, total,
+            loss, per_second);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+typedef struct epoch_result {
+    double seconds, train_loss, images_per_second;
+    evaluation validation;
+} epoch_result;
+
+/* Writes the metrics as JSON, atomically (a temporary file, then rename). */
+static int write_json(const options *o, const epoch_result *epochs, int first, int count, const evaluation *test)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->json);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return fprintf(stderr, "mnist: cannot write %s: %s\n", tmp, strerror(errno)), 1;
+    fprintf(f, "{\n  \"data\": \"%s\",\n  \"batch\": %" PRId64 ",\n  \"threads\": %d,\n  \"epochs\": [", o->data,
+            o->batch, fl_num_threads());
+    for (int e = 0; e < count; e++) {
+        const epoch_result *r = &epochs[e];
+        fprintf(f, "%s\n    {\"epoch\": %d, \"seconds\": %.4f, \"train_loss\": %.6f, \"images_per_second\": %.1f", e ? "," : "",
+                first + e + 1, r->seconds, r->train_loss, r->images_per_second);
+        if (!o->no_eval)
+            fprintf(f, ", \"val_loss\": %.6f, \"val_error\": %.4f", r->validation.loss, r->validation.error);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ]");
+    if (test)
+        fprintf(f, ",\n  \"test_loss\": %.6f,\n  \"test_error\": %.4f", test->loss, test->error);
+    fprintf(f, "\n}\n");
+    if (fclose(f) != 0 || rename(tmp, o->json) != 0) {
+        remove(tmp);
+        return fprintf(stderr, "mnist: cannot write %s: %s\n", o->json, strerror(errno)), 1;
+    }
+    return 0;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "mnist: %s: %s\n", what, fl_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (!parse_args(argc, argv, &o))
+        return 2;
+    if (o.threads)
+        fl_set_num_threads(o.threads);
+    fl_manual_seed(o.seed);
+
+    fl_tensor *images, *labels, *test_images, *test_labels;
+    if (load_split(o.data, true, &images, &labels) != FL_OK || load_split(o.data, false, &test_images, &test_labels))
+        return fail("loading the dataset");
+    int64_t train_count = fl_dim(images, 0) - VALIDATION_SIZE;
+    if (o.train_limit && o.train_limit < train_count)
+        train_count = o.train_limit;
+    /* Shuffled every epoch from (seed, epoch), so a resumed run sees the same batches. */
+    fl_dataset *train = fl_batch_dataset(
+        fl_shuffle_dataset(fl_span_dataset(fl_tensor_dataset((fl_tensor *[]){images, labels}, 2), VALIDATION_SIZE,
+                                           train_count),
+                           o.seed),
+        o.batch, false, NULL, NULL);
+    if (train && o.workers)
+        train = fl_prefetch_dataset(train, o.workers, 0);
+    fl_dataset *validation = batches(images, labels, 0, VALIDATION_SIZE, EVAL_BATCH);
+    fl_dataset *test = batches(test_images, test_labels, 0, fl_dim(test_images, 0), EVAL_BATCH);
+    fl_module *model = mnist_cnn();
+    fl_parameters *params = model ? fl_module_parameters(model) : NULL;
+    fl_optimizer *opt = params ? fl_sgd(params->items, params->count,
+                                        &(fl_sgd_options){.lr = o.lr, .momentum = o.momentum})
+                               : NULL;
+    if (!train || !validation || !test || !opt)
+        return fail("setting up");
+    if (!o.quiet)
+        printf("Fashion-MNIST CNN (the paper's Listing 8): %" PRId64 " parameters; %" PRId64
+               " training images, batch %" PRId64 ", %d threads\n",
+               fl_module_parameter_count(model), train_count, o.batch, fl_num_threads());
+
+    int first_epoch = 0;
+    if (o.load) {
+        fl_tensor_map *file = NULL;
+        if (fl_checkpoint_load(o.load, model, o.eval_only ? NULL : opt, &file) != FL_OK)
+            return fail("loading the checkpoint");
+        const char *epoch = fl_tensor_map_metadata(file, "epoch");
+        first_epoch = epoch ? atoi(epoch) : 0;
+        fl_tensor_map_free(file);
+        if (!o.quiet)
+            printf("resumed from %s after epoch %d\n", o.load, first_epoch);
+    }
+
+    int status = 0;
+    epoch_result *results = calloc((size_t)(o.epochs > 0 ? o.epochs : 1), sizeof *results);
+    int done = 0;
+    for (int epoch = first_epoch; !o.eval_only && epoch < o.epochs && status == 0; epoch++, done++) {
+        fl_dataset_set_epoch(train, epoch);
+        fl_average_meter train_loss = {0};
+        fl_timer_meter timer = {0};
+        fl_timer_meter_start(&timer);
+        int64_t count = fl_dataset_size(train);
+        for (int64_t b = 0; b < count && status == 0; b++) {
+            fl_scope scope = fl_scope_begin();
+            fl_sample s;
+            if (fl_dataset_get(train, b, &s) != FL_OK) {
+                status = fail("reading a batch");
+            } else {
+                fl_variable *output = fl_module_forward(model, fl_v_new(s.fields[0], false));
+                fl_variable *loss = fl_nn_nll_loss(output, s.fields[1], NULL);
+                if (!loss || fl_v_backward(loss, NULL, false) != FL_OK || fl_optimizer_step(opt) != FL_OK)
+                    status = fail("training");
+                fl_optimizer_zero_grad(opt);
+                int64_t n = fl_dim(s.fields[0], 0);
+                fl_average_meter_add(&train_loss, fl_item(fl_v_value(loss)), (double)n);
+                fl_timer_meter_add_samples(&timer, n);
+                progress(&o, epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
+                         1.0 / fl_timer_meter_per_sample(&timer));
+            }
+            fl_scope_end(scope);
+        }
+        fl_timer_meter_stop(&timer);
+        epoch_result *r = &results[done];
+        r->seconds = fl_timer_meter_value(&timer);
+        r->train_loss = fl_average_meter_value(&train_loss);
+        r->images_per_second = 1.0 / fl_timer_meter_per_sample(&timer);
+        if (status == 0 && !o.no_eval && evaluate(model, validation, &r->validation) != FL_OK)
+            status = fail("validating");
+        if (status == 0 && !o.quiet) {
+            printf("epoch %d: %.1f s (%.0f images/s), train loss %.4f", epoch + 1, r->seconds, r->images_per_second,
+                   r->train_loss);
+            if (!o.no_eval)
+                printf(", validation loss %.4f, error %.2f%%", r->validation.loss, r->validation.error);
+            printf("\n");
+            fflush(stdout);
+        }
+        if (status == 0 && o.save) {
+            char epoch_text[16];
+            snprintf(epoch_text, sizeof epoch_text, "%d", epoch + 1);
+            if (fl_checkpoint_save(o.save, model, opt, (const char *[]){"epoch", epoch_text, NULL}) != FL_OK)
+                status = fail("saving the checkpoint");
+        }
+    }
+
+    evaluation test_result = {0};
+    bool tested = status == 0 && !o.no_eval;
+    if (tested) {
+        if (evaluate(model, test, &test_result) != FL_OK)
+            status = fail("testing");
+        else
+            printf("test loss %.4f, error %.2f%% (accuracy %.2f%%)\n", test_result.loss, test_result.error,
+                   100.0 - test_result.error);
+    }
+    if (status == 0 && o.json)
+        status = write_json(&o, results, first_epoch, done, tested ? &test_result : NULL);
+
+    free(results);
+    fl_optimizer_free(opt);
+    fl_parameters_free(params);
+    fl_module_release(model);
+    fl_dataset_release(train);
+    fl_dataset_release(validation);
+    fl_dataset_release(test);
+    fl_release(images);
+    fl_release(labels);
+    fl_release(test_images);
+    fl_release(test_labels);
+    return status;
+}

@@ -1,0 +1,105 @@
+/* Training checkpoints: a model's state dict, an optimizer's state and the random
+ * generator's, in one safetensors file (include/flare/io.h). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flare/io.h"
+#include "flare/nn.h"
+#include "flare/optim.h"
+#include "../tensor/internal.h"
+
+#define OPTIMIZER_PREFIX "optimizer."
+#define RANDOM_SEED_KEY "flare.random_seed"
+#define RANDOM_COUNTER_KEY "flare.random_counter"
+
+fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
+                             const char *const *metadata)
+{
+    if (fl__null_args("fl_checkpoint_save", 2, path, model))
+        return fl_last_status();
+    fl_tensor_map *map = fl_tensor_map_create();
+    if (!map)
+        return fl_last_status();
+    fl_status status = fl_module_state_dict(model, map);
+    if (status == FL_OK && optimizer)
+        status = fl_optimizer_state(optimizer, map, OPTIMIZER_PREFIX);
+    uint64_t seed, counter;
+    fl_random_state(&seed, &counter);
+    char seed_text[24], counter_text[24];
+    snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+    snprintf(counter_text, sizeof counter_text, "%" PRIu64, counter);
+    if (status == FL_OK)
+        status = fl_tensor_map_set_metadata(map, RANDOM_SEED_KEY, seed_text);
+    if (status == FL_OK)
+        status = fl_tensor_map_set_metadata(map, RANDOM_COUNTER_KEY, counter_text);
+    for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
+        if (!metadata[i + 1])
+            status = (fl__error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
+                      FL_ERR_VALUE);
+        else
+            status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
+    }
+    if (status == FL_OK)
+        status = fl_save_safetensors(path, map);
+    fl_tensor_map_free(map);
+    return status;
+}
+
+static bool parse_u64(const char *text, uint64_t *out)
+{
+    char *end;
+    if (!text || !*text)
+        return false;
+    *out = strtoull(text, &end, 10);
+    return *end == '\0';
+}
+
+fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *optimizer, fl_tensor_map **file)
+{
+    const char *fn = "fl_checkpoint_load";
+    if (file)
+        *file = NULL;
+    if (fl__null_args(fn, 2, path, model))
+        return fl_last_status();
+    fl_tensor_map *map = NULL, *weights = fl_tensor_map_create(), *before = fl_tensor_map_create();
+    fl_status status = weights && before ? fl_load_safetensors(path, &map) : fl_last_status();
+    uint64_t seed = 0, counter = 0;
+    if (status == FL_OK && (!parse_u64(fl_tensor_map_metadata(map, RANDOM_SEED_KEY), &seed) ||
+                            !parse_u64(fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY), &counter)))
+        status = (fl__error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
+                  FL_ERR_VALUE);
+    for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
+        const char *name = fl_tensor_map_name_at(map, i);
+        if (strncmp(name, OPTIMIZER_PREFIX, strlen(OPTIMIZER_PREFIX)) != 0)
+            status = fl_tensor_map_set(weights, name, fl_tensor_map_tensor_at(map, i));
+    }
+    /* Values are immutable, so the model's current state dict is a backup that costs
+     * references only: if the optimizer refuses its state, the model goes back. */
+    if (status == FL_OK)
+        status = fl_module_state_dict(model, before);
+    if (status == FL_OK)
+        status = fl_module_load_state_dict(model, weights, true);
+    if (status == FL_OK && optimizer) {
+        status = fl_optimizer_load_state(optimizer, map, OPTIMIZER_PREFIX);
+        if (status != FL_OK)
+            fl_module_load_state_dict(model, before, true);
+    }
+    if (status == FL_OK)
+        fl_set_random_state(seed, counter);
+    if (status != FL_OK && fl_last_status() != FL_OK && !strstr(fl_last_error(), path)) {
+        /* Name the file in errors that come from the layers below. */
+        char message[512];
+        snprintf(message, sizeof message, "%s", fl_last_error());
+        fl_clear_error();
+        fl__error(status, fn, "%s: %s", path, message);
+    }
+    fl_tensor_map_free(weights);
+    fl_tensor_map_free(before);
+    if (status == FL_OK && file)
+        *file = map;
+    else
+        fl_tensor_map_free(map);
+    return status;
+}
