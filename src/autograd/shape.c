@@ -193,9 +193,15 @@ static fl_variable *join(const char *fn, fl_variable *const *xs, int count, int 
     return fl__v_scope_return(scope, result);
 }
 
-fl_variable *fl_v_concat(fl_variable *const *xs, int count, int axis) { return join("fl_v_concat", xs, count, axis, false); }
+fl_variable *fl_v_concat(fl_variable *const *xs, int count, int axis)
+{
+    return join("fl_v_concat", xs, count, axis, false);
+}
 
-fl_variable *fl_v_stack(fl_variable *const *xs, int count, int axis) { return join("fl_v_stack", xs, count, axis, true); }
+fl_variable *fl_v_stack(fl_variable *const *xs, int count, int axis)
+{
+    return join("fl_v_stack", xs, count, axis, true);
+}
 
 /* One piece of a split: its gradient is padded with zeros back to the whole axis. */
 typedef struct piece_context {
