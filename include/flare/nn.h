@@ -111,6 +111,145 @@ fl_module *fl_nn_sequential(fl_module *const *modules, int count);
 /* Appends one more (taken over). */
 fl_status fl_nn_sequential_add(fl_module *sequential, fl_module *module);
 
+/* ---- layers ------------------------------------------------------------------------ */
+/* Each mirrors the PyTorch class in its name, with the same parameter and buffer names,
+ * shapes and default initialization (docs/NN.md), so a PyTorch state_dict loads into it.
+ * A forward given an input of the wrong shape fails with an error naming the class,
+ * what it expects and what it got. */
+
+/* Linear: y = x W^T + b for x [*, in]; weight [out, in], bias [out]. */
+fl_module *fl_nn_linear(int64_t in_features, int64_t out_features, bool bias);
+/* Conv1d / Conv2d: x [N, C, L] / [N, C, H, W]; weight [out, in / groups, (kh,) kw],
+ * bias [out]. params (NULL: stride 1, no padding) as for fl_conv1d / fl_conv2d; the
+ * 1-D form uses index 1 of its pairs. */
+fl_module *fl_nn_conv1d(int64_t in_channels, int64_t out_channels, int kernel, const fl_conv_params *params,
+                        bool bias);
+fl_module *fl_nn_conv2d(int64_t in_channels, int64_t out_channels, int kernel_h, int kernel_w,
+                        const fl_conv_params *params, bool bias);
+/* MaxPool2d / AvgPool2d with a square kernel (stride 0: the kernel), and the general
+ * form of fl_pool2d's parameters (class name "MaxPool2d" or "AvgPool2d"). */
+fl_module *fl_nn_max_pool2d(int kernel, int stride, int padding);
+fl_module *fl_nn_avg_pool2d(int kernel, int stride, int padding);
+fl_module *fl_nn_pool2d(const fl_pool_params *params);
+/* AdaptiveAvgPool2d: [N, C, H, W] to [N, C, oh, ow], window i of an axis of length n
+ * covering [floor(i n / o), ceil((i + 1) n / o)) as in PyTorch. */
+fl_module *fl_nn_adaptive_avg_pool2d(int64_t out_h, int64_t out_w);
+
+/* BatchNorm1d ([N, C] or [N, C, L]) and BatchNorm2d ([N, C, H, W]). Parameters weight,
+ * bias (affine); buffers running_mean, running_var, num_batches_tracked (i64)
+ * (track_running_stats). Training normalizes with the batch's statistics and updates
+ * the running ones (running = (1 - momentum) running + momentum batch, with the
+ * unbiased batch variance); evaluation uses the running ones if tracked. A negative
+ * momentum is PyTorch's momentum=None: a cumulative average. PyTorch: eps 1e-5,
+ * momentum 0.1. */
+fl_module *fl_nn_batch_norm1d(int64_t features, double eps, double momentum, bool affine, bool track_running_stats);
+fl_module *fl_nn_batch_norm2d(int64_t features, double eps, double momentum, bool affine, bool track_running_stats);
+/* LayerNorm over the last ndim axes, of the given shape; weight and bias of that
+ * shape if elementwise_affine. PyTorch: eps 1e-5. */
+fl_module *fl_nn_layer_norm(int ndim, const int64_t *normalized_shape, double eps, bool elementwise_affine);
+/* Dropout: zeroes each element with probability p while training and scales the rest
+ * by 1 / (1 - p); the identity in evaluation. */
+fl_module *fl_nn_dropout(double p);
+/* Embedding: indices (i64 or i32) of any shape to [*, dim]; weight [num, dim].
+ * padding_idx: the row that is zero at start and gets no gradient; -1 for none
+ * (PyTorch's None; PyTorch's other negative values, counting from the end, are
+ * refused). */
+fl_module *fl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
+/* View (Flashlight's; PyTorch has Unflatten/Flatten): reshapes to shape, where one
+ * entry may be -1 (inferred) and 0 keeps the input's size on that axis. */
+fl_module *fl_nn_view(int ndim, const int64_t *shape);
+/* Padding (PyTorch's ConstantPadNd): before[i] and after[i] values of value around
+ * the i-th of the last count axes. */
+fl_module *fl_nn_padding(int count, const int64_t *before, const int64_t *after, double value);
+/* Activations, as the PyTorch modules of the same names. */
+fl_module *fl_nn_relu(void);
+fl_module *fl_nn_gelu(bool approximate); /* false: exact erf form ("none"); true: "tanh" */
+fl_module *fl_nn_tanh(void);
+fl_module *fl_nn_sigmoid(void);
+fl_module *fl_nn_log_softmax(int axis);
+
+/* torch.nn.utils.weight_norm(module, name, dim): the parameter name of module becomes
+ * name_g * name_v / ||name_v||, the norm taken over every axis but dim (-1: over all,
+ * PyTorch's dim=None), with name_g (the norms, the shape of name with 1 on the other
+ * axes) and name_v (name's value) the parameters, registered after the module's
+ * others, as PyTorch does. module (taken over) must have parameters only (no buffers
+ * or children): Linear, Conv1d, Conv2d, Embedding. The result reports the module's
+ * class name. */
+fl_module *fl_nn_weight_norm(fl_module *module, const char *name, int dim);
+
+/* ---- functional forms -------------------------------------------------------------- */
+/* Differentiable functions with gradients of their own (one node each), for layers
+ * that compose them (attention, transformers). Optional variables may be NULL. */
+
+/* x [*, in] @ weight[out, in]^T + bias[out], without copying weight transposed. */
+fl_variable *fl_f_linear(fl_variable *x, fl_variable *weight, fl_variable *bias);
+/* LayerNorm over the last ndim axes of x; weight and bias have those axes' shape. */
+fl_variable *fl_f_layer_norm(fl_variable *x, fl_variable *weight, fl_variable *bias, int ndim, double eps);
+/* BatchNorm of x [N, C, *] per channel. training: with the batch's statistics, and
+ * (where not NULL) *batch_mean and *batch_var receive them (C values, the variance
+ * unbiased, for running statistics; the caller owns them); otherwise with
+ * running_mean and running_var. */
+fl_variable *fl_f_batch_norm(fl_variable *x, const fl_tensor *running_mean, const fl_tensor *running_var,
+                             fl_variable *weight, fl_variable *bias, bool training, double eps,
+                             fl_tensor **batch_mean, fl_tensor **batch_var);
+/* Dropout with a mask from the counter-based generator (fl_rand); x itself (a new
+ * reference) when not training or p is 0. */
+fl_variable *fl_f_dropout(fl_variable *x, double p, bool training);
+
+/* ---- initializers ------------------------------------------------------------------ */
+/* torch.nn.init's, replacing the value of a parameter (a leaf variable) with a fresh
+ * tensor of its shape and dtype from the generator of fl_manual_seed. Fans as
+ * PyTorch computes them: fan_in = shape[1] * receptive field, fan_out = shape[0] *
+ * receptive field (parameters of two or more axes). */
+
+typedef enum fl_fan_mode { FL_FAN_IN, FL_FAN_OUT } fl_fan_mode;
+
+fl_status fl_init_uniform(fl_variable *p, double low, double high);
+fl_status fl_init_normal(fl_variable *p, double mean, double std);
+fl_status fl_init_constant(fl_variable *p, double value);
+fl_status fl_init_zeros(fl_variable *p);
+fl_status fl_init_ones(fl_variable *p);
+/* Kaiming (He) initialization for the leaky_relu of slope a (a = 0: ReLU):
+ * gain = sqrt(2 / (1 + a^2)), bound = gain * sqrt(3 / fan), std = gain / sqrt(fan). */
+fl_status fl_init_kaiming_uniform(fl_variable *p, double a, fl_fan_mode mode);
+fl_status fl_init_kaiming_normal(fl_variable *p, double a, fl_fan_mode mode);
+/* Xavier (Glorot): bound = gain * sqrt(6 / (fan_in + fan_out)), std = gain * sqrt(2 / (fan_in + fan_out)). */
+fl_status fl_init_xavier_uniform(fl_variable *p, double gain);
+fl_status fl_init_xavier_normal(fl_variable *p, double gain);
+/* The fans of a shape, as above. */
+fl_status fl_init_fans(const fl_tensor *t, int64_t *fan_in, int64_t *fan_out);
+
+/* ---- losses ------------------------------------------------------------------------ */
+/* Functions of a prediction and a target, reduced to a scalar (mean or sum) or not
+ * (none: one loss per element, or per sample for the class losses). */
+
+typedef enum fl_reduction { FL_REDUCTION_MEAN, FL_REDUCTION_SUM, FL_REDUCTION_NONE } fl_reduction;
+
+typedef struct fl_class_loss_options {
+    fl_reduction reduction;
+    int64_t ignore_index;   /* targets of this class count for nothing (PyTorch: -100) */
+    double label_smoothing; /* cross-entropy only: the target is (1 - s) one-hot + s / C */
+} fl_class_loss_options;
+
+/* PyTorch's defaults; a NULL options pointer means the same. */
+#define FL_CLASS_LOSS_DEFAULTS ((fl_class_loss_options){.reduction = FL_REDUCTION_MEAN, .ignore_index = -100})
+
+/* CrossEntropyLoss of logits [N, C] or [N, C, d...] (or [C]) and class indices
+ * (i64 or i32) [N] or [N, d...] (or []): log_softmax over axis 1 and the target's
+ * entry, one node. The mean is over the targets not ignored. Class weights and
+ * probability targets are not supported. */
+fl_variable *fl_nn_cross_entropy(fl_variable *logits, const fl_tensor *targets, const fl_class_loss_options *options);
+/* NLLLoss: the same for log-probabilities (label_smoothing must be 0). */
+fl_variable *fl_nn_nll_loss(fl_variable *log_probs, const fl_tensor *targets, const fl_class_loss_options *options);
+/* MSELoss, L1Loss: of two variables of the same shape, both differentiated. */
+fl_variable *fl_nn_mse_loss(fl_variable *input, fl_variable *target, fl_reduction reduction);
+fl_variable *fl_nn_l1_loss(fl_variable *input, fl_variable *target, fl_reduction reduction);
+/* BCELoss of probabilities (each log clamped at -100, as PyTorch does) and
+ * BCEWithLogitsLoss of logits, computed stably as max(x, 0) - x y + log1p(exp(-|x|)).
+ * No weight or pos_weight. */
+fl_variable *fl_nn_bce_loss(fl_variable *probs, fl_variable *target, fl_reduction reduction);
+fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target, fl_reduction reduction);
+
 /* ---- sequence models: attention, the Transformer encoder, recurrent layers, CTC ------ */
 
 /* softmax(q k^T / sqrt(D) + mask) v over the last two axes: q [..., L, D], k [..., S, D],

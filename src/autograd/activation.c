@@ -36,7 +36,7 @@ fl_variable *fl_v_leaky_relu(fl_variable *x, double negative_slope)
     fl_scope scope = fl_scope_begin();
     const fl_tensor *v = x->value;
     fl_tensor *y = fl_where(fl_gt(v, fl_scalar(0, fl_dtype_of(v))), v, fl_mul_scalar(v, negative_slope));
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), leaky_relu_grad, FL_SAVE(v), &negative_slope,
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), leaky_relu_grad, FL_SAVE(v), &negative_slope,
                                                  sizeof negative_slope));
 }
 
@@ -81,7 +81,7 @@ fl_variable *fl_v_gelu(fl_variable *x, bool approximate)
     fl_tensor *erf_or_tanh = approximate ? gelu_tanh_term(v) : fl_erf(fl_mul_scalar(v, M_SQRT1_2));
     fl_tensor *y = fl_mul(fl_mul_scalar(v, 0.5), fl_add_scalar(erf_or_tanh, 1));
     fl_variable *result = fl_v_record(y, FL_VARS(x), gelu_grad, FL_SAVE(v), &approximate, sizeof approximate);
-    return fl__v_scope_return(scope, result);
+    return fl_v_scope_return(scope, result);
 }
 
 /* Saved: y = softmax(x). dx = y (dy - sum(dy y)) over the axis. */
@@ -99,7 +99,7 @@ fl_variable *fl_v_softmax(fl_variable *x, int axis)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_softmax(x->value, axis);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), softmax_grad, FL_SAVE(y), &axis, sizeof axis));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), softmax_grad, FL_SAVE(y), &axis, sizeof axis));
 }
 
 /* Saved: y = log_softmax(x). dx = dy - softmax(x) sum(dy) over the axis. */
@@ -117,5 +117,5 @@ fl_variable *fl_v_log_softmax(fl_variable *x, int axis)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_log_softmax(x->value, axis);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), log_softmax_grad, FL_SAVE(y), &axis, sizeof axis));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), log_softmax_grad, FL_SAVE(y), &axis, sizeof axis));
 }

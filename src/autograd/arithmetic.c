@@ -95,7 +95,7 @@ fl_variable *fl_v_pow(fl_variable *a, fl_variable *b)
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_pow(a->value, b->value);
     fl_variable *v = fl_v_record(y, FL_VARS(a, b), pow_grad, FL_SAVE(a->value, b->value, y), NULL, 0);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }
 
 /* Saved: a, b. The larger (smaller) operand takes the gradient; ties split it evenly,
@@ -123,7 +123,7 @@ fl_variable *fl_v_maximum(fl_variable *a, fl_variable *b)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_maximum(a->value, b->value), FL_VARS(a, b), maximum_grad,
                                  FL_SAVE(a->value, b->value), NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 fl_variable *fl_v_minimum(fl_variable *a, fl_variable *b)
@@ -133,7 +133,7 @@ fl_variable *fl_v_minimum(fl_variable *a, fl_variable *b)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_minimum(a->value, b->value), FL_VARS(a, b), minimum_grad,
                                  FL_SAVE(a->value, b->value), NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* ---- with a scalar ---- */
@@ -147,7 +147,7 @@ fl_variable *fl_v_add_scalar(fl_variable *x, double value)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_add_scalar(x->value, value), FL_VARS(x), add_scalar_grad, FL_SAVE_NOTHING,
                                  NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 static void mul_scalar_grad(fl_grad *g)
@@ -162,7 +162,7 @@ fl_variable *fl_v_mul_scalar(fl_variable *x, double value)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_mul_scalar(x->value, value), FL_VARS(x), mul_scalar_grad, FL_SAVE_NOTHING,
                                  &value, sizeof value);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* Saved: x. value x^(value-1); a zero exponent has a zero gradient (not 0 * inf at 0). */
@@ -183,7 +183,7 @@ fl_variable *fl_v_pow_scalar(fl_variable *x, double value)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_pow_scalar(x->value, value), FL_VARS(x), pow_scalar_grad, FL_SAVE(x->value),
                                  &value, sizeof value);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* ---- selection and conversion ---- */
@@ -206,7 +206,7 @@ fl_variable *fl_v_where(const fl_tensor *cond, fl_variable *a, fl_variable *b)
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_where(cond, a->value, b->value), FL_VARS(a, b), where_grad, FL_SAVE(cond),
                                  NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* The engine converts a gradient to its input's dtype, so it passes through. */
@@ -222,5 +222,5 @@ fl_variable *fl_v_cast(fl_variable *x, fl_dtype dtype)
     fl_variable *v = y && !fl_dtype_is_float(dtype)
                          ? fl_v_new(y, false)
                          : fl_v_record(y, FL_VARS(x), cast_grad, FL_SAVE_NOTHING, NULL, 0);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }

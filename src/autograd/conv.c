@@ -41,7 +41,7 @@ static fl_variable *convolve(const char *fn, fl_variable *x, fl_variable *weight
         memcpy(c.w_shape, weight->value->shape, (size_t)weight->value->ndim * sizeof *c.w_shape);
     }
     fl_variable *v = fl_v_record(y, FL_VARS(x, weight), conv_grad, FL_SAVE(x->value, weight->value), &c, sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }
 
 fl_variable *fl_v_conv2d(fl_variable *x, fl_variable *weight, const fl_conv_params *params)
@@ -70,5 +70,5 @@ fl_variable *fl_v_pool2d(fl_variable *x, const fl_pool_params *params)
     if (y)
         c = *params;
     fl_variable *v = fl_v_record(y, FL_VARS(x), pool_grad, FL_SAVE(x->value), &c, sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }

@@ -35,7 +35,7 @@ static void index_select_grad(fl_grad *g)
     g->input_grads[0] = fl_scatter_add(zeros_of(c, dy), c->axis, index, dy);
 }
 
-static fl_variable *select(const char *fn, fl_variable *x, int axis, const fl_tensor *index, bool slices)
+static fl_variable *gather_or_select(const char *fn, fl_variable *x, int axis, const fl_tensor *index, bool slices)
 {
     if (fl__null_args(fn, 2, x, index))
         return NULL;
@@ -47,15 +47,15 @@ static fl_variable *select(const char *fn, fl_variable *x, int axis, const fl_te
         fl__axis(fn, axis, c.ndim, &c.axis);
     fl_variable *v = fl_v_record(y, FL_VARS(x), slices ? index_select_grad : gather_grad, FL_SAVE(index), &c,
                                  sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }
 
 fl_variable *fl_v_gather(fl_variable *x, int axis, const fl_tensor *index)
 {
-    return select("fl_v_gather", x, axis, index, false);
+    return gather_or_select("fl_v_gather", x, axis, index, false);
 }
 
 fl_variable *fl_v_index_select(fl_variable *x, int axis, const fl_tensor *index)
 {
-    return select("fl_v_index_select", x, axis, index, true);
+    return gather_or_select("fl_v_index_select", x, axis, index, true);
 }

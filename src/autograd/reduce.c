@@ -73,7 +73,7 @@ fl_variable *fl_v_mean(fl_variable *x, const int *axes, int count, bool keepdims
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_mean(x->value, axes, count, keepdims), FL_VARS(x), mean_grad, FL_SAVE_NOTHING,
                                  &c, sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 typedef struct var_context {
@@ -109,7 +109,7 @@ fl_variable *fl_v_var(fl_variable *x, const int *axes, int count, int correction
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_var(x->value, axes, count, correction, keepdims), FL_VARS(x), var_grad,
                                  FL_SAVE(x->value), &c, sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* Saved: x. The gradient goes to the first extremum of each reduced slice (in
@@ -160,7 +160,7 @@ static fl_variable *extremum(const char *fn, fl_variable *x, const int *axes, in
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = largest ? fl_max(x->value, axes, count, keepdims) : fl_min(x->value, axes, count, keepdims);
     fl_variable *v = fl_v_record(y, FL_VARS(x), largest ? max_grad : min_grad, FL_SAVE(x->value), &c, sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }
 
 fl_variable *fl_v_max(fl_variable *x, const int *axes, int count, bool keepdims)
@@ -192,5 +192,5 @@ fl_variable *fl_v_logsumexp(fl_variable *x, const int *axes, int count, bool kee
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_logsumexp(x->value, axes, count, keepdims);
     fl_variable *v = fl_v_record(y, FL_VARS(x), logsumexp_grad, FL_SAVE(x->value, y), &c, sizeof c);
-    return fl__v_scope_return(scope, v);
+    return fl_v_scope_return(scope, v);
 }

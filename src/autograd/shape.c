@@ -29,7 +29,7 @@ static void reshape_grad(fl_grad *g)
 static fl_variable *record_reshape(fl_scope scope, fl_variable *x, const fl_tensor *y)
 {
     shape_context c = shape_of(x->value);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), reshape_grad, FL_SAVE_NOTHING, &c, sizeof c));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), reshape_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }
 
 fl_variable *fl_v_reshape(fl_variable *x, int ndim, const int64_t *shape)
@@ -86,7 +86,7 @@ fl_variable *fl_v_permute(fl_variable *x, const int *axes)
     if (y) /* fl_permute checked that axes is a permutation */
         for (int i = 0; i < x->value->ndim; i++)
             c.inverse[axes[i] < 0 ? axes[i] + x->value->ndim : axes[i]] = i;
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), permute_grad, FL_SAVE_NOTHING, &c, sizeof c));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), permute_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }
 
 typedef struct transpose_context {
@@ -107,7 +107,7 @@ fl_variable *fl_v_transpose(fl_variable *x, int axis0, int axis1)
     transpose_context c = {axis0, axis1};
     fl_variable *y = fl_v_record(fl_transpose(x->value, axis0, axis1), FL_VARS(x), transpose_grad, FL_SAVE_NOTHING,
                                  &c, sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* ---- broadcasting ---- */
@@ -121,7 +121,7 @@ fl_variable *fl_v_expand(fl_variable *x, int ndim, const int64_t *shape)
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_expand(x->value, ndim, shape), FL_VARS(x), expand_grad, FL_SAVE_NOTHING, NULL, 0);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }
 
 /* ---- joining and splitting ---- */
@@ -190,7 +190,7 @@ static fl_variable *join(const char *fn, fl_variable *const *xs, int count, int 
     }
     free(values);
     free(c);
-    return fl__v_scope_return(scope, result);
+    return fl_v_scope_return(scope, result);
 }
 
 fl_variable *fl_v_concat(fl_variable *const *xs, int count, int axis)
@@ -290,7 +290,7 @@ fl_variable *fl_v_index(fl_variable *x, const fl_index_item *index, int count)
         y = fl__error(FL_ERR_VALUE, "fl_v_index", "an index of %d entries is too long", count);
     if (y && count > 0)
         memcpy(c.items, index, (size_t)count * sizeof *index);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), index_grad, FL_SAVE_NOTHING, &c, sizeof c));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), index_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }
 
 /* ---- padding and tiling ---- */
@@ -318,7 +318,7 @@ fl_variable *fl_v_pad(fl_variable *x, const int64_t *before, const int64_t *afte
     pad_context c = {.input = shape_of(x->value)};
     if (y && x->value->ndim > 0)
         memcpy(c.before, before, (size_t)x->value->ndim * sizeof *before);
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), pad_grad, FL_SAVE_NOTHING, &c, sizeof c));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), pad_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }
 
 typedef struct tile_context {
@@ -366,5 +366,5 @@ fl_variable *fl_v_tile(fl_variable *x, int count, const int64_t *repeats)
         for (int i = 0; i < c.ndim; i++)
             c.reps[i] = i < c.ndim - count ? 1 : repeats[i - (c.ndim - count)];
     }
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), tile_grad, FL_SAVE_NOTHING, &c, sizeof c));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), tile_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }

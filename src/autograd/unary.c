@@ -13,7 +13,7 @@ static fl_variable *unary(const char *fn, fl_variable *x, fl_tensor *(*forward)(
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = forward(x->value);
     const fl_tensor *saved = save_output ? y : x->value;
-    return fl__v_scope_return(scope, fl_v_record(y, FL_VARS(x), grad, FL_SAVE(saved), NULL, 0));
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), grad, FL_SAVE(saved), NULL, 0));
 }
 
 #define SAVES_X false
@@ -26,7 +26,7 @@ fl_variable *fl_v_neg(fl_variable *x)
     if (fl__null_args("fl_v_neg", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
-    return fl__v_scope_return(scope, fl_v_record(fl_neg(x->value), FL_VARS(x), neg_grad, FL_SAVE_NOTHING, NULL, 0));
+    return fl_v_scope_return(scope, fl_v_record(fl_neg(x->value), FL_VARS(x), neg_grad, FL_SAVE_NOTHING, NULL, 0));
 }
 
 /* sign(x): 0 at 0, as in PyTorch. */
@@ -117,5 +117,5 @@ fl_variable *fl_v_clamp(fl_variable *x, double low, double high)
     clamp_context c = {low, high};
     fl_variable *y = fl_v_record(fl_clamp(x->value, low, high), FL_VARS(x), clamp_grad, FL_SAVE(x->value), &c,
                                  sizeof c);
-    return fl__v_scope_return(scope, y);
+    return fl_v_scope_return(scope, y);
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "flare/nn.h"
-#include "../tensor/internal.h" /* errors, tensor descriptions */
+#include "internal.h"
 
 #define NAME_MAX_LEN 256 /* a dotted name, from the root to a leaf member */
 
@@ -432,4 +432,48 @@ fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool
     }
     loading apply = {.map = map, .apply = true};
     return walk(m, prefix, 0, true, load_entry, &apply);
+}
+
+/* ---- for weight normalization (src/nn/internal.h) ---- */
+
+fl_variable *fl__module_exchange_parameter(fl_module *m, const char *name, fl_variable *value)
+{
+    member *found = find(&m->parameters, name);
+    if (!found)
+        return fl__error(FL_ERR_VALUE, "fl_module", "%s has no parameter '%s'", m->type->name, name);
+    fl_variable *old = found->parameter;
+    found->parameter = value;
+    return old;
+}
+
+/* ---- for the layers (src/nn/internal.h) ---- */
+
+fl_variable *fl__nn_parameter(fl_module *m, const char *name, int ndim, const int64_t *shape)
+{
+    if (!m)
+        return NULL;
+    fl_scope scope = fl_scope_begin();
+    fl_variable *p = fl_v_new(fl_zeros(FL_F32, ndim, shape), true);
+    fl_status status = p ? fl_module_add_parameter(m, name, p) : fl_last_status();
+    fl_scope_end(scope);
+    return status == FL_OK ? fl_module_parameter(m, name) : NULL;
+}
+
+bool fl__nn_check_input(const fl_module *m, const fl_variable *x, int min_ndim, int max_ndim, int channel_axis,
+                        int64_t channels, const char *what)
+{
+    const fl_tensor *t = fl_v_value(x);
+    int ndim = fl_ndim(t);
+    if (ndim >= min_ndim && ndim <= max_ndim && (channel_axis < 0 || fl_shape(t)[channel_axis] == channels))
+        return true;
+    char got[FL_DESC_SIZE];
+    fl__error(FL_ERR_SHAPE, m->type->name, "expects %s, got %s", what, fl__describe(t, got));
+    return false;
+}
+
+static void release_variable(void *v) { fl_v_release(v); }
+
+fl_variable *fl__nn_identity(fl_variable *x)
+{
+    return x ? fl_scope_own(fl_v_retain(x), release_variable) : NULL;
 }

@@ -1,0 +1,31 @@
+/* What the layers of src/nn share: making parameters, checking inputs, and the
+ * module-internal access weight normalization needs. */
+#ifndef FLARE_NN_INTERNAL_H
+#define FLARE_NN_INTERNAL_H
+
+#include "flare/nn.h"
+#include "../tensor/internal.h" /* errors, tensor descriptions */
+
+/* Registers a new f32 parameter of shape (zeros, for an initializer to fill); returns
+ * it (borrowed from the module), or NULL with the error recorded. */
+fl_variable *fl__nn_parameter(fl_module *m, const char *name, int ndim, const int64_t *shape);
+
+/* Linear's and Conv's default initialization of "weight" and "bias" (init.c). */
+fl_status fl__nn_reset_affine(fl_module *m);
+
+/* True if x has between min_ndim and max_ndim axes and, where channel_axis >= 0,
+ * channels entries on that axis; otherwise records "<class>: expects <what>, got
+ * f32[...]" and returns false. */
+bool fl__nn_check_input(const fl_module *m, const fl_variable *x, int min_ndim, int max_ndim, int channel_axis,
+                        int64_t channels, const char *what);
+
+/* A new reference to x, owned by the innermost scope as results are (the identity
+ * of a layer in a mode where it does nothing). */
+fl_variable *fl__nn_identity(fl_variable *x);
+
+/* Replaces the variable of m's parameter name with value (any variable, not only a
+ * leaf), returning the one it held; the references move with them. For weight
+ * normalization, which computes a layer's weight before each forward. */
+fl_variable *fl__module_exchange_parameter(fl_module *m, const char *name, fl_variable *value);
+
+#endif

@@ -1,0 +1,69 @@
+/* Linear: y = x W^T + b, one node with the transposed weight as a view. */
+#include "internal.h"
+
+typedef struct linear_context {
+    bool bias;
+} linear_context;
+
+/* Saved: x, weight. With x and dy flattened to matrices, dx = dy W, dW = dy^T x and
+ * db = the column sums of dy. */
+static void linear_grad(fl_grad *g)
+{
+    const fl_tensor *x = g->saved[0], *w = g->saved[1], *dy = g->output_grad;
+    int64_t in = fl_shape(w)[1], out = fl_shape(w)[0];
+    if (g->needs_grad[0])
+        g->input_grads[0] = fl_matmul(dy, w);
+    const fl_tensor *dy2 = fl_reshape(dy, FL_SHAPE(-1, out));
+    if (g->needs_grad[1])
+        g->input_grads[1] = fl_matmul(fl_transpose(dy2, 0, 1), fl_reshape(x, FL_SHAPE(-1, in)));
+    if (((const linear_context *)g->context)->bias && g->needs_grad[2])
+        g->input_grads[2] = fl_sum(dy2, FL_AXES(0), false);
+}
+
+fl_variable *fl_f_linear(fl_variable *x, fl_variable *weight, fl_variable *bias)
+{
+    const char *fn = "fl_f_linear";
+    if (fl__null_args(fn, 2, x, weight))
+        return NULL;
+    const fl_tensor *xv = fl_v_value(x), *w = fl_v_value(weight), *b = bias ? fl_v_value(bias) : NULL;
+    if (fl_ndim(w) != 2 || fl_ndim(xv) < 1 || fl_dim(xv, -1) != fl_shape(w)[1] ||
+        (b && (fl_ndim(b) != 1 || fl_shape(b)[0] != fl_shape(w)[0]))) {
+        char dx[FL_DESC_SIZE], dw[FL_DESC_SIZE], db[FL_DESC_SIZE];
+        return fl__error(FL_ERR_SHAPE, fn, "x %s, weight %s and bias %s do not make x [*, in] W[out, in]^T + b[out]",
+                         fl__describe(xv, dx), fl__describe(w, dw), b ? fl__describe(b, db) : "none");
+    }
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *y = fl_matmul(xv, fl_transpose(w, 0, 1));
+    if (b)
+        y = fl_add(y, b);
+    linear_context c = {bias != NULL};
+    fl_variable *inputs[3] = {x, weight, bias};
+    fl_variable *result = fl_v_record(y, inputs, bias ? 3 : 2, linear_grad, FL_SAVE(xv, w), &c, sizeof c);
+    return fl_v_scope_return(scope, result);
+}
+
+static fl_variable *linear_forward(fl_module *m, fl_variable *x)
+{
+    fl_variable *weight = fl_module_parameter(m, "weight");
+    int64_t in = fl_shape(fl_v_value(weight))[1];
+    char what[64];
+    snprintf(what, sizeof what, "an input of shape [*, %lld]", (long long)in);
+    if (!fl__nn_check_input(m, x, 1, FL_MAX_DIMS, fl_ndim(fl_v_value(x)) - 1, in, what))
+        return NULL;
+    return fl_f_linear(x, weight, fl_module_parameter(m, "bias"));
+}
+
+static const fl_module_type linear_type = {.name = "Linear", .forward = linear_forward};
+
+fl_module *fl_nn_linear(int64_t in_features, int64_t out_features, bool bias)
+{
+    if (in_features < 0 || out_features < 0)
+        return fl__error(FL_ERR_VALUE, "fl_nn_linear", "negative features (%lld in, %lld out)",
+                         (long long)in_features, (long long)out_features);
+    fl_module *m = fl_module_new(&linear_type, NULL);
+    bool ok = fl__nn_parameter(m, "weight", FL_SHAPE(out_features, in_features)) &&
+              (!bias || fl__nn_parameter(m, "bias", FL_SHAPE(out_features))) && fl__nn_reset_affine(m) == FL_OK;
+    if (!ok)
+        fl_module_release(m), m = NULL;
+    return m;
+}
