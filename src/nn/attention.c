@@ -105,13 +105,6 @@ static fl_variable *self_attention_forward(fl_module *m, fl_variable *x);
 static const fl_module_type multihead_attention_type = {.name = "MultiheadAttention",
                                                         .forward = self_attention_forward};
 
-/* x W^T + b over the last axis; b may be NULL. */
-static fl_variable *project(fl_variable *x, fl_variable *weight, fl_variable *bias)
-{
-    fl_variable *y = fl_v_matmul(x, fl_v_transpose(weight, 0, 1));
-    return bias ? fl_v_add(y, bias) : y;
-}
-
 /* [N, L, E] -> [N, heads, L, E / heads] */
 static fl_variable *split_heads(fl_variable *x, int64_t heads)
 {
@@ -199,7 +192,7 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
     }
     fl_variable *qp[3];
     if (self) {
-        fl_v_split(project(query, weight, bias), (int64_t[]){e, e, e}, 3, -1, qp);
+        fl_v_split(fl_f_linear(query, weight, bias), (int64_t[]){e, e, e}, 3, -1, qp);
     } else {
         fl_variable *w[3], *bs[3] = {NULL, NULL, NULL};
         fl_v_split(weight, (int64_t[]){e, e, e}, 3, 0, w);
@@ -207,7 +200,7 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
             fl_v_split(bias, (int64_t[]){e, e, e}, 3, 0, bs);
         fl_variable *inputs[3] = {query, key, value};
         for (int i = 0; i < 3; i++)
-            qp[i] = project(inputs[i], w[i], bs[i]);
+            qp[i] = fl_f_linear(inputs[i], w[i], bs[i]);
     }
     int64_t n = fl_dim(q, batch_axis), l = fl_dim(q, seq_axis), s = fl_dim(k, seq_axis);
     fl_tensor *mask = attention_mask(fn, key_padding_mask, attn_mask, n, st->num_heads, l, s, fl_dtype_of(q));

@@ -99,10 +99,10 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
             int index = layer * dirs + d;
             int64_t end = d ? 0 : last; /* the step where this direction ends */
             fl_variable *b_ih = weight(m, "bias_ih", layer, d), *b_hh = weight(m, "bias_hh", layer, d);
-            fl_variable *xproj = fl_v_matmul(seq, fl_v_transpose(weight(m, "weight_ih", layer, d), 0, 1));
+            fl_variable *w_ih = weight(m, "weight_ih", layer, d);
             if (st->lstm) {
-                if (st->bias) /* both biases enter the gates the same way: add them once */
-                    xproj = fl_v_add(xproj, fl_v_add(b_ih, b_hh));
+                /* Both biases enter the LSTM's gates the same way: add them once. */
+                fl_variable *xproj = fl_f_linear(seq, w_ih, st->bias ? fl_v_add(b_ih, b_hh) : NULL);
                 fl_variable *out = fl__lstm_recurrence(xproj, initial(h0, index, batch, h, dtype),
                                                        initial(c0, index, batch, h, dtype),
                                                        weight(m, "weight_hh", layer, d), d == 1);
@@ -110,9 +110,8 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
                 finals_h[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(0, h)));
                 finals_c[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(h, FL_END)));
             } else {
-                if (st->bias)
-                    xproj = fl_v_add(xproj, b_ih);
-                outputs[d] = fl__gru_recurrence(xproj, initial(h0, index, batch, h, dtype),
+                /* The GRU's b_hn sits inside r * (W_hn h + b_hn): b_hh goes to the recurrence. */
+                outputs[d] = fl__gru_recurrence(fl_f_linear(seq, w_ih, b_ih), initial(h0, index, batch, h, dtype),
                                                 weight(m, "weight_hh", layer, d), b_hh, d == 1);
                 finals_h[index] = fl_v_index(outputs[d], FL_INDEX(FL_AT(end)));
             }
