@@ -250,6 +250,75 @@ fl_variable *fl_nn_l1_loss(fl_variable *input, fl_variable *target, fl_reduction
 fl_variable *fl_nn_bce_loss(fl_variable *probs, fl_variable *target, fl_reduction reduction);
 fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target, fl_reduction reduction);
 
+/* ---- sequence models: attention, the Transformer encoder, recurrent layers, CTC ------ */
+
+/* softmax(q k^T / sqrt(D) + mask) v over the last two axes: q [..., L, D], k [..., S, D],
+ * v [..., S, Dv] (leading axes broadcast), giving [..., L, Dv]. mask (may be NULL)
+ * broadcasts to [..., L, S]: a float mask is added to the scores; a bool mask, as in
+ * PyTorch's scaled_dot_product_attention, is true where attention is allowed (false
+ * gives -inf). The mask is a constant (no gradient). In training, dropout_p of the
+ * attention weights are zeroed and the rest scaled by 1 / (1 - dropout_p). */
+fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
+                                               double dropout_p, bool training);
+
+/* PyTorch's nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)
+ * (kdim = vdim = embed_dim, no bias_kv, no zero_attn): in_proj_weight [3E, E],
+ * in_proj_bias [3E], out_proj.weight, out_proj.bias. Its module forward is
+ * self-attention of x; the full form takes query [N, L, E], key and value [N, S, E]
+ * ([L, N, E] and [S, N, E] without batch_first) and two optional masks, as PyTorch's:
+ * key_padding_mask [N, S] (bool: true ignores that key; float: added) and attn_mask
+ * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added). It returns the
+ * attention output only (PyTorch's need_weights=False). */
+fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                                     bool batch_first);
+fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,
+                                               fl_variable *value, const fl_tensor *key_padding_mask,
+                                               const fl_tensor *attn_mask);
+
+/* PyTorch's nn.TransformerEncoderLayer (children self_attn, linear1, dropout, linear2,
+ * norm1, norm2, dropout1, dropout2; layer-norm eps, bias on every layer). activation:
+ * "relu" or "gelu". norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of
+ * post-norm (norm1(x + attn(x))). The module forward is the layer without masks; the
+ * full form takes the masks of fl_nn_multihead_attention_forward. */
+fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                                           const char *activation, double layer_norm_eps, bool batch_first,
+                                           bool norm_first);
+fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
+                                                     const fl_tensor *attn_mask);
+/* PyTorch's nn.TransformerEncoder: num_layers copies of layer ("layers.0", ...; the
+ * layer given is taken over and cloned with its current values) and an optional final
+ * norm ("norm", taken over; may be NULL). */
+fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm);
+fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
+                                               const fl_tensor *attn_mask);
+
+/* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
+ * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),
+ * PyTorch's gate order (LSTM i, f, g, o; GRU r, z, n with r applied to W_hn h + b_hn)
+ * and initialization U(-1/sqrt(H), 1/sqrt(H)). x is [N, T, input_size] with
+ * batch_first, else [T, N, input_size]; dropout applies to the outputs of every layer
+ * but the last, in training. The module forward returns the output sequence y
+ * ([N, T, D * hidden_size], D = 2 if bidirectional); the full forms take the initial
+ * states h0 (and c0) [num_layers * D, N, hidden_size] (NULL: zeros) and give y and the
+ * final states (any of the out pointers may be NULL). */
+fl_module *fl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, bool bias, bool batch_first,
+                      double dropout, bool bidirectional);
+fl_status fl_nn_lstm_forward(fl_module *m, fl_variable *x, fl_variable *h0, fl_variable *c0, fl_variable **y,
+                             fl_variable **hn, fl_variable **cn);
+fl_module *fl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, bool bias, bool batch_first,
+                     double dropout, bool bidirectional);
+fl_status fl_nn_gru_forward(fl_module *m, fl_variable *x, fl_variable *h0, fl_variable **y, fl_variable **hn);
+
+/* torch.nn.functional.ctc_loss: log_probs [T, N, C] (log-softmax outputs), targets
+ * [N, S] (padded) or [sum(target_lengths)] (concatenated), input_lengths and
+ * target_lengths [N] (integers). FL_REDUCTION_NONE gives [N], SUM the total, MEAN the
+ * mean over the batch of each loss divided by its target length. zero_infinity
+ * replaces infinite losses (impossible alignments) and their gradients by zeros. The
+ * gradient is PyTorch's: exp(log_probs) - posterior, exact for log-softmax inputs. */
+fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, const fl_tensor *input_lengths,
+                            const fl_tensor *target_lengths, int64_t blank, fl_reduction reduction,
+                            bool zero_infinity);
+
 #ifdef __cplusplus
 }
 #endif

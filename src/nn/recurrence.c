@@ -1,0 +1,230 @@
+/* The LSTM and GRU recurrences, each one node on the tape with its own
+ * backpropagation through time.
+ *
+ * Recorded step by step, a layer of T steps would put about 15 nodes per step on the
+ * tape, and slicing step t out of the input projection would give every step a
+ * gradient the size of the whole sequence (T^2 memory). As one node, the forward keeps
+ * only the activated gates and the states of every step; the backward walks the steps
+ * in reverse, and the gradient of W_hh is one matmul over all steps at the end.
+ * Each step runs in a scope of its own, so temporaries die with their step. */
+#include <stdlib.h>
+
+#include "../tensor/internal.h"
+#include "recurrence.h"
+
+typedef struct recurrence_context {
+    bool reverse;
+    bool has_bias; /* GRU: b_hh is an input */
+} recurrence_context;
+
+static void release_tensor(void *t) { fl_release(t); }
+
+/* Hands a tensor the caller owns to the innermost scope. */
+static fl_tensor *to_scope(fl_tensor *owned) { return owned ? fl_scope_own(owned, release_tensor) : NULL; }
+
+/* t[:, from:to] of a [N, X] tensor (a view). */
+static fl_tensor *columns(const fl_tensor *t, int64_t from, int64_t to)
+{
+    return fl_index(t, FL_INDEX(FL_SPAN, FL_RANGE(from, to)));
+}
+
+static fl_tensor *step_of(const fl_tensor *t, int64_t time) { return fl_index(t, FL_INDEX(FL_AT(time))); }
+
+/* The derivatives of sigmoid and tanh from their outputs. */
+static fl_tensor *sigmoid_slope(const fl_tensor *s) { return fl_sub(s, fl_square(s)); }
+static fl_tensor *tanh_slope(const fl_tensor *t) { return fl_add_scalar(fl_neg(fl_square(t)), 1); }
+
+/* The state entering each step: states [T, N, H] shifted by one step against the
+ * direction of the recurrence, initial [N, H] in the first step's place. */
+static fl_tensor *previous_states(const fl_tensor *states, const fl_tensor *initial, bool reverse)
+{
+    int64_t steps = fl_dim(states, 0);
+    fl_tensor *first = fl_unsqueeze(initial, 0);
+    if (steps == 1)
+        return first;
+    fl_tensor *rest = fl_index(states, FL_INDEX(reverse ? FL_RANGE(1, FL_END) : FL_RANGE(0, steps - 1)));
+    return fl_concat((fl_tensor *[]){reverse ? rest : first, reverse ? first : rest}, 2, 0);
+}
+
+/* sum over steps and batch of d^T prev: d [T, N, G], prev [T, N, H] -> [G, H] */
+static fl_tensor *summed_outer(const fl_tensor *d, const fl_tensor *prev)
+{
+    int64_t rows = fl_dim(d, 0) * fl_dim(d, 1);
+    fl_tensor *d2 = fl_reshape(d, 2, (int64_t[]){rows, fl_dim(d, 2)});
+    return fl_matmul(fl_transpose(d2, 0, 1), fl_reshape(prev, 2, (int64_t[]){rows, fl_dim(prev, 2)}));
+}
+
+/* Stacks the steps (owned, released here) along a new first axis. */
+static fl_tensor *stack_steps(fl_tensor **steps, int64_t count)
+{
+    fl_tensor *stacked = fl_stack(steps, (int)count, 0);
+    for (int64_t t = 0; t < count; t++)
+        fl_release(steps[t]);
+    free(steps);
+    return stacked;
+}
+
+static fl_tensor **step_list(int64_t count)
+{
+    fl_tensor **list = calloc((size_t)(count > 0 ? count : 1), sizeof *list);
+    return list ? list : fl__error(FL_ERR_MEMORY, "recurrence", "no memory for %lld steps", (long long)count);
+}
+
+/* ---- LSTM ---- */
+
+/* saved: the activated gates [T, N, 4H], the output [T, N, 2H], h0, c0, w_hh. */
+static void lstm_grad(fl_grad *g)
+{
+    const recurrence_context *c = g->context;
+    fl_tensor *gates = g->saved[0], *out = g->saved[1], *h0 = g->saved[2], *c0 = g->saved[3], *w_hh = g->saved[4];
+    int64_t steps = fl_dim(out, 0), h = fl_dim(h0, -1);
+    fl_tensor *hidden = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, h)));
+    fl_tensor *cells = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(h, 2 * h)));
+    fl_tensor *cells_before = previous_states(cells, c0, c->reverse);
+    fl_tensor **dgates = step_list(steps), *dh_next = NULL, *dc_next = NULL;
+    for (int64_t s = steps - 1; dgates && s >= 0; s--) {
+        int64_t t = c->reverse ? steps - 1 - s : s;
+        fl_scope step = fl_scope_begin();
+        fl_tensor *dout = step_of(g->output_grad, t);
+        fl_tensor *dh = columns(dout, 0, h), *dc = columns(dout, h, 2 * h);
+        if (dh_next) {
+            dh = fl_add(dh, dh_next);
+            dc = fl_add(dc, dc_next);
+        }
+        fl_tensor *a = step_of(gates, t);
+        fl_tensor *i = columns(a, 0, h), *f = columns(a, h, 2 * h), *u = columns(a, 2 * h, 3 * h),
+                  *o = columns(a, 3 * h, 4 * h);
+        fl_tensor *tanh_c = fl_tanh(step_of(cells, t));
+        dc = fl_add(dc, fl_mul(fl_mul(dh, o), tanh_slope(tanh_c)));
+        fl_tensor *d = fl_concat((fl_tensor *[]){fl_mul(fl_mul(dc, u), sigmoid_slope(i)),
+                                                 fl_mul(fl_mul(dc, step_of(cells_before, t)), sigmoid_slope(f)),
+                                                 fl_mul(fl_mul(dc, i), tanh_slope(u)),
+                                                 fl_mul(fl_mul(dh, tanh_c), sigmoid_slope(o))},
+                                 4, 1);
+        dgates[t] = fl_keep(d);
+        fl_tensor *dh_prev = fl_keep(fl_matmul(d, w_hh)), *dc_prev = fl_keep(fl_mul(dc, f));
+        fl_scope_end(step);
+        fl_release(dh_next);
+        fl_release(dc_next);
+        dh_next = dh_prev;
+        dc_next = dc_prev;
+    }
+    fl_tensor *dxproj = dgates ? stack_steps(dgates, steps) : NULL;
+    g->input_grads[0] = dxproj;
+    g->input_grads[1] = to_scope(dh_next);
+    g->input_grads[2] = to_scope(dc_next);
+    if (g->needs_grad[3])
+        g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
+}
+
+fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
+                                 bool reverse)
+{
+    if (fl__null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
+        return NULL;
+    const fl_tensor *x = fl_v_value(xproj);
+    int64_t steps = fl_dim(x, 0), h = fl_dim(fl_v_value(h0), -1);
+    fl_tensor **gates = step_list(steps), **states = step_list(steps);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *w_t = fl_transpose(fl_v_value(w_hh), 0, 1);
+    const fl_tensor *hidden = fl_v_value(h0), *cell = fl_v_value(c0);
+    for (int64_t s = 0; gates && states && s < steps; s++) {
+        int64_t t = reverse ? steps - 1 - s : s;
+        fl_scope step = fl_scope_begin();
+        fl_tensor *pre = fl_add(step_of(x, t), fl_matmul(hidden, w_t));
+        fl_tensor *sig = fl_sigmoid(pre);
+        fl_tensor *i = columns(sig, 0, h), *f = columns(sig, h, 2 * h), *o = columns(sig, 3 * h, 4 * h);
+        fl_tensor *u = fl_tanh(columns(pre, 2 * h, 3 * h));
+        fl_tensor *c = fl_add(fl_mul(f, cell), fl_mul(i, u));
+        fl_tensor *next = fl_mul(o, fl_tanh(c));
+        gates[t] = fl_keep(fl_concat((fl_tensor *[]){i, f, u, o}, 4, 1));
+        states[t] = fl_keep(fl_concat((fl_tensor *[]){next, c}, 2, 1));
+        fl_scope_end(step);
+        if (!states[t])
+            break;
+        hidden = columns(states[t], 0, h);
+        cell = columns(states[t], h, 2 * h);
+    }
+    fl_tensor *acts = gates ? stack_steps(gates, steps) : NULL;
+    fl_tensor *out = states ? stack_steps(states, steps) : NULL;
+    recurrence_context c = {.reverse = reverse};
+    fl_variable *y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad,
+                                 FL_SAVE(acts, out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh)), &c, sizeof c);
+    return fl_v_scope_return(scope, y);
+}
+
+/* ---- GRU ---- */
+
+/* saved: r, z, n and W_hn h + b_hn of every step [T, N, 4H], the output [T, N, H], h0,
+ * w_hh. */
+static void gru_grad(fl_grad *g)
+{
+    const recurrence_context *c = g->context;
+    fl_tensor *acts = g->saved[0], *out = g->saved[1], *h0 = g->saved[2], *w_hh = g->saved[3];
+    int64_t steps = fl_dim(out, 0), h = fl_dim(h0, -1);
+    fl_tensor *before = previous_states(out, h0, c->reverse);
+    fl_tensor **dx = step_list(steps), **dhg = step_list(steps), *dh_next = NULL;
+    for (int64_t s = steps - 1; dx && dhg && s >= 0; s--) {
+        int64_t t = c->reverse ? steps - 1 - s : s;
+        fl_scope step = fl_scope_begin();
+        fl_tensor *dh = step_of(g->output_grad, t);
+        if (dh_next)
+            dh = fl_add(dh, dh_next);
+        fl_tensor *a = step_of(acts, t);
+        fl_tensor *r = columns(a, 0, h), *z = columns(a, h, 2 * h), *n = columns(a, 2 * h, 3 * h),
+                  *hn = columns(a, 3 * h, 4 * h);
+        fl_tensor *dn = fl_mul(fl_mul(dh, fl_add_scalar(fl_neg(z), 1)), tanh_slope(n));
+        fl_tensor *dz = fl_mul(fl_mul(dh, fl_sub(step_of(before, t), n)), sigmoid_slope(z));
+        fl_tensor *dr = fl_mul(fl_mul(dn, hn), sigmoid_slope(r));
+        dx[t] = fl_keep(fl_concat((fl_tensor *[]){dr, dz, dn}, 3, 1));
+        fl_tensor *d_hidden_gates = fl_concat((fl_tensor *[]){dr, dz, fl_mul(dn, r)}, 3, 1);
+        dhg[t] = fl_keep(d_hidden_gates);
+        fl_tensor *dh_prev = fl_keep(fl_add(fl_mul(dh, z), fl_matmul(d_hidden_gates, w_hh)));
+        fl_scope_end(step);
+        fl_release(dh_next);
+        dh_next = dh_prev;
+    }
+    g->input_grads[0] = dx ? stack_steps(dx, steps) : NULL;
+    g->input_grads[1] = to_scope(dh_next);
+    fl_tensor *dhidden_gates = dhg ? stack_steps(dhg, steps) : NULL;
+    if (g->needs_grad[2])
+        g->input_grads[2] = summed_outer(dhidden_gates, before);
+    if (c->has_bias && g->needs_grad[3])
+        g->input_grads[3] = fl_sum(dhidden_gates, FL_AXES(0, 1), false);
+}
+
+fl_variable *fl__gru_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *w_hh, fl_variable *b_hh,
+                                bool reverse)
+{
+    if (fl__null_args("gru recurrence", 3, xproj, h0, w_hh))
+        return NULL;
+    const fl_tensor *x = fl_v_value(xproj);
+    int64_t steps = fl_dim(x, 0), h = fl_dim(fl_v_value(h0), -1);
+    fl_tensor **acts = step_list(steps), **states = step_list(steps);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *w_t = fl_transpose(fl_v_value(w_hh), 0, 1);
+    const fl_tensor *hidden = fl_v_value(h0);
+    for (int64_t s = 0; acts && states && s < steps; s++) {
+        int64_t t = reverse ? steps - 1 - s : s;
+        fl_scope step = fl_scope_begin();
+        fl_tensor *xg = step_of(x, t), *hg = fl_matmul(hidden, w_t);
+        if (b_hh)
+            hg = fl_add(hg, fl_v_value(b_hh));
+        fl_tensor *rz = fl_sigmoid(fl_add(columns(xg, 0, 2 * h), columns(hg, 0, 2 * h)));
+        fl_tensor *r = columns(rz, 0, h), *z = columns(rz, h, 2 * h), *hn = columns(hg, 2 * h, 3 * h);
+        fl_tensor *n = fl_tanh(fl_add(columns(xg, 2 * h, 3 * h), fl_mul(r, hn)));
+        states[t] = fl_keep(fl_add(n, fl_mul(z, fl_sub(hidden, n))));
+        acts[t] = fl_keep(fl_concat((fl_tensor *[]){rz, n, hn}, 3, 1));
+        fl_scope_end(step);
+        if (!states[t])
+            break;
+        hidden = states[t];
+    }
+    fl_tensor *saved_acts = acts ? stack_steps(acts, steps) : NULL;
+    fl_tensor *out = states ? stack_steps(states, steps) : NULL;
+    recurrence_context c = {.reverse = reverse, .has_bias = b_hh != NULL};
+    const fl_tensor *save[] = {saved_acts, out, fl_v_value(h0), fl_v_value(w_hh)};
+    fl_variable *y = b_hh ? fl_v_record(out, FL_VARS(xproj, h0, w_hh, b_hh), gru_grad, save, 4, &c, sizeof c)
+                          : fl_v_record(out, FL_VARS(xproj, h0, w_hh), gru_grad, save, 4, &c, sizeof c);
+    return fl_v_scope_return(scope, y);
+}

@@ -1,0 +1,419 @@
+/* Sequence models against PyTorch (tests/fixtures/gen_nn_sequence.py): attention, the
+ * Transformer encoder, LSTM and GRU, and the CTC loss; their values, the gradients of
+ * inputs and parameters, finite-difference checks of the fused gradients, and errors. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flare/nn.h"
+#include "gradcheck.h"
+#include "nn/recurrence.h"
+#include "support.h"
+
+#define FIXTURES "nn_sequence.bin"
+#define RTOL 1e-4
+#define ATOL 1e-5
+
+static fl_tensor *fx(const char *case_name, const char *what)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", case_name, what);
+    return fixture(FIXTURES, name);
+}
+
+/* Loads PyTorch's state_dict of the case into m (strict), and puts m in eval mode. */
+static void load(fl_module *m, const char *case_name)
+{
+    assert_non_null(m);
+    fl_tensor_map *names = fl_tensor_map_create(), *values = fl_tensor_map_create();
+    assert_int_equal(fl_module_state_dict(m, names), FL_OK);
+    for (size_t i = 0; i < fl_tensor_map_count(names); i++) {
+        char key[256];
+        snprintf(key, sizeof key, "sd.%s", fl_tensor_map_name_at(names, i));
+        fl_tensor_map_set(values, fl_tensor_map_name_at(names, i), fx(case_name, key));
+    }
+    assert_int_equal(fl_module_load_state_dict(m, values, true), FL_OK);
+    fl_tensor_map_free(names);
+    fl_tensor_map_free(values);
+    fl_module_train(m, false);
+}
+
+static fl_variable *input(const char *case_name, const char *what)
+{
+    return fl_v_new(fx(case_name, what), true);
+}
+
+/* Backpropagates sum(y * w) and compares y, the inputs' and every parameter's gradient. */
+static void compare(fl_module *m, const char *case_name, fl_variable *y, fl_variable *const *inputs, int count,
+                    const char *const *input_names)
+{
+    assert_non_null(y);
+    assert_close(fl_v_value(y), fx(case_name, "y"), RTOL, ATOL);
+    fl_variable *w = fl_v_new(fx(case_name, "w"), false);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, w), FL_ALL_AXES, false), NULL, false), FL_OK);
+    char key[256];
+    for (int i = 0; i < count; i++) {
+        snprintf(key, sizeof key, "grad.%s", input_names[i]);
+        assert_close(fl_v_grad(inputs[i]), fx(case_name, key), RTOL, ATOL);
+    }
+    fl_parameters *p = fl_module_parameters(m);
+    for (size_t i = 0; i < p->count; i++) {
+        snprintf(key, sizeof key, "grad.%s", p->names[i]);
+        assert_close(fl_v_grad(p->items[i]), fx(case_name, key), RTOL, ATOL);
+    }
+    fl_parameters_free(p);
+}
+
+/* ---- attention ---- */
+
+static void self_attention_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    load(m, "mha_self");
+    fl_parameters *p = fl_module_parameters(m);
+    const char *names[] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+    assert_int_equal(p->count, 4);
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(p->names[i], names[i]);
+    fl_parameters_free(p);
+    fl_variable *x = input("mha_self", "x");
+    compare(m, "mha_self", fl_module_forward(m, x), FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void cross_attention_with_both_masks_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    load(m, "mha_cross");
+    fl_variable *q = input("mha_cross", "q"), *k = input("mha_cross", "k"), *v = input("mha_cross", "v");
+    fl_variable *y = fl_nn_multihead_attention_forward(m, q, k, v, fx("mha_cross", "key_padding_mask"),
+                                                       fx("mha_cross", "attn_mask"));
+    compare(m, "mha_cross", y, FL_VARS(q, k, v), (const char *[]){"q", "k", "v"});
+    fl_module_release(m);
+}
+
+static void a_bool_attention_mask_forbids_where_true(void **state)
+{
+    fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    load(m, "mha_bool");
+    fl_variable *x = input("mha_bool", "x");
+    fl_variable *y = fl_nn_multihead_attention_forward(m, x, x, x, NULL, fx("mha_bool", "attn_mask"));
+    compare(m, "mha_bool", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void sequence_first_layout_transposes_around_batch_first(void **state)
+{
+    fl_module *first = fl_nn_multihead_attention(8, 2, 0.0, true, false);
+    load(first, "mha_self");
+    fl_variable *x = fl_v_new(fx("mha_self", "x"), false);
+    fl_variable *y = fl_module_forward(first, fl_v_transpose(x, 0, 1));
+    assert_close(fl_transpose(fl_v_value(y), 0, 1), fx("mha_self", "y"), RTOL, ATOL);
+    fl_module_release(first);
+}
+
+static void attention_dropout_acts_in_training_only(void **state)
+{
+    fl_variable *q = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
+    fl_variable *v = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
+    fl_variable *all_dropped = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, true);
+    assert_close(fl_v_value(all_dropped), fl_zeros(FL_F64, FL_SHAPE(2, 3, 4)), 0, 0);
+    fl_variable *eval = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false);
+    fl_variable *plain = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.0, true);
+    assert_close(fl_v_value(eval), fl_v_value(plain), 0, 0);
+    /* Half dropped: the kept weights are doubled, so each output is a sum of doubled
+     * value rows, and the mean over many draws is near the undropped output. */
+    fl_variable *half = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.5, true);
+    assert_false(fl_item(fl_all(fl_eq(fl_v_value(half), fl_v_value(plain)), FL_ALL_AXES, false)));
+}
+
+/* ---- the Transformer encoder ---- */
+
+static void encoder_layer(const char *case_name, bool norm_first, const char *activation)
+{
+    fl_module *m = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, activation, 1e-5, true, norm_first);
+    load(m, case_name);
+    fl_variable *x = input(case_name, "x");
+    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx(case_name, "key_padding_mask"), NULL);
+    compare(m, case_name, y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void post_norm_encoder_layer_matches_pytorch(void **state) { encoder_layer("enc_post", false, "relu"); }
+static void pre_norm_gelu_encoder_layer_matches_pytorch(void **state) { encoder_layer("enc_pre", true, "gelu"); }
+
+static void encoder_stack_with_final_norm_matches_pytorch(void **state)
+{
+    const int64_t features[] = {8};
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_encoder(layer, 2, fl_nn_layer_norm(1, features, 1e-5, true));
+    load(m, "encoder");
+    assert_non_null(fl_module_parameter(fl_module_child(fl_module_child(fl_module_child(m, "layers"), "1"), "norm2"),
+                                        "weight"));
+    fl_variable *x = input("encoder", "x");
+    compare(m, "encoder", fl_module_forward(m, x), FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+/* ---- recurrent layers ---- */
+
+static fl_variable *flat(fl_variable *const *parts, int count)
+{
+    fl_variable *flattened[3];
+    for (int i = 0; i < count; i++)
+        flattened[i] = fl_v_reshape(parts[i], 1, (int64_t[]){-1});
+    return fl_v_concat(flattened, count, 0);
+}
+
+static void two_layer_lstm_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_lstm(3, 4, 2, true, true, 0.0, false);
+    load(m, "lstm");
+    fl_variable *x = input("lstm", "x"), *h0 = input("lstm", "h0"), *c0 = input("lstm", "c0"), *y, *hn, *cn;
+    assert_int_equal(fl_nn_lstm_forward(m, x, h0, c0, &y, &hn, &cn), FL_OK);
+    compare(m, "lstm", flat(FL_VARS(y, hn, cn)), FL_VARS(x, h0, c0), (const char *[]){"x", "h0", "c0"});
+    assert_shape(fl_v_value(fl_module_forward(m, x)), 2, 6, 4);
+    fl_module_release(m);
+}
+
+static void two_layer_gru_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_gru(3, 4, 2, true, true, 0.0, false);
+    load(m, "gru");
+    fl_variable *x = input("gru", "x"), *h0 = input("gru", "h0"), *y, *hn;
+    assert_int_equal(fl_nn_gru_forward(m, x, h0, &y, &hn), FL_OK);
+    compare(m, "gru", flat(FL_VARS(y, hn)), FL_VARS(x, h0), (const char *[]){"x", "h0"});
+    fl_module_release(m);
+}
+
+static void bidirectional_lstm_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_lstm(3, 4, 1, true, false, 0.0, true);
+    load(m, "bilstm");
+    fl_variable *x = input("bilstm", "x"), *y, *hn, *cn;
+    assert_int_equal(fl_nn_lstm_forward(m, x, NULL, NULL, &y, &hn, &cn), FL_OK);
+    compare(m, "bilstm", flat(FL_VARS(y, hn, cn)), FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void bidirectional_two_layer_gru_without_bias_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_gru(3, 4, 2, false, false, 0.0, true);
+    load(m, "bigru");
+    fl_parameters *p = fl_module_parameters(m);
+    assert_int_equal(p->count, 8);
+    assert_string_equal(p->names[3], "weight_hh_l0_reverse");
+    fl_parameters_free(p);
+    fl_variable *x = input("bigru", "x"), *y, *hn;
+    assert_int_equal(fl_nn_gru_forward(m, x, NULL, &y, &hn), FL_OK);
+    compare(m, "bigru", flat(FL_VARS(y, hn)), FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void dropout_between_layers_acts_in_training_only(void **state)
+{
+    fl_module *m = fl_nn_lstm(3, 4, 2, true, true, 0.5, false);
+    fl_variable *x = fl_v_new(fx("lstm", "x"), false);
+    fl_variable *trained = fl_module_forward(m, x);
+    fl_module_train(m, false);
+    fl_variable *a = fl_module_forward(m, x), *b = fl_module_forward(m, x);
+    assert_close(fl_v_value(a), fl_v_value(b), 0, 0);
+    assert_false(fl_item(fl_all(fl_eq(fl_v_value(trained), fl_v_value(a)), FL_ALL_AXES, false)));
+    fl_module_release(m);
+}
+
+/* ---- CTC ---- */
+
+static fl_variable *ctc_log_probs(void)
+{
+    return fl_v_new(fl_log_softmax(fx("ctc", "logits"), 2), true);
+}
+
+static void ctc_case(const char *reduction_name, fl_reduction reduction)
+{
+    char key[64];
+    fl_variable *lp = ctc_log_probs();
+    fl_variable *loss = fl_nn_ctc_loss(lp, fx("ctc", "targets"), fx("ctc", "input_lengths"),
+                                       fx("ctc", "target_lengths"), 0, reduction, false);
+    snprintf(key, sizeof key, "%s.loss", reduction_name);
+    assert_close(fl_v_value(loss), fx("ctc", key), RTOL, ATOL);
+    snprintf(key, sizeof key, "%s.w", reduction_name);
+    fl_variable *objective = fl_v_sum(fl_v_mul(loss, fl_v_new(fx("ctc", key), false)), FL_ALL_AXES, false);
+    assert_int_equal(fl_v_backward(objective, NULL, false), FL_OK);
+    snprintf(key, sizeof key, "%s.grad", reduction_name);
+    assert_close(fl_v_grad(lp), fx("ctc", key), RTOL, ATOL);
+}
+
+static void ctc_loss_matches_pytorch_for_every_reduction(void **state)
+{
+    ctc_case("none", FL_REDUCTION_NONE);
+    ctc_case("sum", FL_REDUCTION_SUM);
+    ctc_case("mean", FL_REDUCTION_MEAN);
+}
+
+static void ctc_impossible_alignments_are_infinite_or_zeroed(void **state)
+{
+    fl_variable *lp = ctc_log_probs();
+    const fl_tensor *targets = fx("ctc_inf", "targets"), *il = fx("ctc_inf", "input_lengths"),
+                    *tl = fx("ctc_inf", "target_lengths");
+    fl_variable *none = fl_nn_ctc_loss(lp, targets, il, tl, 0, FL_REDUCTION_NONE, false);
+    assert_close(fl_v_value(none), fx("ctc_inf", "none"), RTOL, ATOL);
+    assert_true(isinf(fl_item(fl_index(fl_v_value(none), FL_INDEX(FL_AT(0))))));
+    fl_variable *loss = fl_nn_ctc_loss(lp, targets, il, tl, 0, FL_REDUCTION_SUM, true);
+    assert_close(fl_v_value(loss), fx("ctc_inf", "loss"), RTOL, ATOL);
+    assert_int_equal(fl_v_backward(loss, NULL, false), FL_OK);
+    assert_close(fl_v_grad(lp), fx("ctc_inf", "grad"), RTOL, ATOL);
+}
+
+/* ---- finite differences (f64) ---- */
+
+static fl_variable *sdpa_float_mask(fl_variable *const *x, void *ctx)
+{
+    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, true);
+}
+
+static void attention_gradients_match_finite_differences(void **state)
+{
+    fl_tensor *q = gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), *k = gradcheck_input(-1, 1, FL_SHAPE(2, 5, 4)),
+              *v = gradcheck_input(-1, 1, FL_SHAPE(2, 5, 3));
+    assert_gradcheck(sdpa_float_mask, NULL, q, k, v);
+    assert_gradcheck(sdpa_float_mask, gradcheck_input(-1, 1, FL_SHAPE(3, 5)), q, k, v);
+    fl_tensor *allowed = fl_gt(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
+    allowed = fl_logical_or(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 1, 1)); /* the first key: no row all forbidden */
+    assert_gradcheck(sdpa_float_mask, allowed, q, k, v);
+    /* Broadcast batch axes: one k and v for every head. */
+    assert_gradcheck(sdpa_float_mask, NULL, gradcheck_input(-1, 1, FL_SHAPE(2, 2, 3, 4)), k, v);
+}
+
+static fl_variable *ctc_of_logits(fl_variable *const *x, void *ctx)
+{
+    fl_tensor *const *t = ctx;
+    return fl_nn_ctc_loss(fl_v_log_softmax(x[0], 2), t[0], t[1], t[2], 0, FL_REDUCTION_NONE, false);
+}
+
+static void ctc_gradient_matches_finite_differences(void **state)
+{
+    fl_tensor *args[] = {T_I64(FL_SHAPE(3, 3), 1, 1, 2, 2, 3, 0, 3, 0, 0), T_I64(FL_SHAPE(3), 6, 4, 5),
+                         T_I64(FL_SHAPE(3), 3, 2, 1)};
+    assert_gradcheck(ctc_of_logits, args, gradcheck_input(-2, 2, FL_SHAPE(6, 3, 4)));
+}
+
+static fl_variable *lstm_steps(fl_variable *const *x, void *reverse)
+{
+    return fl__lstm_recurrence(x[0], x[1], x[2], x[3], reverse != NULL);
+}
+
+static fl_variable *gru_steps(fl_variable *const *x, void *reverse)
+{
+    return fl__gru_recurrence(x[0], x[1], x[2], x[3], reverse != NULL);
+}
+
+static void recurrence_gradients_match_finite_differences(void **state)
+{
+    fl_tensor *h0 = gradcheck_input(-1, 1, FL_SHAPE(2, 3)), *c0 = gradcheck_input(-1, 1, FL_SHAPE(2, 3));
+    fl_tensor *lstm_x = gradcheck_input(-1, 1, FL_SHAPE(4, 2, 12)), *lstm_w = gradcheck_input(-1, 1, FL_SHAPE(12, 3));
+    assert_gradcheck(lstm_steps, NULL, lstm_x, h0, c0, lstm_w);
+    assert_gradcheck(lstm_steps, "reverse", lstm_x, h0, c0, lstm_w);
+    fl_tensor *gru_x = gradcheck_input(-1, 1, FL_SHAPE(4, 2, 9)), *gru_w = gradcheck_input(-1, 1, FL_SHAPE(9, 3)),
+              *gru_b = gradcheck_input(-1, 1, FL_SHAPE(9));
+    assert_gradcheck(gru_steps, NULL, gru_x, h0, gru_w, gru_b);
+    assert_gradcheck(gru_steps, "reverse", gru_x, h0, gru_w, gru_b);
+}
+
+/* ---- errors ---- */
+
+static void bad_arguments_are_refused(void **state)
+{
+    assert_fails(fl_nn_multihead_attention(10, 3, 0, true, true), FL_ERR_VALUE, "multiple of num_heads");
+    assert_fails(fl_nn_multihead_attention(8, 2, 1.5, true, true), FL_ERR_VALUE, "dropout");
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0, true, true);
+    fl_variable *x = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 8)), false);
+    fl_variable *x7 = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 7)), false);
+    assert_fails(fl_module_forward(mha, x7), FL_ERR_SHAPE, "embedding 8");
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 0), NULL),
+                 FL_ERR_SHAPE, "key_padding_mask must be [2, 5]");
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_F32, FL_SHAPE(4, 5))),
+                 FL_ERR_SHAPE, "attn_mask must be [5, 5] or [4, 5, 5]");
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_I32, FL_SHAPE(5, 5))),
+                 FL_ERR_DTYPE, "bool or floating");
+    fl_module *lstm = fl_nn_lstm(3, 4, 1, true, true, 0, false);
+    assert_fails(fl_nn_multihead_attention_forward(lstm, x, x, x, NULL, NULL), FL_ERR_VALUE, "not a MultiheadAttention");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x7, x, NULL, 0, false), FL_ERR_SHAPE, "do not fit");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x, x, NULL, -0.1, false), FL_ERR_VALUE, "dropout_p");
+    fl_variable *xi = fl_v_new(fl_zeros(FL_I32, FL_SHAPE(2, 5, 8)), false);
+    assert_fails(fl_f_scaled_dot_product_attention(xi, xi, xi, NULL, 0, false), FL_ERR_DTYPE, "floating dtype");
+
+    assert_fails(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "tanh", 1e-5, true, false), FL_ERR_VALUE, "\"relu\"");
+    assert_fails(fl_nn_transformer_encoder_layer(8, 3, 16, 0, "relu", 1e-5, true, false), FL_ERR_VALUE, "num_heads");
+    assert_fails(fl_nn_transformer_encoder(fl_nn_lstm(3, 4, 1, true, true, 0, false), 2, NULL), FL_ERR_VALUE,
+                 "not a TransformerEncoderLayer");
+    assert_fails(fl_nn_transformer_encoder(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "relu", 1e-5, true, false), 0,
+                                           NULL),
+                 FL_ERR_VALUE, "num_layers must be positive");
+    assert_fails(fl_nn_transformer_encoder_layer_forward(mha, x, NULL, NULL), FL_ERR_VALUE, "not a Transformer");
+
+    assert_fails(fl_nn_lstm(0, 4, 1, true, true, 0, false), FL_ERR_VALUE, "must be positive");
+    assert_fails(fl_nn_gru(3, 4, 1, true, true, -1, false), FL_ERR_VALUE, "dropout");
+    fl_variable *y = x, *hn = x;
+    assert_fails_status(fl_nn_gru_forward(lstm, x, NULL, &y, &hn), FL_ERR_VALUE, "not a GRU");
+    assert_null(y);
+    assert_null(hn);
+    assert_fails(fl_module_forward(lstm, x), FL_ERR_SHAPE, "input_size 3");
+    fl_variable *seq = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 6, 3)), false);
+    fl_variable *bad_h = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(1, 3, 4)), false);
+    assert_fails_status(fl_nn_lstm_forward(lstm, seq, bad_h, NULL, &y, NULL, NULL), FL_ERR_SHAPE,
+                        "h0 must be [1, 2, 4]");
+    fl_variable *h64 = fl_v_new(fl_zeros(FL_F64, FL_SHAPE(1, 2, 4)), false);
+    assert_fails_status(fl_nn_lstm_forward(lstm, seq, NULL, h64, &y, NULL, NULL), FL_ERR_DTYPE, "c0 must be f32");
+
+    fl_variable *lp = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(4, 2, 3)), true);
+    fl_tensor *targets = T_I64(FL_SHAPE(2, 2), 1, 2, 1, 1), *lengths = T_I64(FL_SHAPE(2), 4, 4),
+              *two = T_I64(FL_SHAPE(2), 2, 2);
+    assert_fails(fl_nn_ctc_loss(lp, targets, lengths, two, 3, FL_REDUCTION_MEAN, false), FL_ERR_VALUE, "blank 3");
+    assert_fails(fl_nn_ctc_loss(lp, targets, T_I64(FL_SHAPE(2), 5, 4), two, 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_VALUE, "input_lengths[0] is 5");
+    assert_fails(fl_nn_ctc_loss(lp, targets, lengths, T_I64(FL_SHAPE(2), 2, 3), 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_VALUE, "target_lengths[1] is 3");
+    assert_fails(fl_nn_ctc_loss(lp, T_I64(FL_SHAPE(2, 2), 1, 0, 1, 1), lengths, two, 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_VALUE, "other than the blank");
+    assert_fails(fl_nn_ctc_loss(lp, T_I64(FL_SHAPE(3), 1, 2, 1), lengths, two, 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_SHAPE, "hold 3 labels but target_lengths sum to 4");
+    assert_fails(fl_nn_ctc_loss(lp, fl_cast(targets, FL_F32), lengths, two, 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_DTYPE, "integers");
+    assert_fails(fl_nn_ctc_loss(lp, targets, T_I64(FL_SHAPE(3), 4, 4, 4), two, 0, FL_REDUCTION_MEAN, false),
+                 FL_ERR_SHAPE, "must be [2]");
+    assert_fails(fl_nn_ctc_loss(fl_v_new(fl_zeros(FL_F32, FL_SHAPE(4, 3)), true), targets, lengths, two, 0,
+                                FL_REDUCTION_MEAN, false),
+                 FL_ERR_SHAPE, "[T, N, C]");
+    assert_fails(fl_nn_ctc_loss(lp, targets, lengths, two, 0, (fl_reduction)7, false), FL_ERR_VALUE, "reduction");
+    assert_fails(fl_nn_ctc_loss(NULL, targets, lengths, two, 0, FL_REDUCTION_MEAN, false), FL_ERR_NULL,
+                 "fl_nn_ctc_loss");
+    fl_module_release(mha);
+    fl_module_release(lstm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(self_attention_matches_pytorch),
+        scoped_test(cross_attention_with_both_masks_matches_pytorch),
+        scoped_test(a_bool_attention_mask_forbids_where_true),
+        scoped_test(sequence_first_layout_transposes_around_batch_first),
+        scoped_test(attention_dropout_acts_in_training_only),
+        scoped_test(post_norm_encoder_layer_matches_pytorch),
+        scoped_test(pre_norm_gelu_encoder_layer_matches_pytorch),
+        scoped_test(encoder_stack_with_final_norm_matches_pytorch),
+        scoped_test(two_layer_lstm_matches_pytorch),
+        scoped_test(two_layer_gru_matches_pytorch),
+        scoped_test(bidirectional_lstm_matches_pytorch),
+        scoped_test(bidirectional_two_layer_gru_without_bias_matches_pytorch),
+        scoped_test(dropout_between_layers_acts_in_training_only),
+        scoped_test(ctc_loss_matches_pytorch_for_every_reduction),
+        scoped_test(ctc_impossible_alignments_are_infinite_or_zeroed),
+        scoped_test(attention_gradients_match_finite_differences),
+        scoped_test(ctc_gradient_matches_finite_differences),
+        scoped_test(recurrence_gradients_match_finite_differences),
+        scoped_test(bad_arguments_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
