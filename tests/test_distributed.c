@@ -292,13 +292,14 @@ static bool have_mpirun(void)
     return false;
 }
 
-/* Runs dist_check under mpirun with 2 ranks, stopping it after 120 s whatever happens. */
+/* Runs `mpirun ... -np 2 <arguments>` (for instance DIST_CHECK_ARGUMENTS("collectives")),
+ * stopping it after 120 s whatever happens. Root may run it only when told so. */
+#define DIST_CHECK_ARGUMENTS(arguments) DIST_CHECK " " arguments
 static void run_job(const char *arguments, job *j)
 {
     char command[1024];
-    snprintf(command, sizeof command,
-             "timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 %s %s 2>&1", MPIRUN,
-             DIST_CHECK, arguments);
+    snprintf(command, sizeof command, "timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 %s 2>&1",
+             MPIRUN, arguments);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     FILE *pipe = popen(command, "r");
@@ -319,7 +320,7 @@ static void mpi_collectives_under_mpirun(void **state)
     if (!have_mpirun())
         skip();
     job j;
-    run_job("collectives", &j);
+    run_job(DIST_CHECK_ARGUMENTS("collectives"), &j);
     assert_int_equal(j.status, 0);
     assert_null(strstr(j.output, "check failed"));
 }
@@ -329,7 +330,7 @@ static void a_hung_rank_is_named_within_the_timeout(void **state)
     if (!have_mpirun())
         skip();
     job j;
-    run_job("hang 2", &j);
+    run_job(DIST_CHECK_ARGUMENTS("hang 2"), &j);
     assert_non_null(strstr(j.output, "rank 0: fl_all_reduce failed: fl_all_reduce: rank 0: all-reduce #0 timed out "
                                      "after 2 s: rank 1 did not arrive"));
     assert_int_not_equal(j.status, 0);
@@ -341,11 +342,27 @@ static void a_dead_rank_stops_the_job(void **state)
 {
     if (!have_mpirun())
         skip();
+    /* By default mpirun ends the job as soon as a rank exits without finishing, and
+     * names it: "Process name: [[jobid,1],1]" (job 1's vpid 1, that is rank 1). */
     job j;
-    run_job("die 2", &j);
+    run_job(DIST_CHECK_ARGUMENTS("die 2"), &j);
     assert_int_not_equal(j.status, 0);
     assert_true(j.seconds < 30);
-    assert_non_null(strstr(j.output, "rank 1"));
+    assert_non_null(strstr(j.output, ",1],1]"));
+    assert_non_null(strstr(j.output, "Exit code:    7"));
+}
+
+static void a_dead_rank_is_named_when_mpirun_lets_the_job_run_on(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    /* Told not to end the job, mpirun leaves rank 0 waiting for the dead rank 1: Flare's
+     * timeout ends the wait and names it. */
+    job j;
+    run_job("--mca orte_abort_on_non_zero_status 0 " DIST_CHECK_ARGUMENTS("die 2"), &j);
+    assert_non_null(strstr(j.output, "rank 0: fl_all_reduce failed: fl_all_reduce: rank 0: all-reduce #0 timed out "
+                                     "after 2 s: rank 1 did not arrive"));
+    assert_true(j.seconds < 30);
 }
 
 int main(void)
@@ -365,6 +382,7 @@ int main(void)
         scoped_test(mpi_collectives_under_mpirun),
         scoped_test(a_hung_rank_is_named_within_the_timeout),
         scoped_test(a_dead_rank_stops_the_job),
+        scoped_test(a_dead_rank_is_named_when_mpirun_lets_the_job_run_on),
     };
     return cmocka_run_group_tests_name("distributed", tests, NULL, NULL);
 }

@@ -214,6 +214,9 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     *scratch = NULL;
     if (fl_eval((fl_tensor *)t) != FL_OK)
         return NULL;
+    static const char nothing; /* empty tensors may have no storage; NULL means failure here */
+    if (t->numel == 0)
+        return &nothing;
     size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
     if (t->backend == fl_cpu_backend() && cpu_contiguous(t))
         return cpu_data(t);
