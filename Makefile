@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo bench-ops fixtures venv install clean
+.PHONY: all deps build test test-asan demo bench-ops bench-dist fixtures venv install clean
 
 all: build
 
@@ -66,6 +66,12 @@ fixtures: venv
 bench-ops: build venv
 	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
 	    $(if $(FILTER),--filter '$(FILTER)')
+
+# All-reduce through Flare against a raw MPI_Allreduce of the same bytes, 4 KB to 64 MB,
+# with 2 processes of 1 thread each (bench/dist.c).
+bench-dist: build
+	FLARE_NUM_THREADS=1 OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+	    $(BUILD)/bench_dist --out $(BUILD)/bench-dist.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
