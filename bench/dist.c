@@ -82,6 +82,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dist: --min-time must be positive and --repeats in [1, 64]\n");
         return 2;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows as they come, also into a pipe */
     if (fl_distributed_init("mpi") != FL_OK) {
         fprintf(stderr, "bench_dist: %s\n", fl_last_error());
         return 1;

@@ -267,6 +267,11 @@ static void a_failed_collective_ends_the_job(void **state)
     fl_tensor *out[1];
     assert_fails_status(fl_all_reduce_many((const fl_tensor *const *)&x, 1, FL_DIST_SUM, 0, out), FL_ERR_DISTRIBUTED,
                         "fl_dist_reducer_add: an earlier collective failed");
+    fl_dist_reducer *r = fl_dist_reducer_new((const fl_tensor *const *)&x, 1, FL_DIST_SUM, 0);
+    assert_fails_status(fl_dist_reducer_add(r, 0, x), FL_ERR_DISTRIBUTED, "an earlier collective failed");
+    assert_fails_status(fl_dist_reducer_finish(r, out), FL_ERR_DISTRIBUTED,
+                        "fl_dist_reducer_finish: bucket 0 of 1 could not start its all-reduce");
+    fl_dist_reducer_free(r);
     fl_distributed_shutdown(); /* does not wait for the lost peers */
     assert_int_equal(fake_shutdowns, 0);
     /* A new job starts clean. */

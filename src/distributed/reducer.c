@@ -195,6 +195,12 @@ fl_status fl_dist_reducer_finish(fl_dist_reducer *reducer, fl_tensor **out)
             fl__error(FL_ERR_VALUE, fn, "tensor %d of %d was not added in this round", i, reducer->count);
             return FL_ERR_VALUE;
         }
+    if (reducer->next_start < reducer->bucket_count) { /* the add that should have started it failed */
+        end_round(fn, reducer, false);
+        fl__error(FL_ERR_DISTRIBUTED, fn, "bucket %d of %d could not start its all-reduce", reducer->next_start,
+                  reducer->bucket_count);
+        return FL_ERR_DISTRIBUTED;
+    }
     fl_distributed *engine = reducer->engine;
     for (int i = 0; i < reducer->bucket_count; i++) {
         bucket *b = &reducer->buckets[i];
