@@ -303,7 +303,13 @@ static bool have_mpirun(void)
 static void run_job(const char *arguments, job *j)
 {
     char command[1024];
-    snprintf(command, sizeof command, "timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 %s 2>&1",
+    /* Under the sanitizers the ranks check memory errors but not leaks: Open MPI keeps
+     * allocations until exit in plugins it unloads (unnamed frames, which cannot be
+     * suppressed), and a job ended by a fault abandons its requests by design. The
+     * layer's own code is leak-checked in this process, through the engines above. */
+    snprintf(command, sizeof command,
+             "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none "
+             "-np 2 %s 2>&1",
              MPIRUN, arguments);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
