@@ -12,11 +12,11 @@ PYTHON     := $(VENV)/bin/python
 THREADS    ?= 2
 
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
-                   zlib1g-dev dataset-fashion-mnist python3-venv ninja-build
+                   zlib1g-dev dataset-fashion-mnist python3-venv ninja-build openmpi-bin libopenmpi-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo bench-ops complexity fixtures venv install clean
+.PHONY: all deps build test test-asan demo bench-ops bench-mnist bench-dist complexity fixtures venv install clean
 
 all: build
 
@@ -71,6 +71,12 @@ bench-ops: build venv
 # It builds in a temporary copy of the tree, never in $(BUILD); SAMPLES=N rebuilds (>= 20).
 complexity: deps
 	python3 bench/complexity.py --out $(BUILD)/complexity.json $(if $(SAMPLES),--samples $(SAMPLES))
+
+# All-reduce through Flare against a raw MPI_Allreduce of the same bytes, 4 KB to 64 MB,
+# with 2 processes of 1 thread each (bench/dist.c).
+bench-dist: build
+	FLARE_NUM_THREADS=1 OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+	    $(BUILD)/bench_dist --out $(BUILD)/bench-dist.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -44,6 +44,7 @@ const char *fl_status_name(fl_status status)
         [FL_ERR_UNSUPPORTED] = "unsupported",
         [FL_ERR_BACKEND] = "backend failure",
         [FL_ERR_IO] = "i/o error",
+        [FL_ERR_DISTRIBUTED] = "distributed error",
     };
     if ((unsigned)status >= sizeof names / sizeof names[0])
         return "unknown status";

@@ -1,0 +1,400 @@
+/* The distributed layer's glue: the registry of engines, the job's state (engine,
+ * timeout, failure) and the collectives on tensors, written once above the engines. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- errors ---- */
+
+int fl_distributed_error(fl_status status, const char *fmt, ...)
+{
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return fl_backend_error(status, "%s", message);
+}
+
+/* ---- the registry ---- */
+
+#define MAX_ENGINES 8
+
+static fl_distributed *engines[MAX_ENGINES];
+static int engine_count;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void register_builtins(void)
+{
+    fl_distributed_register(fl_distributed_single());
+    fl_distributed_register(fl_distributed_mpi());
+}
+
+fl_status fl_distributed_register(fl_distributed *engine)
+{
+    if (!engine || !engine->name) {
+        fl__error(FL_ERR_NULL, "fl_distributed_register", "the engine or its name is NULL");
+        return FL_ERR_NULL;
+    }
+    fl_status status = FL_OK;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < engine_count; i++)
+        if (strcmp(engines[i]->name, engine->name) == 0)
+            status = FL_ERR_VALUE;
+    if (status == FL_OK && engine_count == MAX_ENGINES)
+        status = FL_ERR_MEMORY;
+    if (status == FL_OK)
+        engines[engine_count++] = engine;
+    pthread_mutex_unlock(&registry_lock);
+    if (status == FL_ERR_VALUE)
+        fl__error(status, "fl_distributed_register", "an engine named '%s' is already registered", engine->name);
+    else if (status != FL_OK)
+        fl__error(status, "fl_distributed_register", "at most %d engines can be registered", MAX_ENGINES);
+    return status;
+}
+
+fl_distributed *fl_distributed_find(const char *name)
+{
+    pthread_once(&builtins_once, register_builtins);
+    fl_distributed *found = NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; name && i < engine_count && !found; i++)
+        if (strcmp(engines[i]->name, name) == 0)
+            found = engines[i];
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* ---- the job ---- */
+
+static fl_distributed *active;  /* the initialized engine, or NULL */
+static bool failed;             /* a collective failed: the job is no longer consistent */
+static double timeout_seconds = NAN;
+
+static bool launched_by_mpirun(void)
+{
+    /* Open MPI's launcher, then MPICH's Hydra and any PMIx launcher. */
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+fl_status fl_distributed_init(const char *name)
+{
+    const char *fn = "fl_distributed_init";
+    if (active) {
+        fl__error(FL_ERR_VALUE, fn, "the '%s' engine is already initialized", active->name);
+        return FL_ERR_VALUE;
+    }
+    if (!name) {
+        const char *env = getenv("FLARE_DISTRIBUTED");
+        name = env && *env ? env : launched_by_mpirun() ? "mpi" : "single";
+    }
+    fl_distributed *engine = fl_distributed_find(name);
+    if (!engine) {
+        fl__error(FL_ERR_VALUE, fn, "no distributed engine named '%s' is registered", name);
+        return FL_ERR_VALUE;
+    }
+    if (!fl__dist_check(fn, engine->init(engine)))
+        return fl_last_status();
+    active = engine;
+    failed = false;
+    return FL_OK;
+}
+
+void fl_distributed_shutdown(void)
+{
+    if (!active)
+        return;
+    /* A leaving rank would wait for peers that may be gone or hung: after a failure
+     * the process exits without the engine's farewell, and the launcher ends the rest. */
+    if (!failed)
+        active->shutdown(active);
+    active = NULL;
+}
+
+bool fl_distributed_is_initialized(void) { return active != NULL; }
+
+static fl_distributed *current(void) { return active ? active : fl_distributed_single(); }
+
+const char *fl_distributed_engine_name(void) { return current()->name; }
+int fl_distributed_rank(void) { return current()->rank(current()); }
+int fl_distributed_size(void) { return current()->size(current()); }
+
+fl_status fl_distributed_set_timeout(double seconds)
+{
+    if (!(seconds >= 0) || isinf(seconds)) {
+        fl__error(FL_ERR_VALUE, "fl_distributed_set_timeout", "the timeout must be finite and >= 0 seconds, not %g",
+                  seconds);
+        return FL_ERR_VALUE;
+    }
+    timeout_seconds = seconds;
+    return FL_OK;
+}
+
+double fl_distributed_timeout(void)
+{
+    if (isnan(timeout_seconds)) {
+        const char *env = getenv("FLARE_DIST_TIMEOUT");
+        char *end = NULL;
+        double value = env ? strtod(env, &end) : NAN;
+        bool valid = env && end != env && *end == '\0' && value >= 0 && !isinf(value);
+        if (env && !valid)
+            fprintf(stderr, "flare: ignoring FLARE_DIST_TIMEOUT='%s' (not a number of seconds >= 0)\n", env);
+        timeout_seconds = valid ? value : 300;
+    }
+    return timeout_seconds;
+}
+
+fl_distributed *fl__dist_engine(const char *fn)
+{
+    if (failed)
+        return fl__error(FL_ERR_DISTRIBUTED, fn, "an earlier collective failed; the job cannot continue");
+    return current();
+}
+
+bool fl__dist_check(const char *fn, int rc)
+{
+    if (rc == 0)
+        return true;
+    char message[1024];
+    fl_status status = fl__take_backend_error(message, sizeof message);
+    if (status == FL_OK) /* an engine that failed without saying why */
+        status = (fl_status)rc;
+    if (status == FL_ERR_DISTRIBUTED && active)
+        failed = true;
+    fl__error(status, fn, "%s", *message ? message : "the engine failed");
+    return false;
+}
+
+bool fl__dist_wait(const char *fn, fl_distributed *engine, void *work)
+{
+    return !work || fl__dist_check(fn, engine->wait(engine, work, fl_distributed_timeout()));
+}
+
+/* ---- tensors to and from host buffers ---- */
+
+bool fl__dist_accepts(const char *fn, const fl_tensor *t, fl_dist_op op)
+{
+    char desc[FL_DESC_SIZE];
+    if (t->dtype != FL_F32 && t->dtype != FL_F64 && t->dtype != FL_I32 && t->dtype != FL_I64) {
+        fl__error(FL_ERR_DTYPE, fn, "collectives take f32, f64, i32 or i64 tensors, not %s", fl__describe(t, desc));
+        return false;
+    }
+    if ((unsigned)op > FL_DIST_MIN) {
+        fl__error(FL_ERR_VALUE, fn, "unknown reduction %d", (int)op);
+        return false;
+    }
+    if (op == FL_DIST_MEAN && !fl_dtype_is_float(t->dtype)) {
+        fl__error(FL_ERR_DTYPE, fn, "a mean needs a float tensor, not %s", fl__describe(t, desc));
+        return false;
+    }
+    return true;
+}
+
+void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size)
+{
+    if (dtype == FL_F32) {
+        float *x = data, n = (float)size;
+        for (int64_t i = 0; i < count; i++)
+            x[i] /= n;
+    } else {
+        double *x = data, n = (double)size;
+        for (int64_t i = 0; i < count; i++)
+            x[i] /= n;
+    }
+}
+
+const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch)
+{
+    *scratch = NULL;
+    if (fl_eval((fl_tensor *)t) != FL_OK)
+        return NULL;
+    static const char nothing; /* empty tensors may have no storage; NULL means failure here */
+    if (t->numel == 0)
+        return &nothing;
+    size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
+    if (t->backend == fl_cpu_backend() && cpu_contiguous(t))
+        return cpu_data(t);
+    *scratch = malloc(bytes ? bytes : 1);
+    if (!*scratch)
+        return fl__error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+    if (fl_to_host(t, *scratch, bytes) != FL_OK) {
+        free(*scratch);
+        *scratch = NULL;
+        return NULL;
+    }
+    return *scratch;
+}
+
+fl_tensor *fl__dist_cpu_tensor(const char *fn, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    fl_tensor *t = fl__new(fl_cpu_backend(), dtype, ndim, shape);
+    if (t && !fl__dist_check(fn, cpu_alloc(t))) {
+        fl_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+fl_tensor *fl__dist_deliver(const char *fn, fl_tensor *result, fl_backend *backend)
+{
+    if (!result || backend == result->backend)
+        return fl__out(result);
+    fl_tensor *moved = NULL;
+    int (*from_host)(fl_tensor *, const void *) = fl__primitive(fn, backend, FL_PRIMITIVE(from_host), "from_host");
+    if (from_host && (moved = fl__new(backend, result->dtype, result->ndim, result->shape)))
+        moved = fl__finish(fn, moved, from_host(moved, cpu_data(result)), 0, NULL);
+    fl_release(result);
+    return fl__out(moved);
+}
+
+/* ---- collectives ---- */
+
+typedef enum collective { ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER } collective;
+
+struct fl_dist_request {
+    fl_distributed *engine;
+    void *work;
+    fl_tensor *input;  /* retained while the engine may read its storage */
+    void *scratch;     /* input's staged copy, if it had to be made */
+    fl_tensor *result; /* on the CPU, owned */
+    fl_dist_op op;
+};
+
+static void request_free(fl_dist_request *r)
+{
+    fl_release(r->input);
+    fl_release(r->result);
+    free(r->scratch);
+    free(r);
+}
+
+static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *t, fl_dist_op op, int root)
+{
+    if (fl__null_args(fn, 1, t) || !fl__dist_accepts(fn, t, op))
+        return NULL;
+    fl_distributed *engine = fl__dist_engine(fn);
+    if (!engine)
+        return NULL;
+    int rank = engine->rank(engine), size = engine->size(engine);
+    char desc[FL_DESC_SIZE];
+    int ndim = t->ndim;
+    int64_t shape[FL_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    if (kind == BROADCAST && (root < 0 || root >= size))
+        return fl__error(FL_ERR_VALUE, fn, "root %d is not a rank of this job of %d", root, size);
+    if (kind == ALL_GATHER) {
+        if (ndim == 0)
+            shape[ndim++] = 1;
+        shape[0] *= size;
+    }
+    if (kind == REDUCE_SCATTER) {
+        if (ndim == 0 || shape[0] % size != 0)
+            return fl__error(FL_ERR_SHAPE, fn, "the first axis of %s must divide among %d ranks", fl__describe(t, desc),
+                             size);
+        shape[0] /= size;
+    }
+
+    fl_dist_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a request");
+    r->engine = engine;
+    r->op = op;
+    r->input = fl_retain((fl_tensor *)t);
+    const void *send = fl__dist_host_input(fn, t, &r->scratch);
+    r->result = send ? fl__dist_cpu_tensor(fn, t->dtype, ndim, shape) : NULL;
+    if (!r->result) {
+        request_free(r);
+        return NULL;
+    }
+    void *recv = cpu_data(r->result);
+    int64_t count = r->result->numel;
+    fl_dist_op engine_op = fl__dist_engine_op(op);
+    int rc = 0;
+    switch (kind) {
+    case ALL_REDUCE:
+        rc = engine->all_reduce(engine, send, recv, count, t->dtype, engine_op, &r->work);
+        break;
+    case BROADCAST:
+        if (rank == root && count > 0)
+            memcpy(recv, send, (size_t)count * fl_dtype_size(t->dtype));
+        rc = engine->broadcast(engine, recv, count, t->dtype, root, &r->work);
+        break;
+    case ALL_GATHER:
+        rc = engine->all_gather(engine, send, recv, t->numel, t->dtype, &r->work);
+        break;
+    case REDUCE_SCATTER:
+        rc = engine->reduce_scatter(engine, send, recv, count, t->dtype, engine_op, &r->work);
+        break;
+    }
+    if (!fl__dist_check(fn, rc)) {
+        request_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static fl_tensor *finish(const char *fn, fl_dist_request *r)
+{
+    fl_tensor *result = NULL;
+    if (fl__dist_wait(fn, r->engine, r->work)) {
+        if (r->op == FL_DIST_MEAN)
+            fl__dist_divide(cpu_data(r->result), r->result->numel, r->result->dtype, r->engine->size(r->engine));
+        result = r->result;
+        r->result = NULL;
+    }
+    fl_backend *backend = r->input->backend;
+    request_free(r);
+    return fl__dist_deliver(fn, result, backend);
+}
+
+fl_tensor *fl_all_reduce(const fl_tensor *t, fl_dist_op op)
+{
+    fl_dist_request *r = start("fl_all_reduce", ALL_REDUCE, t, op, 0);
+    return r ? finish("fl_all_reduce", r) : NULL;
+}
+
+fl_dist_request *fl_all_reduce_async(const fl_tensor *t, fl_dist_op op)
+{
+    return start("fl_all_reduce_async", ALL_REDUCE, t, op, 0);
+}
+
+fl_tensor *fl_dist_wait(fl_dist_request *request)
+{
+    if (!request)
+        return fl__error(FL_ERR_NULL, "fl_dist_wait", "the request is NULL");
+    return finish("fl_dist_wait", request);
+}
+
+fl_tensor *fl_broadcast(const fl_tensor *t, int root)
+{
+    fl_dist_request *r = start("fl_broadcast", BROADCAST, t, FL_DIST_SUM, root);
+    return r ? finish("fl_broadcast", r) : NULL;
+}
+
+fl_tensor *fl_all_gather(const fl_tensor *t)
+{
+    fl_dist_request *r = start("fl_all_gather", ALL_GATHER, t, FL_DIST_SUM, 0);
+    return r ? finish("fl_all_gather", r) : NULL;
+}
+
+fl_tensor *fl_reduce_scatter(const fl_tensor *t, fl_dist_op op)
+{
+    fl_dist_request *r = start("fl_reduce_scatter", REDUCE_SCATTER, t, op, 0);
+    return r ? finish("fl_reduce_scatter", r) : NULL;
+}
+
+fl_status fl_barrier(void)
+{
+    const char *fn = "fl_barrier";
+    fl_distributed *engine = fl__dist_engine(fn);
+    void *work = NULL;
+    if (!engine || !fl__dist_check(fn, engine->barrier(engine, &work)) || !fl__dist_wait(fn, engine, work))
+        return fl_last_status();
+    return FL_OK;
+}
