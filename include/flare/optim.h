@@ -25,7 +25,8 @@
  * state_dict names, "<prefix>state.<parameter index>.<name>" (exp_avg, exp_avg_sq,
  * max_exp_avg_sq, momentum_buffer, square_avg, grad_avg, acc_delta, sum, and step as
  * an f64 0-d tensor), plus "<prefix>param_groups.0.lr"; a parameter that has not been
- * stepped has no entries, as in PyTorch. Loading it into an optimizer of the same kind
+ * stepped has no entries, as in PyTorch (except that PyTorch's Adagrad makes its state
+ * when it is created, Flare's at the first step). Loading it into an optimizer of the same kind
  * and options over parameters of the same shapes continues the run bit for bit.
  *
  * Errors follow tensor.h: NULL or a non-zero fl_status, with a message naming the

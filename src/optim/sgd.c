@@ -22,7 +22,8 @@ fl_optimizer *fl_sgd(fl_variable *const *params, size_t count, const fl_sgd_opti
 {
     const char *fn = "fl_sgd";
     fl_sgd_options opt = options ? *options : FL_SGD_DEFAULTS;
-    if (!fl__check_nonnegative(fn, "momentum", opt.momentum) || !fl__check_nonnegative(fn, "dampening", opt.dampening) ||
+    if (!fl__check_nonnegative(fn, "momentum", opt.momentum) ||
+        !fl__check_nonnegative(fn, "dampening", opt.dampening) ||
         !fl__check_nonnegative(fn, "weight_decay", opt.weight_decay))
         return NULL;
     if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0))
