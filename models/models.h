@@ -15,12 +15,15 @@
 #include "flare/nn.h"
 #include "flare/tensor.h"
 
-typedef enum model_size { MODEL_CPU, MODEL_PAPER } model_size;
+/* TINY: the same architecture made small (fewer layers, channels, classes, a smaller
+ * input) for tests and short training runs; CPU: the issue's configuration for this
+ * machine; PAPER: Table 3's. */
+typedef enum model_size { MODEL_TINY, MODEL_CPU, MODEL_PAPER, MODEL_SIZES } model_size;
 
 typedef struct benchmark_model {
     const char *name;  /* "resnet50", "bert", ... */
     /* The batch size of each configuration. */
-    int64_t batch[2];
+    int64_t batch[MODEL_SIZES];
     fl_module *(*build)(model_size size);
     /* A batch of random inputs and targets (owned by the caller's scope). */
     fl_status (*make_batch)(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target);
