@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo bench-ops bench-mnist bench-dist complexity fixtures venv install clean
+.PHONY: all deps build test test-asan demo tour bench-ops bench-mnist bench-dist complexity fixtures venv install clean
 
 all: build
 
@@ -44,7 +44,12 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
+# The paper's MNIST example, trained on Fashion-MNIST (apps/mnist; README, "The example").
 demo: build
+	$(BUILD)/mnist --threads $(THREADS) --json $(BUILD)/mnist.json
+
+# A short tour of the tensor API (apps/demo).
+tour: build
 	$(BUILD)/demo
 
 install: build
@@ -71,6 +76,11 @@ bench-ops: build venv
 # It builds in a temporary copy of the tree, never in $(BUILD); SAMPLES=N rebuilds (>= 20).
 complexity: deps
 	python3 bench/complexity.py --out $(BUILD)/complexity.json $(if $(SAMPLES),--samples $(SAMPLES))
+
+# One epoch of the MNIST example at batch 64 against the same model, loop and batch in
+# PyTorch (bench/mnist_torch.py), same threads; writes build/bench-mnist.json.
+bench-mnist: build venv
+	$(PYTHON) bench/run_mnist.py --threads $(THREADS) --flare $(BUILD)/mnist --out $(BUILD)/bench-mnist.json
 
 # All-reduce through Flare against a raw MPI_Allreduce of the same bytes, 4 KB to 64 MB,
 # with 2 processes of 1 thread each (bench/dist.c).
