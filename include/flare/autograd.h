@@ -77,6 +77,8 @@ fl_variable *fl_v_detach(const fl_variable *v);
  * gradient here while backward goes on. */
 typedef void (*fl_grad_hook)(fl_variable *leaf, void *user);
 fl_status fl_v_add_grad_hook(fl_variable *leaf, fl_grad_hook hook, void *user);
+/* Removes the hook added with this function and user, if there is one. */
+void fl_v_remove_grad_hook(fl_variable *leaf, fl_grad_hook hook, void *user);
 
 /* ---- backward ------------------------------------------------------------------- */
 

@@ -319,6 +319,28 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
                             const fl_tensor *target_lengths, int64_t blank, fl_reduction reduction,
                             bool zero_infinity);
 
+/* ---- data-parallel training -------------------------------------------------------- */
+
+/*
+ * PyTorch's DistributedDataParallel on Flare's distributed interface
+ * (include/flare/distributed.h, after fl_distributed_init): every rank trains a replica
+ * of the model on its own part of each batch, and gradients are averaged so that the
+ * replicas take the same steps.
+ *
+ * fl_data_parallel_new broadcasts the model's parameters and buffers from rank 0, then
+ * hooks every parameter: as soon as backward has finished a parameter's gradient, it
+ * joins a bucket (bucket_bytes; 0 means FL_DIST_DEFAULT_BUCKET_BYTES) whose all-reduce
+ * starts once the bucket is full, while backward goes on. fl_data_parallel_sync, after
+ * fl_v_backward and before the optimizer's step, waits for the buckets and replaces
+ * each gradient by its mean over the ranks. In a single process both do nothing.
+ */
+typedef struct fl_data_parallel fl_data_parallel;
+
+fl_data_parallel *fl_data_parallel_new(fl_module *model, size_t bucket_bytes);
+fl_status fl_data_parallel_sync(fl_data_parallel *dp);
+int fl_data_parallel_bucket_count(const fl_data_parallel *dp);
+void fl_data_parallel_free(fl_data_parallel *dp);
+
 #ifdef __cplusplus
 }
 #endif

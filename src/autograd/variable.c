@@ -151,3 +151,14 @@ fl_status fl_v_add_grad_hook(fl_variable *leaf, fl_grad_hook fn, void *user)
     leaf->hooks = hooks;
     return FL_OK;
 }
+
+void fl_v_remove_grad_hook(fl_variable *leaf, fl_grad_hook fn, void *user)
+{
+    for (int i = 0; leaf && i < leaf->nhooks; i++) {
+        if (leaf->hooks[i].fn == fn && leaf->hooks[i].user == user) {
+            memmove(&leaf->hooks[i], &leaf->hooks[i + 1], (size_t)(leaf->nhooks - i - 1) * sizeof *leaf->hooks);
+            leaf->nhooks--;
+            return;
+        }
+    }
+}
