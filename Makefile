@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo bench-ops fixtures venv install clean
+.PHONY: all deps build test test-asan demo bench-ops bench-lazy fixtures venv install clean
 
 all: build
 
@@ -66,6 +66,11 @@ fixtures: venv
 bench-ops: build venv
 	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
 	    $(if $(FILTER),--filter '$(FILTER)')
+
+# The lazy backend next to the cpu backend and PyTorch eager on fusable, memory-bound
+# work, with the memory traffic fusion saves (docs/BACKENDS.md).
+bench-lazy: build venv
+	$(PYTHON) bench/run_lazy.py --threads $(THREADS) --flare $(BUILD)/bench_lazy --out $(BUILD)/bench-lazy.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
