@@ -16,7 +16,8 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo tour bench-ops bench-mnist bench-dist complexity fixtures venv install clean
+.PHONY: all deps build test test-asan demo tour bench-ops bench-mnist bench-lazy bench-dist complexity fixtures venv \
+        install clean
 
 all: build
 
@@ -87,6 +88,11 @@ bench-mnist: build venv
 bench-dist: build
 	FLARE_NUM_THREADS=1 OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
 	    $(BUILD)/bench_dist --out $(BUILD)/bench-dist.json
+
+# The lazy backend next to the cpu backend and PyTorch eager on fusable, memory-bound
+# work, with the memory traffic fusion saves (docs/BACKENDS.md).
+bench-lazy: build venv
+	$(PYTHON) bench/run_lazy.py --threads $(THREADS) --flare $(BUILD)/bench_lazy --out $(BUILD)/bench-lazy.json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -350,11 +350,11 @@ static void failed_saves_leave_the_old_file(void **state)
     unsigned char *old_bytes = read_file(scratch_path, &old_size);
 
     /* The backend fails after the header is written: the partial temporary goes. */
-    fl_backend *cpu = fl_backend_find("cpu");
-    original_to_host = cpu->to_host;
-    cpu->to_host = failing_to_host;
+    fl_backend *backend = fl_default_backend();
+    original_to_host = backend->to_host;
+    backend->to_host = failing_to_host;
     fl_status status = fl_save_safetensors(scratch_path, new);
-    cpu->to_host = original_to_host;
+    backend->to_host = original_to_host;
     assert_fails_status(status, FL_ERR_BACKEND, "injected failure");
 
     /* The target is a directory: the rename fails after everything was written. */

@@ -6,8 +6,10 @@
 
 #include "../tensor/internal.h"
 
-/* The built-in backends, registered on first use (cpu first: it is the default). */
+/* The built-in backends, registered on first use (cpu first: it is the default;
+ * lazy defers and fuses elementwise work, delegating the rest to cpu). */
 fl_backend *fl_cpu_backend(void);
+fl_backend *fl_lazy_backend(void);
 
 #define MAX_BACKENDS 16
 
@@ -17,12 +19,27 @@ static fl_backend *default_backend;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static fl_backend *find_registered(const char *name)
+{
+    fl_backend *found = NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < backend_count && !found; i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            found = backends[i];
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* Runs inside pthread_once, so it must not call fl_backend_find (which waits on the
+ * same once). An unknown FLARE_BACKEND leaves cpu the default. */
 static void register_builtins(void)
 {
     fl_backend_register(fl_cpu_backend());
+    fl_backend_register(fl_lazy_backend());
     const char *name = getenv("FLARE_BACKEND");
-    if (name && *name && fl_set_default_backend(name) != FL_OK)
-        default_backend = backends[0];
+    fl_backend *chosen = name && *name ? find_registered(name) : NULL;
+    if (chosen)
+        default_backend = chosen;
 }
 
 fl_status fl_backend_register(fl_backend *backend)
@@ -56,13 +73,7 @@ fl_backend *fl_backend_find(const char *name)
     pthread_once(&builtins_once, register_builtins);
     if (!name)
         return NULL;
-    fl_backend *found = NULL;
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < backend_count && !found; i++)
-        if (strcmp(backends[i]->name, name) == 0)
-            found = backends[i];
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    return find_registered(name);
 }
 
 fl_backend *fl_default_backend(void)

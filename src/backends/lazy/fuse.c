@@ -1,0 +1,511 @@
+/*
+ * Fused passes: a pending graph of f32 elementwise operations is compiled into a
+ * program of slots (its leaves and operations, operands first) and interpreted a
+ * tile at a time. A tile is a run of TILE consecutive output elements; every
+ * operation of the program runs over the whole tile with a vectorized loop (the
+ * CPU backend's vecmath), so intermediate values live in a few kilobytes of cache
+ * instead of in memory. Leaves are read in place when dense, or gathered through
+ * their strides (broadcast operands); constants are read as scalars. Tiles are
+ * shared among threads; each thread has its own scratch.
+ *
+ * A reduction over trailing axes of a pending graph is the same program with the
+ * root's tile folded into a partial result instead of written out. Partial results
+ * are combined in a fixed order, so results do not depend on the thread count.
+ *
+ * Which intermediate values are written out: the root, and every pending node that
+ * something outside the graph holds (its reference count exceeds its uses in the
+ * graph). Such a node will most likely be read later (an optimizer's new moments
+ * next to the new weights), and writing it now, while its tile is in cache, saves
+ * a second pass that would read all of its inputs again.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cpu/cpu.h"
+#include "../cpu/vecmath.h"
+#include "lazy.h"
+
+fl_backend *fl_cpu_backend(void);
+
+/* 8 KiB of floats: a program of a dozen slots keeps its tiles in L2. */
+#define TILE 2048
+#define MAX_SLOTS (2 * LAZY_MAX_NODES + 2)
+
+typedef struct slot {
+    const fl_tensor *node;
+    lazy_op op; /* LAZY_VALUE: a leaf in memory; LAZY_CONSTANT; or an operation */
+    int arg[2];
+    int uses;
+    float constant;
+    /* a leaf: its first element and its strides over the root's shape, axes merged */
+    const float *data;
+    bool dense;
+    int ndim;
+    int64_t shape[FL_MAX_DIMS], strides[FL_MAX_DIMS];
+    int64_t distinct; /* elements a leaf really has (broadcast axes count once) */
+    /* an operation whose values are written out */
+    fl_tensor *store;
+} slot;
+
+typedef struct program {
+    int count;
+    slot slots[MAX_SLOTS];
+    int64_t numel;
+} program;
+
+/* ---- compiling ---- */
+
+static void plan_leaf(slot *s, const fl_tensor *value)
+{
+    s->data = cpu_data(value);
+    s->dense = cpu_contiguous(value);
+    s->ndim = 0;
+    s->distinct = 1;
+    const int64_t *strides = cpu_impl(value)->strides;
+    for (int i = 0; i < value->ndim; i++) {
+        if (value->shape[i] == 1)
+            continue;
+        if (strides[i] != 0)
+            s->distinct *= value->shape[i];
+        int last = s->ndim - 1;
+        if (last >= 0 && s->strides[last] == strides[i] * value->shape[i]) {
+            s->shape[last] *= value->shape[i];
+            s->strides[last] = strides[i];
+        } else {
+            s->shape[s->ndim] = value->shape[i];
+            s->strides[s->ndim++] = strides[i];
+        }
+    }
+    if (s->ndim == 0) {
+        s->ndim = 1;
+        s->shape[0] = 1;
+        s->strides[0] = 0;
+    }
+}
+
+/* Adds node (and, for an operation, its operands first) to the program; returns
+ * its slot, or -1 if the program is full. */
+static int add_node(program *p, const fl_tensor *node)
+{
+    for (int i = 0; i < p->count; i++)
+        if (p->slots[i].node == node) {
+            p->slots[i].uses++;
+            return i;
+        }
+    const lazy_tensor *l = lazy_impl(node);
+    int arg[2] = {-1, -1};
+    if (l->op > LAZY_CONSTANT)
+        for (int k = 0; k < 2 && l->args[k]; k++)
+            if ((arg[k] = add_node(p, l->args[k])) < 0)
+                return -1;
+    if (p->count == MAX_SLOTS)
+        return -1;
+    slot *s = &p->slots[p->count];
+    memset(s, 0, sizeof *s);
+    s->node = node;
+    s->op = l->op;
+    s->arg[0] = arg[0];
+    s->arg[1] = arg[1];
+    s->uses = 1;
+    s->constant = l->constant;
+    if (l->op == LAZY_VALUE)
+        plan_leaf(s, l->value);
+    return p->count++;
+}
+
+static bool compile(program *p, const fl_tensor *root)
+{
+    p->count = 0;
+    p->numel = root->numel;
+    if (add_node(p, root) < 0)
+        return fl_backend_error(FL_ERR_VALUE, "a lazy graph needs more than %d slots", MAX_SLOTS), false;
+    p->slots[p->count - 1].uses--; /* the root's own entry is not a use */
+    return true;
+}
+
+/* ---- the operations over one tile ---- */
+
+/* y[i] = expr(x[i]) over n dense elements. */
+#define UNARY_LOOP(expr)                          \
+    for (int64_t i = 0; i < n; i++) {             \
+        float x = a[i];                           \
+        y[i] = (expr);                            \
+    }
+
+/* y[i] = expr(a, b) where each operand is dense or a single value (stride 0). */
+#define BINARY_LOOP(expr)                                      \
+    if (sa && sb)                                              \
+        for (int64_t i = 0; i < n; i++) {                      \
+            float x = a[i], z = b[i];                          \
+            y[i] = (expr);                                     \
+        }                                                      \
+    else if (sa) {                                             \
+        const float z = *b;                                    \
+        for (int64_t i = 0; i < n; i++) {                      \
+            float x = a[i];                                    \
+            y[i] = (expr);                                     \
+        }                                                      \
+    } else {                                                   \
+        const float x = *a;                                    \
+        for (int64_t i = 0; i < n; i++) {                      \
+            float z = b[i];                                    \
+            y[i] = (expr);                                     \
+        }                                                      \
+    }
+
+/* sin and cos as the CPU backend computes them: the vector form, then libm for the
+ * arguments it does not reduce exactly. */
+#define TRIG_LOOP(name)                               \
+    do {                                              \
+        UNARY_LOOP(vm_##name##f(x))                   \
+        for (int64_t i = 0; i < n; i++)               \
+            if (!vm_trig_in_range(a[i]))              \
+                y[i] = name##f(a[i]);                 \
+    } while (0)
+
+/* The same expressions as the CPU backend's kernels, so both give the same values. */
+static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const float *b, bool sb, int64_t n)
+{
+    switch (op) {
+    case LAZY_NEG: UNARY_LOOP(-x) break;
+    case LAZY_ABS: UNARY_LOOP(fabsf(x)) break;
+    case LAZY_SIGN: UNARY_LOOP((float)((x > 0) - (x < 0))) break;
+    case LAZY_EXP: UNARY_LOOP(vm_expf(x)) break;
+    case LAZY_LOG: UNARY_LOOP(vm_logf(x)) break;
+    case LAZY_LOG1P: UNARY_LOOP(vm_log1pf(x)) break;
+    case LAZY_SQRT: UNARY_LOOP(sqrtf(x)) break;
+    case LAZY_RSQRT: UNARY_LOOP(1.0f / sqrtf(x)) break;
+    case LAZY_SIN: TRIG_LOOP(sin); break;
+    case LAZY_COS: TRIG_LOOP(cos); break;
+    case LAZY_TANH: UNARY_LOOP(vm_tanhf(x)) break;
+    case LAZY_SIGMOID: UNARY_LOOP(vm_sigmoidf(x)) break;
+    case LAZY_ERF: UNARY_LOOP(vm_erff(x)) break;
+    case LAZY_FLOOR: UNARY_LOOP(vm_floorf(x)) break;
+    case LAZY_CEIL: UNARY_LOOP(vm_ceilf(x)) break;
+    case LAZY_ROUND: UNARY_LOOP(nearbyintf(x)) break;
+    case LAZY_ADD: BINARY_LOOP(x + z) break;
+    case LAZY_SUB: BINARY_LOOP(x - z) break;
+    case LAZY_MUL: BINARY_LOOP(x * z) break;
+    case LAZY_DIV: BINARY_LOOP(x / z) break;
+    case LAZY_POW: BINARY_LOOP(z == 2.0f ? x * x : powf(x, z)) break;
+    case LAZY_MINIMUM: BINARY_LOOP(x < z || x != x ? x : z) break;
+    case LAZY_MAXIMUM: BINARY_LOOP(x > z || x != x ? x : z) break;
+    default: break;
+    }
+}
+
+/* Copies a strided leaf's elements [begin, begin + n) (in the root's row-major
+ * order) into dst, a run of the innermost axis at a time. */
+static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
+{
+    int last = s->ndim - 1;
+    int64_t index[FL_MAX_DIMS], rest = begin, offset = 0;
+    for (int d = last; d >= 0; d--) {
+        index[d] = rest % s->shape[d];
+        rest /= s->shape[d];
+        offset += index[d] * s->strides[d];
+    }
+    int64_t step = s->strides[last];
+    for (int64_t done = 0; done < n;) {
+        int64_t run = s->shape[last] - index[last] < n - done ? s->shape[last] - index[last] : n - done;
+        const float *src = s->data + offset;
+        if (step == 1)
+            memcpy(dst + done, src, (size_t)run * sizeof *dst);
+        else
+            for (int64_t i = 0; i < run; i++)
+                dst[done + i] = src[i * step];
+        done += run;
+        offset += run * step;
+        index[last] += run;
+        for (int d = last; d > 0 && index[d] == s->shape[d]; d--) {
+            offset += s->strides[d - 1] - s->shape[d] * s->strides[d];
+            index[d] = 0;
+            index[d - 1]++;
+        }
+    }
+}
+
+/* Runs the program over elements [begin, begin + n): afterwards value[i] points at
+ * slot i's values for the tile, dense (step[i] true) or a single value. */
+static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n, const float **value, bool *step)
+{
+    for (int i = 0; i < p->count; i++) {
+        const slot *s = &p->slots[i];
+        float *own = scratch + (int64_t)i * TILE;
+        if (s->op == LAZY_CONSTANT) {
+            value[i] = &s->constant;
+            step[i] = false;
+        } else if (s->op == LAZY_VALUE) {
+            bool single = s->ndim == 1 && s->strides[0] == 0;
+            step[i] = !single;
+            if (single)
+                value[i] = s->data;
+            else if (s->dense)
+                value[i] = s->data + begin;
+            else {
+                gather(s, own, begin, n);
+                value[i] = own;
+            }
+        } else {
+            int a = s->arg[0], b = s->arg[1] >= 0 ? s->arg[1] : a;
+            step[i] = step[a] || step[b];
+            float *y = s->store && step[i] ? (float *)cpu_data(s->store) + begin : own;
+            apply(s->op, y, value[a], step[a], value[b], step[b], step[i] ? n : 1);
+            if (s->store && !step[i]) {
+                float *out = (float *)cpu_data(s->store) + begin;
+                for (int64_t k = 0; k < n; k++)
+                    out[k] = y[0];
+            }
+            value[i] = y;
+        }
+    }
+}
+
+/* ---- traffic ---- */
+
+static fl_lazy_traffic traffic;
+
+fl_lazy_traffic fl_lazy_traffic_get(void) { return traffic; }
+void fl_lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
+
+/* Adds the program's traffic: fused, each leaf read once and each stored slot
+ * written once; unfused, every operation reading its operands and writing its
+ * result. A reduction adds its own read of the root and its outputs. */
+static void count_traffic(const program *p, int64_t reduced_outputs)
+{
+    uint64_t fused_read = 0, fused_written = 0, unfused_read = 0, unfused_written = 0, operations = 0;
+    uint64_t bytes[MAX_SLOTS];
+    for (int i = 0; i < p->count; i++) {
+        const slot *s = &p->slots[i];
+        if (s->op == LAZY_VALUE) {
+            bytes[i] = (uint64_t)s->distinct * sizeof(float);
+            fused_read += bytes[i];
+        } else if (s->op == LAZY_CONSTANT) {
+            bytes[i] = sizeof(float);
+        } else {
+            bytes[i] = (uint64_t)p->numel * sizeof(float);
+            unfused_read += bytes[s->arg[0]] + (s->arg[1] >= 0 ? bytes[s->arg[1]] : 0);
+            unfused_written += bytes[i];
+            fused_written += s->store ? bytes[i] : 0;
+            operations++;
+        }
+    }
+    if (reduced_outputs) {
+        unfused_read += (uint64_t)p->numel * sizeof(float);
+        unfused_written += (uint64_t)reduced_outputs * sizeof(float);
+        fused_written += (uint64_t)reduced_outputs * sizeof(float);
+    }
+    __atomic_add_fetch(&traffic.fused_read, fused_read, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.fused_written, fused_written, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.unfused_read, unfused_read, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.unfused_written, unfused_written, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.operations, operations, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.passes, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- elementwise passes ---- */
+
+static float *scratch_for(const program *p) { return aligned_alloc(64, (size_t)p->count * TILE * sizeof(float)); }
+
+static int store_slot(slot *s)
+{
+    fl_tensor *value = fl_tensor_alloc(fl_cpu_backend(), FL_F32, s->node->ndim, s->node->shape);
+    if (!value)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    int rc = cpu_alloc(value);
+    if (rc) {
+        fl_release(value);
+        return rc;
+    }
+    s->store = value;
+    return 0;
+}
+
+int lazy_run(fl_tensor *t)
+{
+    program *p = malloc(sizeof *p);
+    if (!p)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a lazy program");
+    int rc = compile(p, t) ? 0 : FL_ERR_VALUE;
+    for (int i = 0; i < p->count && !rc; i++) {
+        slot *s = &p->slots[i];
+        bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
+        if (s->op > LAZY_CONSTANT && (i == p->count - 1 || held))
+            rc = store_slot(s);
+    }
+    int64_t n = p->numel, tiles = (n + TILE - 1) / TILE;
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    bool failed = false;
+    if (!rc && n > 0) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+        {
+            float *scratch = scratch_for(p);
+            const float *value[MAX_SLOTS];
+            bool step[MAX_SLOTS];
+            if (!scratch)
+                failed = true;
+#pragma omp for schedule(static)
+            for (int64_t tile = 0; tile < tiles; tile++)
+                if (scratch) {
+                    int64_t begin = tile * TILE;
+                    run_tile(p, scratch, begin, n - begin < TILE ? n - begin : TILE, value, step);
+                }
+            free(scratch);
+        }
+        if (failed)
+            rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
+    }
+    if (!rc)
+        count_traffic(p, 0);
+    /* Stored nodes become values and let go of their graphs. A stored node is held
+     * from outside, so releasing the graph's references never frees it here. */
+    for (int i = 0; i < p->count; i++) {
+        slot *s = &p->slots[i];
+        if (!s->store)
+            continue;
+        if (rc) {
+            fl_release(s->store);
+            continue;
+        }
+        lazy_tensor *l = lazy_impl(s->node);
+        fl_release(l->args[0]);
+        fl_release(l->args[1]);
+        l->args[0] = l->args[1] = NULL;
+        l->op = LAZY_VALUE;
+        l->value = s->store;
+    }
+    free(p);
+    return rc;
+}
+
+/* ---- reductions ---- */
+
+/* The combination of two partial results, as the CPU backend's: NaN propagates
+ * through max and min. */
+static inline double combine(int op, double acc, double x)
+{
+    switch (op) {
+    case LAZY_SUM: return acc + x;
+    case LAZY_PROD: return acc * x;
+    case LAZY_MAX: return x > acc || x != x ? x : acc;
+    default: return x < acc || x != x ? x : acc;
+    }
+}
+
+static double identity(int op)
+{
+    return op == LAZY_SUM ? 0.0 : op == LAZY_PROD ? 1.0 : op == LAZY_MAX ? -INFINITY : INFINITY;
+}
+
+#define LANES 16
+#define FOLD(COMBINE)                                                     \
+    do {                                                                  \
+        float acc[LANES];                                                 \
+        for (int k = 0; k < LANES; k++)                                   \
+            acc[k] = start;                                               \
+        int64_t i = 0;                                                    \
+        for (; i + LANES <= n; i += LANES)                                \
+            for (int k = 0; k < LANES; k++)                               \
+                acc[k] = COMBINE(acc[k], x[i + k]);                       \
+        for (int k = 0; i < n; i++, k++)                                  \
+            acc[k] = COMBINE(acc[k], x[i]);                               \
+        double r = start;                                                 \
+        for (int k = 0; k < LANES; k++)                                   \
+            r = combine(op, r, acc[k]);                                   \
+        return r;                                                         \
+    } while (0)
+
+#define SUM_(a, b) ((a) + (b))
+#define PROD_(a, b) ((a) * (b))
+#define MAX_(a, b) ((b) > (a) || (b) != (b) ? (b) : (a))
+#define MIN_(a, b) ((b) < (a) || (b) != (b) ? (b) : (a))
+
+/* op over a tile's n values; a single value (dense false) stands for n copies. */
+static double fold_tile(int op, const float *x, bool dense, int64_t n)
+{
+    float start = (float)identity(op);
+    if (!dense) {
+        double r = identity(op);
+        for (int64_t i = 0; i < n; i++)
+            r = combine(op, r, *x);
+        return r;
+    }
+    switch (op) {
+    case LAZY_SUM: FOLD(SUM_);
+    case LAZY_PROD: FOLD(PROD_);
+    case LAZY_MAX: FOLD(MAX_);
+    default: FOLD(MIN_);
+    }
+}
+
+int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op)
+{
+    /* Fusable when the reduced axes are the trailing ones (size-1 axes aside): every
+     * output then reduces one contiguous run of the flat input. */
+    int first = a->ndim;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != 1 && (axes & (1u << i))) {
+            first = i;
+            break;
+        }
+    int64_t inner = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        bool reduced = (axes & (1u << i)) && a->shape[i] != 1;
+        if (a->shape[i] != 1 && i > first && !reduced)
+            return -1;
+        if (i >= first)
+            inner *= a->shape[i];
+    }
+    if (a->numel == 0 || first == a->ndim)
+        return -1;
+    int64_t rows = a->numel / inner, per_row = (inner + TILE - 1) / TILE, items = rows * per_row;
+
+    program *p = malloc(sizeof *p);
+    double *partial = malloc((size_t)items * sizeof *partial);
+    fl_tensor *result = fl_tensor_alloc(fl_cpu_backend(), FL_F32, out->ndim, out->shape);
+    int rc = p && partial && result ? cpu_alloc(result) : fl_backend_error(FL_ERR_MEMORY, "no memory for a reduction");
+    if (!rc && !compile(p, a))
+        rc = FL_ERR_VALUE;
+    int threads = a->numel >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    bool failed = false;
+    if (!rc) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+        {
+            float *scratch = scratch_for(p);
+            const float *value[MAX_SLOTS];
+            bool step[MAX_SLOTS];
+            if (!scratch)
+                failed = true;
+#pragma omp for schedule(static)
+            for (int64_t item = 0; item < items; item++)
+                if (scratch) {
+                    int64_t row = item / per_row, col = item % per_row * TILE;
+                    int64_t n = inner - col < TILE ? inner - col : TILE;
+                    run_tile(p, scratch, row * inner + col, n, value, step);
+                    partial[item] = fold_tile(op, value[p->count - 1], step[p->count - 1], n);
+                }
+            free(scratch);
+        }
+        if (failed)
+            rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
+    }
+    if (!rc) {
+        float *y = cpu_data(result);
+        for (int64_t row = 0; row < rows; row++) {
+            double acc = identity(op);
+            for (int64_t j = 0; j < per_row; j++)
+                acc = combine(op, acc, partial[row * per_row + j]);
+            y[row] = (float)acc;
+        }
+        count_traffic(p, rows);
+    }
+    free(p);
+    free(partial);
+    if (rc) {
+        fl_release(result);
+        return rc;
+    }
+    return lazy_adopt(out, result);
+}

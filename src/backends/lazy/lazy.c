@@ -1,0 +1,510 @@
+/*
+ * The lazy backend's table: graph building for the operations it fuses, and for
+ * everything else a delegation to the CPU backend on materialized operands.
+ *
+ * Delegation goes through the CPU backend's table at call time, so a replaced CPU
+ * entry is used here too, and the lazy backend stays small: it owns only what it
+ * does differently (deferring and fusing f32 elementwise work).
+ */
+#include "lazy.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cpu/cpu.h"
+
+fl_backend *fl_cpu_backend(void);
+
+/* ---- nodes ---- */
+
+static lazy_tensor *node_new(fl_tensor *out, lazy_op op)
+{
+    lazy_tensor *l = calloc(1, sizeof *l);
+    if (!l) {
+        fl_backend_error(FL_ERR_MEMORY, "cannot allocate a lazy node");
+        return NULL;
+    }
+    l->op = op;
+    out->impl = l;
+    return l;
+}
+
+int lazy_adopt(fl_tensor *out, fl_tensor *value)
+{
+    lazy_tensor *l = node_new(out, LAZY_VALUE);
+    if (!l) {
+        fl_release(value);
+        return FL_ERR_MEMORY;
+    }
+    l->value = value;
+    return 0;
+}
+
+static void lazy_release(fl_tensor *t)
+{
+    lazy_tensor *l = t->impl;
+    fl_release(l->value);
+    fl_release(l->args[0]);
+    fl_release(l->args[1]);
+    free(l);
+    t->impl = NULL;
+}
+
+/* A fresh CPU handle with out's metadata, for a delegated primitive to fill. */
+static fl_tensor *cpu_twin(const fl_tensor *out)
+{
+    fl_tensor *t = fl_tensor_alloc(fl_cpu_backend(), out->dtype, out->ndim, out->shape);
+    if (!t)
+        fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    return t;
+}
+
+/* The primitive each node stands for, which memory telemetry attributes the
+ * allocations of its materialization to. */
+static const char *const op_names[LAZY_OP_COUNT] = {
+    "value", "full", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
+    "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
+};
+
+static int materialize(fl_tensor *t)
+{
+    lazy_tensor *l = t->impl;
+    if (l->op != LAZY_CONSTANT)
+        return lazy_run(t);
+    fl_tensor *value = cpu_twin(t);
+    if (!value)
+        return FL_ERR_MEMORY;
+    int rc = fl_cpu_backend()->full(value, l->constant);
+    if (rc) {
+        fl_release(value);
+        return rc;
+    }
+    l->op = LAZY_VALUE;
+    l->value = value;
+    return 0;
+}
+
+static int lazy_eval(fl_tensor *t)
+{
+    lazy_tensor *l = t->impl;
+    if (l->op == LAZY_VALUE)
+        return 0;
+    const char *operation = fl_memory_operation();
+    fl_memory_set_operation(op_names[l->op]);
+    int rc = materialize(t);
+    fl_memory_set_operation(operation);
+    return rc;
+}
+
+/* The CPU tensor holding t's values, materializing t if needed; NULL on failure
+ * (with the error recorded). The node changes, not its values, hence the cast. */
+static fl_tensor *value_of(const fl_tensor *t)
+{
+    if (lazy_eval((fl_tensor *)t))
+        return NULL;
+    return lazy_impl(t)->value;
+}
+
+/* Runs a delegated primitive's result into out: on success out takes the CPU tensor. */
+static int finish(fl_tensor *out, fl_tensor *result, int rc)
+{
+    if (rc) {
+        fl_release(result);
+        return rc;
+    }
+    return lazy_adopt(out, result);
+}
+
+#define MATERIALIZE(var, t)                     \
+    fl_tensor *var = value_of(t);               \
+    if (!var)                                   \
+        return FL_ERR_MEMORY
+
+#define CPU_OUT(var, out)                       \
+    fl_tensor *var = cpu_twin(out);             \
+    if (!var)                                   \
+        return FL_ERR_MEMORY
+
+/* ---- data movement and creation ---- */
+
+static int lazy_from_host(fl_tensor *out, const void *src)
+{
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->from_host(r, src));
+}
+
+static int lazy_to_host(const fl_tensor *t, void *dst)
+{
+    MATERIALIZE(v, t);
+    return fl_cpu_backend()->to_host(v, dst);
+}
+
+/* An f32 fill is a constant node: scalars for arithmetic cost no memory, and
+ * zeros_like(x) is only written if it is read. */
+static int lazy_full(fl_tensor *out, double value)
+{
+    if (out->dtype != FL_F32) {
+        CPU_OUT(r, out);
+        return finish(out, r, fl_cpu_backend()->full(r, value));
+    }
+    lazy_tensor *l = node_new(out, LAZY_CONSTANT);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->constant = (float)value;
+    return 0;
+}
+
+static int lazy_arange(fl_tensor *out, double start, double step)
+{
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->arange(r, start, step));
+}
+
+static int lazy_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
+{
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->random(r, kind, seed, offset));
+}
+
+/* ---- layout: a constant keeps being a constant; anything else is materialized
+ * and viewed by the CPU backend ---- */
+
+static int constant_like(fl_tensor *out, const fl_tensor *a)
+{
+    lazy_tensor *l = node_new(out, LAZY_CONSTANT);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->constant = lazy_impl(a)->constant;
+    return 0;
+}
+
+#define DELEGATE_UNARY(name)                                             \
+    static int delegate_##name(fl_tensor *out, const fl_tensor *a)       \
+    {                                                                    \
+        MATERIALIZE(va, a);                                              \
+        CPU_OUT(r, out);                                                 \
+        return finish(out, r, fl_cpu_backend()->name(r, va));            \
+    }
+
+#define DELEGATE_BINARY(name)                                                       \
+    static int delegate_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
+    {                                                                               \
+        MATERIALIZE(va, a);                                                         \
+        MATERIALIZE(vb, b);                                                         \
+        CPU_OUT(r, out);                                                            \
+        return finish(out, r, fl_cpu_backend()->name(r, va, vb));                  \
+    }
+
+DELEGATE_UNARY(reshape)
+DELEGATE_UNARY(expand)
+DELEGATE_UNARY(cast)
+
+static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
+{
+    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_reshape(out, a);
+}
+
+static int lazy_expand(fl_tensor *out, const fl_tensor *a)
+{
+    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(out, a);
+}
+
+static int lazy_cast(fl_tensor *out, const fl_tensor *a)
+{
+    if (lazy_impl(a)->op == LAZY_CONSTANT && out->dtype == FL_F32)
+        return constant_like(out, a);
+    return delegate_cast(out, a);
+}
+
+static int lazy_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
+{
+    MATERIALIZE(va, a);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->permute(r, va, axes));
+}
+
+static int lazy_slice(fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
+{
+    MATERIALIZE(va, a);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->slice(r, va, start, step));
+}
+
+static int lazy_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
+                             const int64_t *step)
+{
+    MATERIALIZE(vbase, base);
+    MATERIALIZE(vsrc, src);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->update_slice(r, vbase, vsrc, start, step));
+}
+
+static int lazy_concat(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
+{
+    const fl_tensor **values = malloc((size_t)(count ? count : 1) * sizeof *values);
+    if (!values)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate %d operands", count);
+    for (int i = 0; i < count; i++)
+        if (!(values[i] = value_of(inputs[i]))) {
+            free(values);
+            return FL_ERR_MEMORY;
+        }
+    fl_tensor *r = cpu_twin(out);
+    int rc = r ? fl_cpu_backend()->concat(r, values, count, axis) : FL_ERR_MEMORY;
+    free(values);
+    return r ? finish(out, r, rc) : rc;
+}
+
+/* ---- indexing ---- */
+
+static int lazy_where(fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
+{
+    MATERIALIZE(vc, cond);
+    MATERIALIZE(va, a);
+    MATERIALIZE(vb, b);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->where(r, vc, va, vb));
+}
+
+static int lazy_gather(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+{
+    MATERIALIZE(va, a);
+    MATERIALIZE(vi, index);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->gather(r, va, axis, vi));
+}
+
+static int lazy_scatter_add(fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
+                            const fl_tensor *src)
+{
+    MATERIALIZE(vb, base);
+    MATERIALIZE(vi, index);
+    MATERIALIZE(vs, src);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->scatter_add(r, vb, axis, vi, vs));
+}
+
+static int lazy_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+{
+    MATERIALIZE(va, a);
+    MATERIALIZE(vi, index);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->index_select(r, va, axis, vi));
+}
+
+/* ---- elementwise: f32 operations become graph nodes; the rest run now ---- */
+
+/* Keeps the graph bounded: an operand whose graph is already large is materialized
+ * before it becomes part of a larger one. */
+static int bound(const fl_tensor *a, int other_nodes)
+{
+    lazy_tensor *l = lazy_impl(a);
+    if (l->op > LAZY_CONSTANT && l->nodes + other_nodes + 1 > LAZY_MAX_NODES)
+        return lazy_eval((fl_tensor *)a);
+    return 0;
+}
+
+static int node_nodes(const fl_tensor *a) { return lazy_impl(a)->op > LAZY_CONSTANT ? lazy_impl(a)->nodes : 0; }
+
+static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor *b)
+{
+    int rc = bound(a, b ? node_nodes(b) : 0);
+    if (!rc && b)
+        rc = bound(b, node_nodes(a));
+    if (rc)
+        return rc;
+    lazy_tensor *l = node_new(out, op);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)a);
+    l->args[1] = b ? fl_retain((fl_tensor *)b) : NULL;
+    l->nodes = 1 + node_nodes(a) + (b ? node_nodes(b) : 0);
+    return 0;
+}
+
+#define UNARY(name, OP)                                          \
+    DELEGATE_UNARY(name)                                         \
+    static int lazy_##name(fl_tensor *out, const fl_tensor *a)   \
+    {                                                            \
+        if (out->dtype != FL_F32 || a->dtype != FL_F32)          \
+            return delegate_##name(out, a);                      \
+        return defer(out, OP, a, NULL);                          \
+    }
+
+#define BINARY(name, OP)                                                          \
+    DELEGATE_BINARY(name)                                                         \
+    static int lazy_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
+    {                                                                             \
+        if (out->dtype != FL_F32 || a->dtype != FL_F32 || b->dtype != FL_F32)     \
+            return delegate_##name(out, a, b);                                    \
+        return defer(out, OP, a, b);                                              \
+    }
+
+UNARY(neg, LAZY_NEG)
+UNARY(abs, LAZY_ABS)
+UNARY(sign, LAZY_SIGN)
+UNARY(exp, LAZY_EXP)
+UNARY(log, LAZY_LOG)
+UNARY(log1p, LAZY_LOG1P)
+UNARY(sqrt, LAZY_SQRT)
+UNARY(rsqrt, LAZY_RSQRT)
+UNARY(sin, LAZY_SIN)
+UNARY(cos, LAZY_COS)
+UNARY(tanh, LAZY_TANH)
+UNARY(sigmoid, LAZY_SIGMOID)
+UNARY(erf, LAZY_ERF)
+UNARY(floor, LAZY_FLOOR)
+UNARY(ceil, LAZY_CEIL)
+UNARY(round, LAZY_ROUND)
+DELEGATE_UNARY(isnan)
+DELEGATE_UNARY(isinf)
+DELEGATE_UNARY(logical_not)
+
+BINARY(add, LAZY_ADD)
+BINARY(sub, LAZY_SUB)
+BINARY(mul, LAZY_MUL)
+BINARY(div, LAZY_DIV)
+BINARY(pow, LAZY_POW)
+BINARY(minimum, LAZY_MINIMUM)
+BINARY(maximum, LAZY_MAXIMUM)
+DELEGATE_BINARY(eq)
+DELEGATE_BINARY(ne)
+DELEGATE_BINARY(lt)
+DELEGATE_BINARY(le)
+DELEGATE_BINARY(logical_and)
+DELEGATE_BINARY(logical_or)
+DELEGATE_BINARY(matmul)
+
+/* ---- reductions: a pending f32 graph is reduced in the pass that computes it ---- */
+
+#define REDUCE(name, OP)                                                            \
+    static int lazy_##name(fl_tensor *out, const fl_tensor *a, unsigned axes)       \
+    {                                                                               \
+        if (a->dtype == FL_F32 && lazy_impl(a)->op > LAZY_CONSTANT) {               \
+            int rc = lazy_run_reduction(out, a, axes, OP);                          \
+            if (rc >= 0)                                                            \
+                return rc;                                                          \
+        }                                                                           \
+        MATERIALIZE(va, a);                                                         \
+        CPU_OUT(r, out);                                                            \
+        return finish(out, r, fl_cpu_backend()->name(r, va, axes));                 \
+    }
+
+REDUCE(sum, LAZY_SUM)
+REDUCE(prod, LAZY_PROD)
+REDUCE(max, LAZY_MAX)
+REDUCE(min, LAZY_MIN)
+
+#define DELEGATE_AXIS(name)                                                         \
+    static int lazy_##name(fl_tensor *out, const fl_tensor *a, int axis)            \
+    {                                                                               \
+        MATERIALIZE(va, a);                                                         \
+        CPU_OUT(r, out);                                                            \
+        return finish(out, r, fl_cpu_backend()->name(r, va, axis));                 \
+    }
+
+DELEGATE_AXIS(argmax)
+DELEGATE_AXIS(argmin)
+DELEGATE_AXIS(cumsum)
+
+static int lazy_sort(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending)
+{
+    MATERIALIZE(va, a);
+    CPU_OUT(rv, values);
+    fl_tensor *ri = cpu_twin(indices);
+    int rc = ri ? fl_cpu_backend()->sort(rv, ri, va, axis, descending) : FL_ERR_MEMORY;
+    if (rc) {
+        fl_release(rv);
+        fl_release(ri);
+        return rc;
+    }
+    rc = lazy_adopt(values, rv);
+    return rc ? (fl_release(ri), rc) : lazy_adopt(indices, ri);
+}
+
+/* ---- convolution and pooling ---- */
+
+static int lazy_conv2d(fl_tensor *out, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d)
+{
+    MATERIALIZE(vx, x);
+    MATERIALIZE(vw, w);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->conv2d(r, vx, vw, d));
+}
+
+static int lazy_conv2d_backward_input(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w,
+                                      const fl_conv2d_desc *d)
+{
+    MATERIALIZE(vdy, dy);
+    MATERIALIZE(vw, w);
+    CPU_OUT(r, dx);
+    return finish(dx, r, fl_cpu_backend()->conv2d_backward_input(r, vdy, vw, d));
+}
+
+static int lazy_conv2d_backward_weight(fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy,
+                                       const fl_conv2d_desc *d)
+{
+    MATERIALIZE(vx, x);
+    MATERIALIZE(vdy, dy);
+    CPU_OUT(r, dw);
+    return finish(dw, r, fl_cpu_backend()->conv2d_backward_weight(r, vx, vdy, d));
+}
+
+static int lazy_pool2d(fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d)
+{
+    MATERIALIZE(vx, x);
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->pool2d(r, vx, d));
+}
+
+static int lazy_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d)
+{
+    MATERIALIZE(vdy, dy);
+    MATERIALIZE(vx, x);
+    CPU_OUT(r, dx);
+    return finish(dx, r, fl_cpu_backend()->pool2d_backward(r, vdy, vx, d));
+}
+
+/* ---- the table ---- */
+
+static fl_backend lazy_backend = {
+    .name = "lazy",
+    .release = lazy_release,
+    .eval = lazy_eval,
+    .from_host = lazy_from_host,
+    .to_host = lazy_to_host,
+    .full = lazy_full,
+    .arange = lazy_arange,
+    .random = lazy_random,
+    .cast = lazy_cast,
+    .reshape = lazy_reshape,
+    .permute = lazy_permute,
+    .expand = lazy_expand,
+    .slice = lazy_slice,
+    .update_slice = lazy_update_slice,
+    .concat = lazy_concat,
+    .where = lazy_where,
+    .gather = lazy_gather,
+    .scatter_add = lazy_scatter_add,
+    .index_select = lazy_index_select,
+    .neg = lazy_neg, .abs = lazy_abs, .sign = lazy_sign,
+    .exp = lazy_exp, .log = lazy_log, .log1p = lazy_log1p, .sqrt = lazy_sqrt, .rsqrt = lazy_rsqrt,
+    .sin = lazy_sin, .cos = lazy_cos, .tanh = lazy_tanh, .sigmoid = lazy_sigmoid, .erf = lazy_erf,
+    .floor = lazy_floor, .ceil = lazy_ceil, .round = lazy_round,
+    .isnan = delegate_isnan, .isinf = delegate_isinf, .logical_not = delegate_logical_not,
+    .add = lazy_add, .sub = lazy_sub, .mul = lazy_mul, .div = lazy_div, .pow = lazy_pow,
+    .minimum = lazy_minimum, .maximum = lazy_maximum,
+    .eq = delegate_eq, .ne = delegate_ne, .lt = delegate_lt, .le = delegate_le,
+    .logical_and = delegate_logical_and, .logical_or = delegate_logical_or,
+    .sum = lazy_sum, .prod = lazy_prod, .max = lazy_max, .min = lazy_min,
+    .argmax = lazy_argmax, .argmin = lazy_argmin, .cumsum = lazy_cumsum, .sort = lazy_sort,
+    .matmul = delegate_matmul,
+    .conv2d = lazy_conv2d,
+    .conv2d_backward_input = lazy_conv2d_backward_input,
+    .conv2d_backward_weight = lazy_conv2d_backward_weight,
+    .pool2d = lazy_pool2d,
+    .pool2d_backward = lazy_pool2d_backward,
+};
+
+fl_backend *fl_lazy_backend(void) { return &lazy_backend; }

@@ -1,0 +1,76 @@
+/*
+ * The lazy backend: operations build an expression graph; values are computed only
+ * when something reads them (to_host, eval, or an operation this backend does not
+ * fuse, which then runs on the CPU backend). Chains of f32 elementwise operations,
+ * with their broadcast operands and constants, are fused into one pass over memory
+ * in cache-sized tiles (fuse.c); a reduction over trailing axes of such a chain is
+ * fused into the same pass.
+ *
+ * A tensor is a node: either a value (a CPU tensor, possibly a strided view), a
+ * constant (an f32 fill, which costs no memory until it is read), or a pending
+ * operation on other lazy tensors, which it holds references to. Materializing a
+ * node turns it into a value and drops its operands, so the graph behind it is freed.
+ */
+#ifndef FLARE_LAZY_H
+#define FLARE_LAZY_H
+
+#include <stdint.h>
+
+#include "flare/backend.h"
+
+typedef enum lazy_op {
+    LAZY_VALUE, /* materialized: value holds the CPU tensor */
+    LAZY_CONSTANT,
+    /* unary, f32 */
+    LAZY_NEG, LAZY_ABS, LAZY_SIGN, LAZY_EXP, LAZY_LOG, LAZY_LOG1P, LAZY_SQRT, LAZY_RSQRT, LAZY_SIN, LAZY_COS,
+    LAZY_TANH, LAZY_SIGMOID, LAZY_ERF, LAZY_FLOOR, LAZY_CEIL, LAZY_ROUND,
+    /* binary, f32 */
+    LAZY_ADD, LAZY_SUB, LAZY_MUL, LAZY_DIV, LAZY_POW, LAZY_MINIMUM, LAZY_MAXIMUM,
+    LAZY_OP_COUNT
+} lazy_op;
+
+#define LAZY_FIRST_BINARY LAZY_ADD
+
+typedef struct lazy_tensor {
+    lazy_op op;
+    fl_tensor *value;   /* the CPU tensor, once materialized */
+    fl_tensor *args[2]; /* a pending operation's operands (lazy tensors of the same shape) */
+    float constant;
+    int nodes; /* pending operations in the graph below, repeats counted, saturating */
+} lazy_tensor;
+
+/* A graph may hold at most this many pending operations: a longer one is cut by
+ * materializing an operand first, so that a loop that never reads its values keeps
+ * memory bounded, and a fused program stays small enough for its tiles to stay in
+ * cache. */
+#define LAZY_MAX_NODES 48
+
+static inline lazy_tensor *lazy_impl(const fl_tensor *t) { return (lazy_tensor *)t->impl; }
+
+fl_backend *fl_lazy_backend(void);
+
+/* fuse.c: computes the pending node t (and every pending node under it that is held
+ * from outside the graph) in one pass; t becomes a value. Returns 0 or an fl_status. */
+int lazy_run(fl_tensor *t);
+/* out (f32, reduced axes kept as size 1) = op over the axes of the pending node a,
+ * fused with a's graph. Returns -1 if the reduction is not of a fusable form (the
+ * caller then materializes a and delegates), else 0 or an fl_status. */
+int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op);
+enum { LAZY_SUM, LAZY_PROD, LAZY_MAX, LAZY_MIN };
+
+/* lazy.c: wraps a CPU tensor (taking the reference) as the value of out. */
+int lazy_adopt(fl_tensor *out, fl_tensor *value);
+
+/* Memory traffic of the fused passes since the last reset, in bytes: what they read
+ * and wrote, and what the same operations would have read and written one at a time
+ * (every operation reading its operands and writing its result). */
+typedef struct fl_lazy_traffic {
+    uint64_t fused_read, fused_written;
+    uint64_t unfused_read, unfused_written;
+    uint64_t passes, operations; /* fused passes run, operations they computed */
+} fl_lazy_traffic;
+
+fl_lazy_traffic fl_lazy_traffic_get(void);
+void fl_lazy_traffic_reset(void);
+
+#endif

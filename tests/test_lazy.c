@@ -1,0 +1,144 @@
+/* The lazy backend: deferred graphs give the cpu backend's values (broadcast and
+ * strided operands, constants, fused trailing reductions), nodes held from outside
+ * are written by the same pass, graphs stay bounded in a loop that never reads, and
+ * the traffic counters see the fusion. Tensors are moved to "lazy" explicitly, so
+ * this runs the same in both rows of the backend matrix. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/lazy/lazy.h"
+#include "support.h"
+
+static fl_tensor *on(const char *backend, const fl_tensor *t) { return fl_to_backend(t, backend); }
+
+static bool pending(const fl_tensor *t) { return lazy_impl(t)->op > LAZY_CONSTANT; }
+
+/* An expression with every fused operation, a broadcast row, a scalar and a
+ * transposed (strided) operand. */
+static fl_tensor *expression(const fl_tensor *x, const fl_tensor *row, const fl_tensor *xt)
+{
+    fl_tensor *y = fl_add(fl_mul(x, row), fl_transpose(xt, 0, 1));
+    y = fl_add(fl_erf(y), fl_tanh(fl_sigmoid(y)));
+    y = fl_sub(fl_exp(fl_neg(fl_abs(y))), fl_log1p(fl_sqrt(fl_abs(y))));
+    y = fl_add(y, fl_mul(fl_sin(y), fl_cos(y)));
+    y = fl_maximum(fl_minimum(y, fl_rsqrt(fl_add_scalar(fl_abs(y), 1))), fl_floor(y));
+    y = fl_add(y, fl_div(fl_ceil(fl_mul_scalar(y, 3)), fl_pow_scalar(fl_add_scalar(fl_abs(y), 1), 1.5)));
+    return fl_add(y, fl_mul(fl_round(y), fl_sign(fl_log(fl_add_scalar(fl_abs(y), 0.5)))));
+}
+
+static void fused_values_match_the_cpu_backend(void **state)
+{
+    enum { R = 300, C = 257 }; /* odd sizes: tiles end mid-row; large enough for two threads */
+    int64_t shape[] = {R, C};
+    fl_manual_seed(3);
+    fl_tensor *x = fl_to_backend(fl_randn(FL_F32, 2, shape), "cpu");
+    fl_tensor *row = fl_to_backend(fl_randn(FL_F32, 1, (const int64_t[]){C}), "cpu");
+    fl_tensor *xt = fl_to_backend(fl_randn(FL_F32, 2, (const int64_t[]){C, R}), "cpu");
+    fl_tensor *expected = expression(x, row, xt);
+    fl_tensor *got = expression(on("lazy", x), on("lazy", row), on("lazy", xt));
+    assert_string_equal(fl_backend_name(got), "lazy");
+    assert_true(pending(got));
+    assert_close(got, expected, 1e-6, 1e-6);
+    assert_false(pending(got)); /* read, so materialized */
+
+    /* Trailing reductions fused with the graph, and one over a leading axis (not fusable). */
+    const int last[] = {-1}, first[] = {0};
+    fl_tensor *e_cpu = fl_mul(fl_add(x, row), x), *e_lazy = fl_mul(fl_add(on("lazy", x), on("lazy", row)), on("lazy", x));
+    assert_close(fl_sum(e_lazy, last, 1, true), fl_sum(e_cpu, last, 1, true), 1e-5, 1e-4);
+    assert_close(fl_sum(e_lazy, FL_ALL_AXES, false), fl_sum(e_cpu, FL_ALL_AXES, false), 1e-5, 1e-2);
+    assert_close(fl_max(e_lazy, last, 1, false), fl_max(e_cpu, last, 1, false), 0, 0);
+    assert_close(fl_min(e_lazy, last, 1, false), fl_min(e_cpu, last, 1, false), 0, 0);
+    assert_close(fl_prod(fl_add_scalar(fl_mul_scalar(e_lazy, 1e-3), 1), last, 1, false),
+                 fl_prod(fl_add_scalar(fl_mul_scalar(e_cpu, 1e-3), 1), last, 1, false), 1e-5, 0);
+    assert_true(pending(e_lazy)); /* a fused reduction reads a graph without materializing it */
+    assert_close(fl_sum(e_lazy, first, 1, false), fl_sum(e_cpu, first, 1, false), 1e-5, 1e-4);
+    /* NaN propagates through fused max, as on cpu. */
+    fl_tensor *nan_row = on("lazy", T_F32(FL_SHAPE(1, 3), 1, NAN, 2));
+    assert_values(fl_max(fl_add_scalar(nan_row, 1), last, 1, false), 0, 0, NAN);
+    /* Constants cost nothing until read, and keep their value through views. */
+    fl_tensor *zeros = fl_zeros_like(on("lazy", x));
+    assert_values(fl_sum(fl_add_scalar(fl_reshape(zeros, FL_SHAPE(R * C)), 2), FL_ALL_AXES, false), 0, 0, 2.0 * R * C);
+}
+
+static void held_nodes_are_written_by_the_same_pass(void **state)
+{
+    fl_tensor *g = on("lazy", T_F32(FL_SHAPE(4), 1, 2, 3, 4));
+    fl_tensor *m = fl_add(fl_mul_scalar(g, 0.5), g); /* held by the scope, used below */
+    fl_tensor *p = fl_sub(g, fl_div(m, fl_add_scalar(m, 1)));
+    assert_int_equal(fl_eval(p), FL_OK);
+    assert_false(pending(p));
+    assert_false(pending(m));
+    assert_values(m, 0, 1e-6, 1.5, 3, 4.5, 6);
+    assert_values(p, 0, 1e-6, 1 - 1.5 / 2.5, 2 - 3.0 / 4, 3 - 4.5 / 5.5, 4 - 6.0 / 7);
+}
+
+static void graphs_stay_bounded_in_a_loop_that_never_reads(void **state)
+{
+    fl_tensor *x = fl_retain(on("lazy", T_F32(FL_SHAPE(3), 1, 2, 3)));
+    for (int i = 0; i < 10000; i++) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *next = fl_keep(fl_add_scalar(fl_mul_scalar(x, 0.5), 1));
+        fl_scope_end(scope);
+        assert_true(lazy_impl(next)->nodes <= LAZY_MAX_NODES);
+        fl_release(x);
+        x = next;
+    }
+    assert_values(x, 0, 1e-6, 2, 2, 2); /* the fixed point of x / 2 + 1 */
+    fl_release(x);
+}
+
+static void traffic_counts_fused_and_unfused_bytes(void **state)
+{
+    enum { N = 1000 };
+    fl_tensor *x = on("lazy", fl_ones(FL_F32, FL_SHAPE(N)));
+    assert_int_equal(fl_eval(x), FL_OK);
+    /* Built in a scope that has ended, only the result is held: one read, one write. */
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *y = fl_keep(fl_exp(fl_add_scalar(fl_mul_scalar(x, 2), 1))); /* three operations */
+    fl_scope_end(scope);
+    fl_lazy_traffic_reset();
+    assert_int_equal(fl_eval(y), FL_OK);
+    fl_lazy_traffic t = fl_lazy_traffic_get();
+    assert_int_equal(t.passes, 1);
+    assert_int_equal(t.operations, 3);
+    assert_int_equal(t.fused_read, 4 * N);
+    assert_int_equal(t.fused_written, 4 * N);
+    assert_int_equal(t.unfused_read, 3 * 4 * N + 2 * 4); /* and the two scalars */
+    assert_int_equal(t.unfused_written, 3 * 4 * N);
+    /* Read while the scope still holds the intermediates, they are written too. */
+    fl_lazy_traffic_reset();
+    fl_tensor *z = fl_exp(fl_add_scalar(fl_mul_scalar(x, 2), 1));
+    assert_int_equal(fl_eval(z), FL_OK);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 3 * 4 * N);
+    fl_release(y);
+    y = z;
+    assert_values(fl_index(y, FL_INDEX(FL_AT(0))), 1e-6, 0, 20.085536923187668);
+}
+
+static void delegated_operations_and_errors(void **state)
+{
+    /* Operations the backend does not fuse run on cpu with materialized operands. */
+    fl_tensor *a = on("lazy", T_F32(FL_SHAPE(2, 2), 1, 2, 3, 4));
+    fl_tensor *b = fl_add_scalar(a, 1); /* pending */
+    assert_values(fl_matmul(b, b), 0, 1e-6, 2 * 2 + 3 * 4, 2 * 3 + 3 * 5, 4 * 2 + 5 * 4, 4 * 3 + 5 * 5);
+    assert_values(fl_argmax(fl_neg(a), 1, false), 0, 0, 0, 0);
+    assert_values(fl_cast(fl_add_scalar(a, 0.5), FL_I32), 0, 0, 1, 2, 3, 4);
+    /* Integer work is not deferred. */
+    fl_tensor *i = fl_add_scalar(on("lazy", T_I32(FL_SHAPE(2), 1, 2)), 1);
+    assert_false(pending(i));
+    assert_values(i, 0, 0, 2, 3);
+    /* A failing delegated primitive reports through the tensor layer, naming lazy. */
+    assert_fails(fl_matmul(b, on("lazy", T_F32(FL_SHAPE(3, 1), 1, 2, 3))), FL_ERR_SHAPE, "fl_matmul");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(fused_values_match_the_cpu_backend),
+        scoped_test(held_nodes_are_written_by_the_same_pass),
+        scoped_test(graphs_stay_bounded_in_a_loop_that_never_reads),
+        scoped_test(traffic_counts_fused_and_unfused_bytes),
+        scoped_test(delegated_operations_and_errors),
+    };
+    return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);
+}
