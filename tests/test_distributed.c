@@ -336,6 +336,18 @@ static void mpi_collectives_under_mpirun(void **state)
     assert_null(strstr(j.output, "check failed"));
 }
 
+/* Two processes with batch B each end with the parameters of one process with batch
+ * 2B (data-parallel training, src/nn/data_parallel.c). */
+static void two_ranks_train_as_one_with_twice_the_batch(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    job j;
+    run_job(DIST_CHECK_ARGUMENTS("data_parallel"), &j);
+    assert_int_equal(j.status, 0);
+    assert_null(strstr(j.output, "check failed"));
+}
+
 static void a_hung_rank_is_named_within_the_timeout(void **state)
 {
     if (!have_mpirun())
@@ -391,6 +403,7 @@ int main(void)
         scoped_test(means_divide_by_the_engines_size),
         scoped_test(a_failed_collective_ends_the_job),
         scoped_test(mpi_collectives_under_mpirun),
+        scoped_test(two_ranks_train_as_one_with_twice_the_batch),
         scoped_test(a_hung_rank_is_named_within_the_timeout),
         scoped_test(a_dead_rank_stops_the_job),
         scoped_test(a_dead_rank_is_named_when_mpirun_lets_the_job_run_on),

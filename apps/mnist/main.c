@@ -6,12 +6,17 @@
  *
  *     mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]
  *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
- *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]
+ *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]
  *
  * As in Listing 7, the first 5000 training images are held out for validation.
  * --save writes a checkpoint after every epoch (model, optimizer, generator and epoch,
  * atomically); --load resumes from one, continuing exactly as if the run had not
  * stopped; --eval-only evaluates a loaded checkpoint on the test set.
+ *
+ * --distributed trains data-parallel under mpirun (include/flare/distributed.h): each
+ * of the R ranks takes its part of every shuffled epoch in batches of B (so R x B
+ * images per step), gradients are averaged across ranks, meters summed across ranks,
+ * and only rank 0 prints and writes files.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +28,7 @@
 
 #include "flare/autograd.h"
 #include "flare/data.h"
+#include "flare/distributed.h"
 #include "flare/io.h"
 #include "flare/meter.h"
 #include "flare/nn.h"
@@ -38,14 +44,14 @@ typedef struct options {
     int64_t batch, train_limit;
     double lr, momentum;
     uint64_t seed;
-    bool eval_only, no_eval, quiet;
+    bool eval_only, no_eval, quiet, distributed;
 } options;
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
                  "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
-                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]\n");
+                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n");
 }
 
 static bool parse_number(const char *flag, const char *text, double low, double high, double *out)
@@ -105,6 +111,8 @@ static bool parse_args(int argc, char **argv, options *o)
             o->no_eval = true;
         else if (strcmp(a, "--quiet") == 0)
             o->quiet = true;
+        else if (strcmp(a, "--distributed") == 0)
+            o->distributed = true;
         else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
             return usage(stdout), exit(0), false;
         else
@@ -134,10 +142,13 @@ static fl_status load_split(const char *dir, bool train, fl_tensor **images, fl_
     return *images && *labels ? FL_OK : fl_last_status();
 }
 
+/* This rank's part of images [start, start + count), in batches. */
 static fl_dataset *batches(fl_tensor *images, fl_tensor *labels, int64_t start, int64_t count, int64_t batch)
 {
     fl_dataset *all = fl_tensor_dataset((fl_tensor *[]){images, labels}, 2);
-    return fl_batch_dataset(fl_span_dataset(all, start, count), batch, false, NULL, NULL);
+    fl_dataset *part = fl_partition_dataset(fl_span_dataset(all, start, count), fl_distributed_rank(),
+                                            fl_distributed_size());
+    return fl_batch_dataset(part, batch, false, NULL, NULL);
 }
 
 /* ---- the model (Listing 8) ---- */
@@ -180,6 +191,10 @@ static fl_status evaluate(fl_module *model, fl_dataset *data, evaluation *out)
     }
     fl_set_grad_enabled(was);
     fl_module_train(model, true);
+    if (status == FL_OK)
+        status = fl_average_meter_all_reduce(&loss);
+    if (status == FL_OK)
+        status = fl_frame_error_meter_all_reduce(&error);
     *out = (evaluation){fl_average_meter_value(&loss), fl_frame_error_meter_value(&error)};
     return status;
 }
@@ -249,6 +264,14 @@ int main(int argc, char **argv)
         return 2;
     if (o.threads)
         fl_set_num_threads(o.threads);
+    if (o.distributed && fl_distributed_init(NULL) != FL_OK)
+        return fail("starting the distributed job");
+    /* Only rank 0 speaks and writes. */
+    bool leader = fl_distributed_rank() == 0;
+    if (!leader) {
+        o.quiet = true;
+        o.json = o.save = NULL;
+    }
     fl_manual_seed(o.seed);
 
     fl_tensor *images, *labels, *test_images, *test_labels;
@@ -257,12 +280,12 @@ int main(int argc, char **argv)
     int64_t train_count = fl_dim(images, 0) - VALIDATION_SIZE;
     if (o.train_limit && o.train_limit < train_count)
         train_count = o.train_limit;
-    /* Shuffled every epoch from (seed, epoch), so a resumed run sees the same batches. */
-    fl_dataset *train = fl_batch_dataset(
-        fl_shuffle_dataset(fl_span_dataset(fl_tensor_dataset((fl_tensor *[]){images, labels}, 2), VALIDATION_SIZE,
-                                           train_count),
-                           o.seed),
-        o.batch, false, NULL, NULL);
+    /* Shuffled every epoch from (seed, epoch), so a resumed run sees the same batches;
+     * the same permutation on every rank, which then takes its part. */
+    fl_dataset *shuffled = fl_shuffle_dataset(
+        fl_span_dataset(fl_tensor_dataset((fl_tensor *[]){images, labels}, 2), VALIDATION_SIZE, train_count), o.seed);
+    fl_dataset *train = fl_batch_dataset(fl_partition_dataset(shuffled, fl_distributed_rank(), fl_distributed_size()),
+                                         o.batch, false, NULL, NULL);
     if (train && o.workers)
         train = fl_prefetch_dataset(train, o.workers, 0);
     fl_dataset *validation = batches(images, labels, 0, VALIDATION_SIZE, EVAL_BATCH);
@@ -276,8 +299,9 @@ int main(int argc, char **argv)
         return fail("setting up");
     if (!o.quiet)
         printf("Fashion-MNIST CNN (the paper's Listing 8): %" PRId64 " parameters; %" PRId64
-               " training images, batch %" PRId64 ", %d threads\n",
-               fl_module_parameter_count(model), train_count, o.batch, fl_num_threads());
+               " training images, batch %" PRId64 " x %d process%s, %d threads each\n",
+               fl_module_parameter_count(model), train_count, o.batch, fl_distributed_size(),
+               fl_distributed_size() > 1 ? "es" : "", fl_num_threads());
 
     int first_epoch = 0;
     if (o.load) {
@@ -290,6 +314,10 @@ int main(int argc, char **argv)
         if (!o.quiet)
             printf("resumed from %s after epoch %d\n", o.load, first_epoch);
     }
+    /* After loading, so that rank 0's weights are the ones every rank starts from. */
+    fl_data_parallel *dp = fl_data_parallel_new(model, 0);
+    if (!dp)
+        return fail("setting up data-parallel training");
 
     int status = 0;
     epoch_result *results = calloc((size_t)(o.epochs > 0 ? o.epochs : 1), sizeof *results);
@@ -308,7 +336,8 @@ int main(int argc, char **argv)
             } else {
                 fl_variable *output = fl_module_forward(model, fl_v_new(s.fields[0], false));
                 fl_variable *loss = fl_nn_nll_loss(output, s.fields[1], NULL);
-                if (!loss || fl_v_backward(loss, NULL, false) != FL_OK || fl_optimizer_step(opt) != FL_OK)
+                if (!loss || fl_v_backward(loss, NULL, false) != FL_OK || fl_data_parallel_sync(dp) != FL_OK ||
+                    fl_optimizer_step(opt) != FL_OK)
                     status = fail("training");
                 fl_optimizer_zero_grad(opt);
                 int64_t n = fl_dim(s.fields[0], 0);
@@ -320,10 +349,12 @@ int main(int argc, char **argv)
             fl_scope_end(scope);
         }
         fl_timer_meter_stop(&timer);
+        if (status == 0 && fl_average_meter_all_reduce(&train_loss) != FL_OK)
+            status = fail("reducing the training loss");
         epoch_result *r = &results[done];
         r->seconds = fl_timer_meter_value(&timer);
         r->train_loss = fl_average_meter_value(&train_loss);
-        r->images_per_second = 1.0 / fl_timer_meter_per_sample(&timer);
+        r->images_per_second = fl_distributed_size() / fl_timer_meter_per_sample(&timer);
         if (status == 0 && !o.no_eval && evaluate(model, validation, &r->validation) != FL_OK)
             status = fail("validating");
         if (status == 0 && !o.quiet) {
@@ -347,7 +378,7 @@ int main(int argc, char **argv)
     if (tested) {
         if (evaluate(model, test, &test_result) != FL_OK)
             status = fail("testing");
-        else
+        else if (leader)
             printf("test loss %.4f, error %.2f%% (accuracy %.2f%%)\n", test_result.loss, test_result.error,
                    100.0 - test_result.error);
     }
@@ -355,6 +386,7 @@ int main(int argc, char **argv)
         status = write_json(&o, results, first_epoch, done, tested ? &test_result : NULL);
 
     free(results);
+    fl_data_parallel_free(dp);
     fl_optimizer_free(opt);
     fl_parameters_free(params);
     fl_module_release(model);
@@ -365,5 +397,6 @@ int main(int argc, char **argv)
     fl_release(labels);
     fl_release(test_images);
     fl_release(test_labels);
+    fl_distributed_shutdown();
     return status;
 }

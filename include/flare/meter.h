@@ -113,6 +113,14 @@ double fl_timer_meter_value(const fl_timer_meter *m);
 /* Seconds per sample (Flashlight's TimeMeter with unit=true); NAN with no samples. */
 double fl_timer_meter_per_sample(const fl_timer_meter *m);
 
+/* ---- across ranks ------------------------------------------------------------------ */
+
+/* Sums a meter's counts over the ranks of a distributed job (include/flare/
+ * distributed.h), so every rank then holds the meter of all the data; in a single
+ * process they change nothing. Every rank must call them, in the same order. */
+fl_status fl_average_meter_all_reduce(fl_average_meter *m);
+fl_status fl_frame_error_meter_all_reduce(fl_frame_error_meter *m);
+
 #ifdef __cplusplus
 }
 #endif

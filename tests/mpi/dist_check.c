@@ -5,6 +5,7 @@
  *   dist_check collectives     every collective; exit status 0 if all checks pass
  *   dist_check hang SECONDS    rank 1 sleeps; rank 0's all-reduce must time out
  *   dist_check die SECONDS     rank 1 exits abruptly; rank 0's all-reduce must fail
+ *   dist_check data_parallel   2 ranks x batch B train as 1 process x batch 2B
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include "flare/distributed.h"
+#include "flare/nn.h"
+#include "flare/optim.h"
 
 static int failures;
 static int rank;
@@ -178,6 +181,74 @@ static int fault(const char *mode)
     return failed && refused ? 3 : 1;
 }
 
+/* ---- data-parallel training ---- */
+
+enum { BATCH = 4, STEPS = 5, FEATURES = 6, CLASSES = 3 };
+
+static fl_module *small_model(uint64_t seed)
+{
+    fl_manual_seed(seed);
+    return fl_nn_sequential(FL_MODULES(fl_nn_linear(FEATURES, 8, true), fl_nn_tanh(), fl_nn_linear(8, CLASSES, true)));
+}
+
+/* STEPS steps of SGD with momentum; each step's batch is rows [first, first + rows) of
+ * the step's 2 * BATCH rows. dp may be NULL (one process). */
+static void train(fl_module *model, fl_data_parallel *dp, int64_t first, int64_t rows)
+{
+    fl_parameters *p = fl_module_parameters(model);
+    fl_optimizer *opt = fl_sgd(p->items, p->count, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9});
+    fl_manual_seed(42);
+    fl_tensor *x = fl_keep(fl_randn(FL_F32, FL_SHAPE(STEPS, 2 * BATCH, FEATURES)));
+    fl_tensor *y = fl_keep(fl_randint(0, CLASSES, FL_I64, FL_SHAPE(STEPS, 2 * BATCH)));
+    for (int64_t s = 0; s < STEPS; s++) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *xs = fl_index(x, FL_INDEX(FL_AT(s), FL_RANGE(first, first + rows)));
+        fl_tensor *ys = fl_index(y, FL_INDEX(FL_AT(s), FL_RANGE(first, first + rows)));
+        fl_variable *loss = fl_nn_cross_entropy(fl_module_forward(model, fl_v_new(xs, false)), ys, NULL);
+        CHECK(fl_v_backward(loss, NULL, false) == FL_OK);
+        if (dp)
+            CHECK(fl_data_parallel_sync(dp) == FL_OK);
+        CHECK(fl_optimizer_step(opt) == FL_OK);
+        fl_optimizer_zero_grad(opt);
+        fl_scope_end(scope);
+    }
+    fl_release(x);
+    fl_release(y);
+    fl_optimizer_free(opt);
+    fl_parameters_free(p);
+}
+
+static int data_parallel(void)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_module *replica = small_model(rank + 1); /* data-parallel must broadcast rank 0's weights */
+    /* Small buckets, so that several all-reduces overlap backward. */
+    fl_data_parallel *dp = fl_data_parallel_new(replica, 64);
+    CHECK(dp != NULL);
+    CHECK(fl_data_parallel_bucket_count(dp) > 1);
+    train(replica, dp, rank * BATCH, BATCH);
+
+    /* Rank 0's initial weights, trained in one process on the whole batches. */
+    fl_module *whole = small_model(1);
+    train(whole, NULL, 0, 2 * BATCH);
+
+    fl_parameters *a = fl_module_parameters(replica), *b = fl_module_parameters(whole);
+    for (size_t i = 0; i < a->count; i++) {
+        fl_tensor *diff = fl_max(fl_abs(fl_sub(fl_v_value(a->items[i]), fl_v_value(b->items[i]))), FL_ALL_AXES, false);
+        double d = fl_item(diff);
+        if (!(d < 1e-5))
+            fprintf(stderr, "rank %d: %s differs by %g\n", rank, a->names[i], d);
+        CHECK(d < 1e-5);
+    }
+    fl_parameters_free(a);
+    fl_parameters_free(b);
+    fl_module_release(whole);
+    fl_data_parallel_free(dp);
+    fl_module_release(replica);
+    fl_scope_end(scope);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -191,7 +262,9 @@ int main(int argc, char **argv)
         return 2;
     }
     rank = fl_distributed_rank();
-    int status = strcmp(argv[1], "collectives") == 0 ? collectives() : fault(argv[1]);
+    int status = strcmp(argv[1], "collectives") == 0     ? collectives()
+                 : strcmp(argv[1], "data_parallel") == 0 ? data_parallel()
+                                                         : fault(argv[1]);
     /* After a fault, shutdown does not wait for the peer; exiting ends the job. */
     fl_distributed_shutdown();
     return status;
