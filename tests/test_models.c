@@ -5,6 +5,7 @@
  * and running statistics (tests/fixtures/gen_models.py).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "flare/io.h"
@@ -12,18 +13,22 @@
 #include "models.h"
 #include "support.h"
 
-/* sum(p.numel() for p in build("cpu").parameters()) of bench/torch/<name>.py, from
+/* sum(p.numel() for p in build(SIZE).parameters()) of bench/torch/<name>.py, from
  *     ~/.cache/flare/venv/bin/python -c "import sys; sys.path.insert(0, 'bench/torch'); import importlib; \
- *         m = importlib.import_module(NAME); print(sum(p.numel() for p in m.build('cpu').parameters()))"
- * A model missing from the registry (built on another branch) is skipped by name. */
+ *         m = importlib.import_module(NAME); print(sum(p.numel() for p in m.build(SIZE).parameters()))"
+ * A model missing from the registry (built on another branch) is skipped by name.
+ * Building the CPU size of the large ones takes seconds (drawing their initial values
+ * dominates), so those run with FLARE_TEST_LARGE_MODELS=1; bench/run_models.py checks
+ * the counts of every model it runs as well. */
 static const struct {
     const char *name;
-    int64_t params;
+    int64_t tiny, cpu;
+    bool large;
 } pytorch_counts[] = {
-    {"alexnet", 61100840},
-    {"vgg16", 138357544},
-    {"resnet50", 25557032},
-    {"mnist", 3274634},
+    {"alexnet", 119858, 61100840, true},
+    {"vgg16", 163054, 138357544, true},
+    {"resnet50", 34606, 25557032, false},
+    {"mnist", 3274634, 3274634, false},
 };
 
 static void test_registry(void **state)
@@ -119,18 +124,27 @@ static void test_tiny_models_learn(void **state)
     assert_no_error();
 }
 
-static void test_cpu_parameter_counts(void **state)
+static void assert_parameter_count(const benchmark_model *bm, model_size size, int64_t expected)
 {
+    fl_module *model = bm->build(size);
+    assert_non_null(model);
+    if (fl_module_parameter_count(model) != expected)
+        fail_msg("%s (size %d): %lld parameters, PyTorch has %lld", bm->name, (int)size,
+                 (long long)fl_module_parameter_count(model), (long long)expected);
+    fl_module_release(model);
+}
+
+static void test_parameter_counts(void **state)
+{
+    const char *large = getenv("FLARE_TEST_LARGE_MODELS");
+    bool all = large && strcmp(large, "1") == 0;
     for (size_t i = 0; i < sizeof pytorch_counts / sizeof *pytorch_counts; i++) {
         const benchmark_model *bm = benchmark_model_find(pytorch_counts[i].name);
         if (!bm)
             continue;
-        fl_module *model = bm->build(MODEL_CPU);
-        assert_non_null(model);
-        if (fl_module_parameter_count(model) != pytorch_counts[i].params)
-            fail_msg("%s: %lld parameters, PyTorch has %lld", bm->name, (long long)fl_module_parameter_count(model),
-                     (long long)pytorch_counts[i].params);
-        fl_module_release(model);
+        assert_parameter_count(bm, MODEL_TINY, pytorch_counts[i].tiny);
+        if (all || !pytorch_counts[i].large)
+            assert_parameter_count(bm, MODEL_CPU, pytorch_counts[i].cpu);
     }
 }
 
@@ -221,7 +235,7 @@ int main(void)
         scoped_test(test_registry),
         scoped_test(test_tiny_training_step),
         scoped_test(test_tiny_models_learn),
-        scoped_test(test_cpu_parameter_counts),
+        scoped_test(test_parameter_counts),
         scoped_test(test_resnet50_matches_pytorch),
         scoped_test(test_foreign_weights_refused),
     };
