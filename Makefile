@@ -16,8 +16,8 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo tour bench-ops bench-mnist bench-lazy bench-dist complexity fixtures venv \
-        install clean
+.PHONY: all deps build test test-asan demo tour bench-ops bench-models bench-mnist bench-lazy bench-dist complexity \
+        fixtures venv install clean
 
 all: build
 
@@ -72,6 +72,13 @@ fixtures: venv
 bench-ops: build venv
 	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
 	    $(if $(FILTER),--filter '$(FILTER)')
+
+# The models of the paper's Table 3, a training step of each timed side by side with
+# PyTorch at the same thread count (bench/run_models.py); MODELS="resnet50 mnist" runs
+# those only, ITERS=N times N iterations, SIZE=tiny|cpu|paper picks the configuration.
+bench-models: build venv
+	$(PYTHON) bench/run_models.py --threads $(THREADS) --flare $(BUILD)/benchmark --out $(BUILD)/bench-models.json \
+	    $(if $(MODELS),--models '$(MODELS)') $(if $(ITERS),--iters $(ITERS)) $(if $(SIZE),--size $(SIZE))
 
 # The Flashlight paper's complexity tables, reproduced for Flare (README, "Complexity").
 # It builds in a temporary copy of the tree, never in $(BUILD); SAMPLES=N rebuilds (>= 20).

@@ -1,0 +1,170 @@
+"""Runs the model benchmark side by side: Flare (apps/benchmark, built as
+build/benchmark) and PyTorch (bench/torch/harness.py), model by model at the same
+thread count, and prints a table of seconds per training iteration with the ratio
+Flare / PyTorch (below 1 means Flare is faster) and the ratio of peak memory.
+
+    python bench/run_models.py [--flare build/benchmark] [--models "alexnet resnet50"]
+                               [--size cpu] [--iters 10] [--warmup 2] [--threads 2]
+                               [--repeats 1] [--out build/bench-models.json]
+
+Each model runs in a fresh process per side (peak resident memory is per process),
+alternating which side goes first, with --repeats rounds whose medians are kept. The
+machine's sgemm peak is measured once by Flare (a 2048^3 matmul) and both sides'
+GFLOP/s are reported as a fraction of it, counting the operations of a training step
+as Flare's model table does (models/models.h, flops_per_sample).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_json(command, env, label):
+    """The last line of a program's output, as JSON, or an error."""
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        message = (result.stderr.strip().splitlines() or [f"exited with status {result.returncode}"])[-1]
+        return {"error": f"{label}: {message}"}
+    return json.loads(lines[-1])
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def format_seconds(seconds):
+    return "n/a" if seconds is None else f"{seconds:.3f}"
+
+
+def print_table(rows):
+    header = ("model", "params", "batch", "Flare s/iter", "PyTorch s/iter", "ratio", "memory ratio", "Flare GFLOP/s")
+    lines = []
+    for row in rows:
+        lines.append((row["name"], f"{row['params']:,}" if row.get("params") else "n/a", str(row.get("batch", "n/a")),
+                      format_seconds(row["flare_s"]), format_seconds(row["torch_s"]),
+                      "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}",
+                      "n/a" if row["memory_ratio"] is None else f"{row['memory_ratio']:.2f}",
+                      "n/a" if row.get("flare_gflops") is None
+                      else f"{row['flare_gflops']:.1f} ({100 * row['flare_peak_fraction']:.0f}%)"))
+    widths = [max(len(line[i]) for line in lines + [header]) for i in range(len(header))]
+    for i, line in enumerate([header] + lines):
+        print(f"{line[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{w}}" for cell, w in zip(line[1:], widths[1:])))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    for row in rows:
+        for key in ("flare_error", "torch_error", "params_mismatch"):
+            if key in row:
+                print(f"  {row['name']}: {row[key]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--flare", default="build/benchmark", help="the benchmark executable")
+    parser.add_argument("--torch-harness", default=str(HERE / "torch" / "harness.py"))
+    parser.add_argument("--models", default=None, help="space-separated names (default: every model of Flare's)")
+    parser.add_argument("--size", default="cpu", choices=["tiny", "cpu", "paper"])
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1, help="rounds per model; the median is kept")
+    parser.add_argument("--out", default=None, help="write the results here as JSON")
+    args = parser.parse_args()
+    if args.threads < 1 or args.iters < 1 or args.warmup < 0 or args.repeats < 1:
+        parser.error("--threads, --iters and --repeats must be positive, --warmup not negative")
+
+    env = benchmark_environment(args.threads)
+    listed = subprocess.run([args.flare, "--list"], capture_output=True, text=True, env=env, check=True)
+    available = listed.stdout.split()
+    names = args.models.split() if args.models else available
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        parser.error(f"no model {', '.join(unknown)} in {args.flare} (it has {', '.join(available)})")
+
+    load_average = os.getloadavg()[0]
+    started = time.monotonic()
+    peak = run_json([args.flare, "--sgemm-peak", "--json", "--threads", str(args.threads)], env, "Flare")
+    if "error" in peak:
+        sys.exit(f"cannot measure the sgemm peak: {peak['error']}")
+    sgemm = peak["sgemm_gflops"]
+    common = ["--size", args.size, "--iters", str(args.iters), "--warmup", str(args.warmup),
+              "--threads", str(args.threads)]
+    flare_command = [args.flare, "--json", "--peak-gflops", f"{sgemm:.3f}"] + common
+    torch_command = [sys.executable, args.torch_harness] + common
+
+    rows, torch_version = [], None
+    for i, name in enumerate(names):
+        results = {"flare": [], "torch": []}
+        for r in range(args.repeats):
+            sides = [("flare", flare_command, "Flare"), ("torch", torch_command, "PyTorch")]
+            if (i + r) % 2:
+                sides.reverse()
+            for key, command, label in sides:
+                results[key].append(run_json(command + ["--model", name], env, label))
+        row = {"name": name}
+        for key in ("flare", "torch"):
+            good = [result for result in results[key] if "error" not in result]
+            if not good:
+                row[f"{key}_error"] = results[key][0]["error"]
+                row[f"{key}_s"] = row[f"{key}_peak_rss"] = None
+                continue
+            row[f"{key}_s"] = statistics.median(result["seconds"] for result in good)
+            row[f"{key}_fastest_s"] = min(result["fastest"] for result in good)
+            row[f"{key}_slowest_s"] = max(result["slowest"] for result in good)
+            row[f"{key}_peak_rss"] = max(result["peak_rss"] for result in good)
+            for phase in ("data_s", "forward_s", "backward_s", "step_s"):
+                row[f"{key}_{phase}"] = statistics.median(result[phase] for result in good)
+            row[f"{key}_samples_per_s"] = good[0]["batch"] / row[f"{key}_s"]
+            row.setdefault("params", good[0]["params"])
+            row.setdefault("batch", good[0]["batch"])
+            if key == "flare":
+                row["flops_per_iter"] = good[0]["flops_per_iter"]
+            else:
+                torch_version = good[0]["version"]
+                if good[0]["params"] != row["params"]:
+                    row["params_mismatch"] = f"Flare has {row['params']} parameters, PyTorch {good[0]['params']}"
+        row["ratio"] = ratio(row["flare_s"], row["torch_s"])
+        row["memory_ratio"] = ratio(row["flare_peak_rss"], row["torch_peak_rss"])
+        for key in ("flare", "torch"):
+            if row.get(f"{key}_s") and row.get("flops_per_iter"):
+                row[f"{key}_gflops"] = row["flops_per_iter"] / row[f"{key}_s"] / 1e9
+                row[f"{key}_peak_fraction"] = row[f"{key}_gflops"] / sgemm
+        rows.append(row)
+        print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr, flush=True)
+    elapsed = time.monotonic() - started
+
+    report = {
+        "torch_version": torch_version,
+        "threads": args.threads,
+        "machine": machine_name(),
+        "cores": os.cpu_count(),
+        "load_average": round(load_average, 2),  # the 1-minute one, as the run began
+        "environment": {variable: env.get(variable) for variable in RECORDED_VARIABLES},
+        "method": {"size": args.size, "warmup": args.warmup, "iters": args.iters, "repeats": args.repeats,
+                   "statistic": "median seconds per training iteration (data, forward, backward, SGD step)",
+                   "order": "model by model, a fresh process per side, alternating which goes first",
+                   "sgemm_gflops": sgemm},
+        "elapsed_s": round(elapsed, 1),
+        "rows": rows,
+    }
+    print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, PyTorch {torch_version}; "
+          f"load average {load_average:.1f} on {os.cpu_count()} cores at the start; sgemm peak {sgemm:.1f} GFLOP/s; "
+          f"{elapsed:.0f} s\n")
+    print_table(rows)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The model benchmark in PyTorch, the twin of Flare's apps/benchmark: warm-up
+iterations, then timed iterations of a training step (a batch of random data made in
+memory, forward, backward, SGD with momentum), printing seconds per iteration (median
+and spread), samples per second and peak resident memory as one JSON line.
+
+    python bench/torch/harness.py --model NAME [--size cpu] [--batch B] [--warmup 2]
+                                  [--iters 10] [--threads 2] [--lr 0.01] [--seed 1]
+
+NAME is a module of this folder (resnet50.py, ...) exposing build(size), BATCH,
+make_batch(size, batch, generator) and loss(model, input, target).
+"""
+import argparse
+import importlib
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--size", default="cpu", choices=["tiny", "cpu", "paper"])
+    parser.add_argument("--batch", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if args.iters < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 0:
+        parser.error("--iters and --threads must be positive, --warmup and --batch not negative")
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    spec = importlib.import_module(args.model)
+    batch = args.batch or spec.BATCH[args.size]
+    model = spec.build(args.size)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    generator = torch.Generator().manual_seed(args.seed)
+
+    phases = {"data_s": [], "forward_s": [], "backward_s": [], "step_s": [], "seconds": []}
+    for i in range(args.warmup + args.iters):
+        start = time.perf_counter()
+        images, targets = spec.make_batch(args.size, batch, generator)
+        data_done = time.perf_counter()
+        loss = spec.loss(model, images, targets)
+        forward_done = time.perf_counter()
+        loss.backward()
+        backward_done = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end = time.perf_counter()
+        if i >= args.warmup:
+            for key, value in zip(phases, (data_done - start, forward_done - data_done, backward_done - forward_done,
+                                           end - backward_done, end - start)):
+                phases[key].append(value)
+
+    result = {"name": args.model, "size": args.size, "params": sum(p.numel() for p in model.parameters()),
+              "batch": batch, "threads": torch.get_num_threads(), "warmup": args.warmup, "iters": args.iters,
+              "version": torch.__version__}
+    result.update({key: statistics.median(values) for key, values in phases.items()})
+    result["fastest"], result["slowest"] = min(phases["seconds"]), max(phases["seconds"])
+    result["samples_per_s"] = batch / result["seconds"]
+    result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
