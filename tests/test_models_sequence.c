@@ -97,7 +97,7 @@ static void cpu_parameter_counts_match_pytorch(void **state)
 static void short_training_runs_decrease_the_loss(void **state)
 {
     (void)state;
-    const int steps = 60;
+    const int steps = 200;
     const double lr[MODEL_COUNT] = {3e-3, 3e-3, 3e-3};
     for (int i = 0; i < MODEL_COUNT; i++) {
         const benchmark_model *bm = sequence_models[i];
