@@ -1,0 +1,81 @@
+/*
+ * What the sequence models' files (bert.c, asr.c, vit.c) share: assembling a module
+ * from named children, and handing a batch made in a scope of its own to the caller.
+ */
+#ifndef FLARE_MODELS_SEQUENCE_BUILD_H
+#define FLARE_MODELS_SEQUENCE_BUILD_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "models.h"
+#include "../src/tensor/internal.h"
+
+typedef struct named_child {
+    const char *name;
+    fl_module *module;
+} named_child;
+
+#define NAMED_CHILDREN(...) \
+    (const named_child[]){__VA_ARGS__}, (int)(sizeof((named_child[]){__VA_ARGS__}) / sizeof(named_child))
+
+/* Adds the children to m in order (PyTorch's registration order, so state_dict order
+ * matches), taking over every one of them even after a failure; on failure m is
+ * released too and NULL returned. */
+static inline fl_module *with_children(fl_module *m, const named_child *children, int count)
+{
+    fl_status status = m ? FL_OK : fl_last_status();
+    for (int i = 0; i < count; i++) {
+        if (status == FL_OK)
+            status = fl_module_add_child(m, children[i].name, children[i].module);
+        else
+            fl_module_release(children[i].module);
+    }
+    if (status != FL_OK) {
+        fl_module_release(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* A module of the given type owning a copy of config (a plain struct). */
+static inline fl_module *module_with_config(const fl_module_type *type, const void *config, size_t size)
+{
+    void *copy = malloc(size);
+    if (!copy)
+        return fl__error(FL_ERR_MEMORY, type->name, "out of memory");
+    memcpy(copy, config, size);
+    return fl_module_new(type, copy);
+}
+
+static inline bool valid_size(const char *fn, model_size size)
+{
+    if ((unsigned)size < MODEL_SIZES)
+        return true;
+    fl__error(FL_ERR_VALUE, fn, "size %d is none of MODEL_TINY, MODEL_CPU, MODEL_PAPER", (int)size);
+    return false;
+}
+
+static inline void release_tensor(void *t) { fl_release(t); }
+
+/* Ends scope, whose tensors input and target are handed to the enclosing scope (or
+ * to the caller, outside any): how make_batch returns a batch without its temporaries.
+ * Both are NULL if either is. */
+static inline fl_status batch_return(fl_scope scope, fl_tensor *input, fl_tensor *target, fl_tensor **input_out,
+                                     fl_tensor **target_out)
+{
+    *input_out = *target_out = NULL;
+    input = fl_keep(input);
+    target = fl_keep(target);
+    fl_scope_end(scope);
+    if (!input || !target) {
+        fl_release(input);
+        fl_release(target);
+        return fl_last_status();
+    }
+    *input_out = fl_scope_own(input, release_tensor);
+    *target_out = fl_scope_own(target, release_tensor);
+    return *input_out && *target_out ? FL_OK : fl_last_status();
+}
+
+#endif
