@@ -3,17 +3,16 @@
 
 #include "models.h"
 
-extern const benchmark_model benchmark_alexnet, benchmark_vgg16, benchmark_resnet50, benchmark_mnist;
-/* The sequence models come with the seqmodels branch; the integrator enables them. */
-/* extern const benchmark_model benchmark_bert, benchmark_asr, benchmark_vit; */
+extern const benchmark_model benchmark_alexnet, benchmark_vgg16, benchmark_resnet50, benchmark_bert, benchmark_asr,
+    benchmark_vit, benchmark_mnist;
 
 const benchmark_model *const benchmark_models[] = {
     &benchmark_alexnet,
     &benchmark_vgg16,
     &benchmark_resnet50,
-    /* &benchmark_bert, */
-    /* &benchmark_asr, */
-    /* &benchmark_vit, */
+    &benchmark_bert,
+    &benchmark_asr,
+    &benchmark_vit,
     &benchmark_mnist,
     NULL,
 };
