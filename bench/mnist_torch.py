@@ -80,6 +80,9 @@ def main():
     train_images, train_labels = images[VALIDATION:], labels[VALIDATION:]
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
+    steps_per_epoch = (len(train_images) + args.batch - 1) // args.batch
+    # Cosine annealing over the run's steps, as apps/mnist does.
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * steps_per_epoch)
     generator = torch.Generator().manual_seed(args.seed)
     report = {"torch_version": torch.__version__, "threads": args.threads, "batch": args.batch, "epochs": []}
     for epoch in range(args.epochs):
@@ -94,6 +97,7 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            schedule.step()
             total += loss.item()
             batches += 1
         seconds = time.perf_counter() - started

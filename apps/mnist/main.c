@@ -8,7 +8,8 @@
  *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
  *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]
  *
- * As in Listing 7, the first 5000 training images are held out for validation.
+ * As in Listing 7, the first 5000 training images are held out for validation. The
+ * learning rate follows a cosine from --lr to 0 over the run's steps.
  * --save writes a checkpoint after every epoch (model, optimizer, generator and epoch,
  * atomically); --load resumes from one, continuing exactly as if the run had not
  * stopped; --eval-only evaluates a loaded checkpoint on the test set.
@@ -329,6 +330,8 @@ int main(int argc, char **argv)
         fl_timer_meter_start(&timer);
         int64_t count = fl_dataset_size(train);
         for (int64_t b = 0; b < count && status == 0; b++) {
+            /* Cosine annealing of the learning rate over all the run's steps. */
+            fl_optimizer_set_lr(opt, fl_lr_cosine(o.lr, (int64_t)epoch * count + b, (int64_t)o.epochs * count, 0));
             fl_scope scope = fl_scope_begin();
             fl_sample s;
             if (fl_dataset_get(train, b, &s) != FL_OK) {
