@@ -1,6 +1,6 @@
 #!/bin/sh
 # The MNIST example, resumed from a checkpoint, continues exactly as if it had not
-# stopped: two epochs straight and one epoch + a resumed one leave byte-identical
+# stopped: two epochs straight, and a run stopped after one epoch then resumed, leave byte-identical
 # checkpoints and the same losses. On a slice of the real Fashion-MNIST, to be quick.
 set -eu
 mnist=$1
@@ -11,7 +11,7 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 run() { "$mnist" --train-limit 640 --no-eval --quiet --threads 2 "$@"; }
 run --epochs 2 --json "$dir/straight.json" --save "$dir/straight.safetensors"
-run --epochs 1 --save "$dir/first.safetensors"
+run --epochs 2 --stop-after 1 --save "$dir/first.safetensors"
 run --epochs 2 --load "$dir/first.safetensors" --json "$dir/resumed.json" --save "$dir/resumed.safetensors"
 cmp "$dir/straight.safetensors" "$dir/resumed.safetensors"
 straight=$(grep '"epoch": 2' "$dir/straight.json" | sed 's/.*"train_loss": \([0-9.]*\).*/\1/')

@@ -7,12 +7,14 @@
  *     mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]
  *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
  *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]
+ *           [--stop-after N]
  *
  * As in Listing 7, the first 5000 training images are held out for validation. The
  * learning rate follows a cosine from --lr to 0 over the run's steps.
  * --save writes a checkpoint after every epoch (model, optimizer, generator and epoch,
  * atomically); --load resumes from one, continuing exactly as if the run had not
- * stopped; --eval-only evaluates a loaded checkpoint on the test set.
+ * stopped; --eval-only evaluates a loaded checkpoint on the test set. --stop-after N
+ * ends the run after epoch N of --epochs, as an interruption would (for resuming).
  *
  * --distributed trains data-parallel under mpirun (include/flare/distributed.h): each
  * of the R ranks takes its part of every shuffled epoch in batches of B (so R x B
@@ -41,7 +43,7 @@
 
 typedef struct options {
     const char *data, *json, *save, *load;
-    int epochs, threads, workers;
+    int epochs, stop_after, threads, workers;
     int64_t batch, train_limit;
     double lr, momentum;
     uint64_t seed;
@@ -52,7 +54,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
                  "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
-                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n");
+                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n"
+                 "             [--stop-after N]\n");
 }
 
 static bool parse_number(const char *flag, const char *text, double low, double high, double *out)
@@ -93,6 +96,7 @@ static bool parse_args(int argc, char **argv, options *o)
         continue; \
     }
         NUMBER("--epochs", 0, 1000, o->epochs)
+        NUMBER("--stop-after", 1, 1000, o->stop_after)
         NUMBER("--batch", 1, 1 << 20, o->batch)
         NUMBER("--lr", 0, 100, o->lr)
         NUMBER("--momentum", 0, 1, o->momentum)
@@ -323,7 +327,8 @@ int main(int argc, char **argv)
     int status = 0;
     epoch_result *results = calloc((size_t)(o.epochs > 0 ? o.epochs : 1), sizeof *results);
     int done = 0;
-    for (int epoch = first_epoch; !o.eval_only && epoch < o.epochs && status == 0; epoch++, done++) {
+    int last_epoch = o.stop_after && o.stop_after < o.epochs ? o.stop_after : o.epochs;
+    for (int epoch = first_epoch; !o.eval_only && epoch < last_epoch && status == 0; epoch++, done++) {
         fl_dataset_set_epoch(train, epoch);
         fl_average_meter train_loss = {0};
         fl_timer_meter timer = {0};
