@@ -142,10 +142,10 @@ static double median(double *values, int count)
     return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
 }
 
-/* The best of three 2048^3 f32 matmuls, in GFLOP/s, after one to warm up. */
+/* The best of five 2048^3 f32 matmuls, in GFLOP/s, after one to warm up. */
 static double sgemm_peak(void)
 {
-    enum { N = 2048, REPEATS = 3 };
+    enum { N = 2048, REPEATS = 5 };
     fl_scope scope = fl_scope_begin();
     fl_tensor *a = fl_randn(FL_F32, FL_SHAPE(N, N)), *b = fl_randn(FL_F32, FL_SHAPE(N, N));
     double best = INFINITY;
@@ -171,16 +171,22 @@ typedef struct step_times {
     double data, forward, backward, step, total;
 } step_times;
 
-/* One training step on a fresh random batch (batch_in: on a given one) in a scope of
- * its own; *loss receives the loss before the step. */
+/* One training step, in a scope of its own, on a fresh random batch or (fixed_input
+ * not NULL) on the one given; *loss (if not NULL) receives the loss before the step. */
 static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, const options *o,
                             int64_t batch, const fl_tensor *fixed_input, const fl_tensor *fixed_target,
                             step_times *t, double *loss)
 {
     fl_scope scope = fl_scope_begin();
     double start = now();
-    fl_tensor *input = (fl_tensor *)fixed_input, *target = (fl_tensor *)fixed_target;
-    fl_status status = fixed_input ? FL_OK : bm->make_batch(o->size, batch, &input, &target);
+    const fl_tensor *input = fixed_input, *target = fixed_target;
+    fl_tensor *fresh_input, *fresh_target;
+    fl_status status = FL_OK;
+    if (!fixed_input) {
+        status = bm->make_batch(o->size, batch, &fresh_input, &fresh_target);
+        input = fresh_input;
+        target = fresh_target;
+    }
     double data_done = now();
     fl_variable *l = status == FL_OK ? bm->loss(model, input, target) : NULL;
     double forward_done = now();
