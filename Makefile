@@ -88,7 +88,7 @@ complexity: deps
 # One epoch of the MNIST example at batch 64 against the same model, loop and batch in
 # PyTorch (bench/mnist_torch.py), same threads; writes build/bench-mnist.json.
 bench-mnist: build venv
-	$(PYTHON) bench/run_mnist.py --threads $(THREADS) --flare $(BUILD)/mnist --out $(BUILD)/bench-mnist.json
+	$(PYTHON) bench/run_mnist.py --threads $(THREADS) --repeats 2 --flare $(BUILD)/mnist --out $(BUILD)/bench-mnist.json
 
 # All-reduce through Flare against a raw MPI_Allreduce of the same bytes, 4 KB to 64 MB,
 # with 2 processes of 1 thread each (bench/dist.c).
