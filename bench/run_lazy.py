@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run_ops import benchmark_environment, machine_name
+from run_ops import benchmark_environment, machine_name, write_report
 
 HERE = Path(__file__).resolve().parent
 
@@ -85,8 +85,7 @@ def main():
     report = {"machine": machine_name(), "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
               "columns": ["cpu", "lazy", "torch"], "rows": rows}
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.out)
 
 
 if __name__ == "__main__":

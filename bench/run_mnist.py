@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name  # noqa: E402
+from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name, write_report  # noqa: E402
 
 
 def epoch_seconds(command, env):
@@ -76,8 +76,7 @@ def main():
     print(f"{'case':<24} {'Flare':>9} {'PyTorch':>9} {'Flare/PyTorch':>14}")
     print(f"{row['name']:<24} {flare_s:>8.1f}s {torch_s:>8.1f}s {row['ratio']:>14.3g}")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.out)
         print(f"\nwrote {args.out}")
 
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name
+from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name, write_report
 
 HERE = Path(__file__).resolve().parent
 
@@ -161,8 +161,7 @@ def main():
           f"{elapsed:.0f} s\n")
     print_table(rows)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.out)
         print(f"\nwrote {args.out}")
 
 

@@ -28,6 +28,16 @@ RECORDED_VARIABLES = ["FLARE_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                       "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_ARENA_MAX"]
 
 
+def write_report(report, path):
+    """Writes report as JSON to path atomically: a temporary file, then a rename, so an
+    interrupted run never leaves a half-written file where the last good one was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def cpu_flags():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -195,8 +205,7 @@ def main():
           f"at the start; {elapsed:.0f} s\n")
     print_table(rows)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_report(report, args.out)
         print(f"\nwrote {args.out}")
 
 

@@ -121,17 +121,19 @@ static void bad_checkpoints_change_nothing(void **state)
     assert_fails_status(fl_checkpoint_load(path, r.model, r.opt, NULL), FL_ERR_VALUE, "'3.weight' is missing");
     fl_module_release(other);
 
-    /* The optimizer's state is missing: the model goes back to what it was. */
-    step(&r); /* the optimizer now has state to expect */
+    /* Another optimizer's state (SGD's momentum for an Adam): the model, loaded first,
+     * goes back to what it was. */
+    step(&r);
     fl_tensor *trained = fl_copy(fl_v_value(r.params->items[0]));
-    run fresh = start();
-    assert_int_equal(fl_checkpoint_save(path, fresh.model, NULL, NULL), FL_OK);
-    finish(&fresh);
-    fl_status status = fl_checkpoint_load(path, r.model, r.opt, NULL);
-    if (status != FL_OK) {
-        fl_clear_error();
-        assert_close(fl_v_value(r.params->items[0]), trained, 0, 0);
-    }
+    run other_run = start();
+    fl_optimizer_free(other_run.opt);
+    other_run.opt = fl_sgd(other_run.params->items, other_run.params->count,
+                           &(fl_sgd_options){.lr = 0.1, .momentum = 0.9});
+    step(&other_run);
+    assert_int_equal(fl_checkpoint_save(path, other_run.model, other_run.opt, NULL), FL_OK);
+    finish(&other_run);
+    assert_fails_status(fl_checkpoint_load(path, r.model, r.opt, NULL), FL_ERR_VALUE, "momentum_buffer");
+    assert_close(fl_v_value(r.params->items[0]), trained, 0, 0);
     assert_fails_status(fl_checkpoint_save(path, r.model, r.opt, (const char *[]){"key", NULL}), FL_ERR_VALUE,
                         "has no value");
     assert_fails_status(fl_checkpoint_save("/nonexistent/dir/x", r.model, r.opt, NULL), FL_ERR_IO, "/nonexistent");
