@@ -391,6 +391,32 @@ static void softmax_and_log_softmax(void **state)
     assert_fails(fl_log_softmax(NULL, 0), FL_ERR_NULL, "fl_log_softmax");
 }
 
+/* A backend's fused softmax against the composition it stands for (the composition is
+ * what runs with the entry set to NULL): row lengths with vector tails, a transposed
+ * input, f64, and rows holding nan, -inf and +inf. */
+static void fused_softmax_matches_the_composition(void **state)
+{
+    fl_backend *backend = fl_default_backend();
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = backend->softmax;
+    fl_tensor *wide = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(37, 203)), 8.0);
+    fl_tensor *special = T_F32(FL_SHAPE(4, 3), 1, NAN, 2, -INFINITY, -INFINITY, -INFINITY, 0, INFINITY, 1, -INFINITY,
+                               3, 4);
+    fl_tensor *inputs[] = {wide, fl_transpose(wide, 0, 1), fl_cast(wide, FL_F64), special,
+                           fl_randn(FL_F32, FL_SHAPE(2, 3, 17))};
+    for (int i = 0; i < 5; i++)
+        for (int logarithm = 0; logarithm < 2; logarithm++) {
+            fl_tensor *(*op)(const fl_tensor *, int) = logarithm ? fl_log_softmax : fl_softmax;
+            backend->softmax = NULL;
+            fl_tensor *composed = op(inputs[i], -1);
+            backend->softmax = fused;
+            fl_tensor *y = op(inputs[i], -1);
+            assert_dtype(y, inputs[i]->dtype);
+            /* Sums in another order: log-softmax near 0 differs by an ulp of log(sum). */
+            assert_close(y, composed, 1e-6, logarithm ? 1e-6 : 1e-7);
+        }
+    assert_no_error();
+}
+
 /* ---- views: permuted, sliced with steps, expanded with zero strides ---- */
 
 static void check_same_as_dense(const fl_tensor *view)
@@ -535,6 +561,7 @@ int main(void)
         scoped_test(sorting),
         scoped_test(top_k),
         scoped_test(softmax_and_log_softmax),
+        scoped_test(fused_softmax_matches_the_composition),
         scoped_test(non_contiguous_inputs),
         scoped_test(long_reductions_do_not_depend_on_threads),
         scoped_test(errors_name_the_function_and_shapes),

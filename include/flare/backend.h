@@ -129,6 +129,17 @@ struct fl_backend {
                                   const fl_conv2d_desc *d);
     int (*pool2d)(fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d);
     int (*pool2d_backward)(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d);
+
+    /* -- optional fused kernels --
+     * Each of these computes what the tensor layer also composes from the primitives
+     * above, in one pass instead of several. A backend may leave any of them NULL and
+     * the composition is used; the composition defines the semantics, and the tests
+     * check each fused kernel against it. They exist where a composition cannot come
+     * near a framework's fused kernel on speed (softmax: five passes over memory
+     * against one). A researcher who replaces exp and wants softmax to follow sets
+     * softmax to NULL. */
+    /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. */
+    int (*softmax)(fl_tensor *out, const fl_tensor *a, bool logarithm);
 };
 
 /* The number of operation entries in struct fl_backend (everything after eval). */

@@ -4,6 +4,8 @@
  * changes these too.
  *
  * Both shift by the maximum along the axis first, so that exp never overflows.
+ * Over the last axis, a backend's optional fused softmax does the same in one pass;
+ * these compositions remain the definition it is tested against.
  * Integers compute in f32; f16 and bf16 compute in f32 throughout and are rounded
  * once, at the end. A slice holding only -inf gives nan, as in PyTorch.
  */
@@ -19,6 +21,13 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         return fl_cast(t, result);
     fl_scope scope = fl_scope_begin();
     fl_tensor *x = fl_cast(t, fl__compute_dtype(result));
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = t->backend->softmax;
+    if (x && fused && a == t->ndim - 1 && (x->dtype == FL_F32 || x->dtype == FL_F64)) {
+        fl_memory_set_operation("softmax");
+        fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
+        y = y ? fl__out(fl__finish(fn, y, fused(y, x, logarithm), 1, (const fl_tensor *const *)&x)) : NULL;
+        return fl__scope_return(scope, fl_cast(y, result));
+    }
     fl_tensor *shifted = fl_sub(x, fl_max(x, &a, 1, true));
     fl_tensor *exps = fl_exp(shifted);
     fl_tensor *sums = fl_sum(exps, &a, 1, true);

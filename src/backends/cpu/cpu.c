@@ -530,6 +530,7 @@ static void cpu_init(void)
     cpu_register_reduce(&cpu_backend);
     cpu_register_index(&cpu_backend);
     cpu_register_linalg(&cpu_backend);
+    cpu_register_softmax(&cpu_backend);
 }
 
 fl_backend *fl_cpu_backend(void)

@@ -1,0 +1,147 @@
+/*
+ * The CPU backend's fused softmax and log-softmax over the last axis.
+ *
+ * The composition in src/tensor/composite.c (max, subtract, exp, sum, divide) makes
+ * five passes over the tensor and four full-size temporaries. Here each row is done
+ * while it is in L1: its maximum, then exp(x - max) stored and summed, then one
+ * scaling. Memory sees one read of the input and one write of the output.
+ *
+ * The semantics are the composition's: a row holding NaN gives NaN throughout (NaN
+ * never wins the maximum, but exp(NaN - max) poisons the sum), a row of -inf gives
+ * NaN (-inf - -inf), and +inf gives NaN too, as in PyTorch. The result does not
+ * depend on the thread count: a row is never split.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu.h"
+#include "vecmath.h"
+
+/* Independent accumulators, two AVX-512 registers of floats: the loops below then
+ * vectorize without reassociating one running value, and two chains hide the
+ * latency of the adds. */
+#define LANES 32
+
+static float row_max_f32(const float *restrict x, int64_t n)
+{
+    float acc[LANES];
+    for (int k = 0; k < LANES; k++)
+        acc[k] = -INFINITY;
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    float m = -INFINITY;
+    for (int k = 0; k < LANES; k++)
+        m = acc[k] > m ? acc[k] : m;
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* y = exp(x - m); returns the sum of y. */
+static float row_exp_store_f32(const float *restrict x, float *restrict y, int64_t n, float m)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            y[i + k] = vm_expf(x[i + k] - m);
+            acc[k] += y[i + k];
+        }
+    float s = 0;
+    for (; i < n; i++) {
+        y[i] = vm_expf(x[i] - m);
+        s += y[i];
+    }
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+/* The sum of exp(x - m), storing nothing. */
+static float row_exp_sum_f32(const float *restrict x, int64_t n, float m)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += vm_expf(x[i + k] - m);
+    float s = 0;
+    for (; i < n; i++)
+        s += vm_expf(x[i] - m);
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+static void row_f32(const float *restrict x, float *restrict y, int64_t n, bool logarithm)
+{
+    float m = row_max_f32(x, n);
+    if (logarithm) {
+        /* (x - m) - log s, not x - (m + log s): m + log s rounds away small
+         * differences when m is large. */
+        float log_sum = vm_logf(row_exp_sum_f32(x, n, m));
+        for (int64_t i = 0; i < n; i++)
+            y[i] = (x[i] - m) - log_sum;
+    } else {
+        float scale = 1.0f / row_exp_store_f32(x, y, n, m);
+        for (int64_t i = 0; i < n; i++)
+            y[i] *= scale;
+    }
+}
+
+/* f64 keeps libm's exp and log: the rare case, and no vectorized double exp here. */
+static void row_f64(const double *x, double *y, int64_t n, bool logarithm)
+{
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = exp(x[i] - m);
+        if (!logarithm)
+            y[i] = e;
+        s += e;
+    }
+    if (logarithm) {
+        double log_sum = log(s);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = (x[i] - m) - log_sum;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            y[i] /= s;
+    }
+}
+
+static int cpu_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
+{
+    if (a->dtype != FL_F32 && a->dtype != FL_F64)
+        return fl_backend_error(FL_ERR_DTYPE, "softmax takes f32 or f64, not %s", fl_dtype_name(a->dtype));
+    int rc = cpu_alloc(out);
+    if (rc)
+        return rc;
+    if (a->numel == 0)
+        return 0;
+    void *scratch = NULL;
+    const void *x = cpu_dense(a, &scratch);
+    if (!x)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a dense copy of %lld elements", (long long)a->numel);
+    int64_t n = a->shape[a->ndim - 1], rows = a->numel / n;
+    void *y = cpu_data(out);
+    bool parallel = a->numel >= CPU_PARALLEL_GRAIN && rows > 1;
+    int threads = parallel ? cpu_threads() : 1;
+    if (a->dtype == FL_F32) {
+#pragma omp parallel for schedule(static) if (parallel) num_threads(threads)
+        for (int64_t r = 0; r < rows; r++)
+            row_f32((const float *)x + r * n, (float *)y + r * n, n, logarithm);
+    } else {
+#pragma omp parallel for schedule(static) if (parallel) num_threads(threads)
+        for (int64_t r = 0; r < rows; r++)
+            row_f64((const double *)x + r * n, (double *)y + r * n, n, logarithm);
+    }
+    cpu_scratch_free(scratch);
+    return 0;
+}
+
+void cpu_register_softmax(fl_backend *b) { b->softmax = cpu_softmax; }
