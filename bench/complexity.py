@@ -72,6 +72,8 @@ PERFORMS = {
     "cumsum": ("sum",), "sort": (),
     "matmul": (), "conv2d": ("conv",), "conv2d_backward_input": ("conv",),
     "conv2d_backward_weight": ("conv",), "pool2d": (), "pool2d_backward": (),
+    # optional fused kernels: each also performs what its composition does
+    "softmax": ("sum",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 
