@@ -469,10 +469,11 @@ static void the_benchmark_trains_data_parallel(void **state)
     if (!have_mpirun())
         skip();
     job j;
-    run_job(BENCHMARK " --model mnist --size tiny --warmup 1 --iters 2 --threads 1 --peak-gflops 1 --distributed",
+    /* The smallest model, with batch norm: its running statistics stay each rank's own. */
+    run_job(BENCHMARK " --model resnet50 --size tiny --warmup 1 --iters 2 --threads 1 --peak-gflops 1 --distributed",
             &j);
     assert_int_equal(j.status, 0);
-    assert_non_null(strstr(j.output, "data-parallel over 2 processes (16 samples per step)"));
+    assert_non_null(strstr(j.output, "data-parallel over 2 processes"));
     assert_non_null(strstr(j.output, "the slowest rank's"));
     assert_non_null(strstr(j.output, "parameters identical on all 2 ranks"));
     const char *report = strstr(j.output, "iterations after");
