@@ -481,6 +481,39 @@ static void the_benchmark_trains_data_parallel(void **state)
     assert_null(strstr(report + 1, "iterations after")); /* one report, rank 0's */
 }
 
+/* The MNIST example trains data-parallel under mpirun with its --distributed flag (on a
+ * slice of Fashion-MNIST); rank 0 alone writes the report, with the epoch's loss
+ * averaged over both ranks' images. */
+static void the_mnist_example_trains_data_parallel(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        print_message("skipping: Fashion-MNIST is absent (Debian package dataset-fashion-mnist)\n");
+        skip();
+    }
+    char dir[] = "/tmp/flare-dist-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char report[256], arguments[512];
+    snprintf(report, sizeof report, "%s/mnist.json", dir);
+    snprintf(arguments, sizeof arguments,
+             "%s --distributed --threads 1 --train-limit 128 --batch 32 --epochs 1 --no-eval --json %s", MNIST,
+             report);
+    job j;
+    run_job(arguments, &j);
+    FILE *f = fopen(report, "r");
+    char text[1024] = "";
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+    }
+    remove_folder(dir);
+    assert_int_equal(j.status, 0);
+    assert_non_null(strstr(j.output, "batch 32 x 2 processes"));
+    assert_non_null(strstr(text, "\"epoch\": 1"));
+    assert_non_null(strstr(text, "\"train_loss\""));
+}
+
 int main(void)
 {
     unsetenv("FLARE_DIST_TIMEOUT");
@@ -503,6 +536,7 @@ int main(void)
         scoped_test(a_dead_rank_is_named_when_mpirun_lets_the_job_run_on),
         scoped_test(no_checkpoint_is_left_half_written),
         scoped_test(the_benchmark_trains_data_parallel),
+        scoped_test(the_mnist_example_trains_data_parallel),
     };
     return cmocka_run_group_tests_name("distributed", tests, NULL, NULL);
 }

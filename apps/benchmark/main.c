@@ -189,8 +189,8 @@ typedef struct step_times {
 /* One training step, in a scope of its own, on a fresh random batch or (fixed_input
  * not NULL) on the one given; *loss (if not NULL) receives the loss before the step. */
 static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, fl_data_parallel *dp,
-                            const options *o, int64_t batch, const fl_tensor *fixed_input, const fl_tensor *fixed_target,
-                            step_times *t, double *loss)
+                            const options *o, int64_t batch, const fl_tensor *fixed_input,
+                            const fl_tensor *fixed_target, step_times *t, double *loss)
 {
     fl_scope scope = fl_scope_begin();
     double start = now();
