@@ -10,11 +10,11 @@
                           [--repeats 1] [--train-limit N] [--skip-all-reduce] [--out FILE]
 
 For a fair comparison both MNIST runs do the same work: the same 55,000 training images
-in the same shuffled order, the same seed, and the same global batch of 64 images per
-step, so the same number of steps (860) and the same learning-rate schedule. With 2
-processes each rank takes 32 images of every 64 (--batch 32; apps/mnist partitions each
-shuffled epoch among the ranks and averages the gradients); the single process takes
-all 64 (--batch 64). Both run without evaluation, each with its one prefetching data
+shuffled by the same seed, and the same global batch of 64 images per step, so the same
+number of steps (860) and the same learning-rate schedule. With 2 processes each rank
+takes 32 images a step (--batch 32) from its half of the shuffled epoch (apps/mnist
+partitions it among the ranks and averages the gradients); the single process takes
+64 (--batch 64). Both run without evaluation, each with its one prefetching data
 worker, and the time is the training epoch as apps/mnist measures it (rank 0's with 2
 processes, which waits for rank 1 at every step): start-up and data loading are outside
 it. The runs alternate, each from scratch, and a row keeps the median of --repeats.
