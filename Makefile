@@ -91,10 +91,12 @@ bench-mnist: build venv
 	$(PYTHON) bench/run_mnist.py --threads $(THREADS) --repeats 2 --flare $(BUILD)/mnist --out $(BUILD)/bench-mnist.json
 
 # All-reduce through Flare against a raw MPI_Allreduce of the same bytes, 4 KB to 64 MB,
-# with 2 processes of 1 thread each (bench/dist.c).
+# with 2 processes of 1 thread each (bench/dist.c), then one MNIST epoch with 2 processes
+# x 1 thread against 1 process x 2 threads, global batch 64 (bench/dist.py); writes
+# build/bench-dist.json. REPEATS=N times N epochs of each.
 bench-dist: build
-	FLARE_NUM_THREADS=1 OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-	    $(BUILD)/bench_dist --out $(BUILD)/bench-dist.json
+	python3 bench/dist.py --mpirun mpirun --bench-dist $(BUILD)/bench_dist --mnist $(BUILD)/mnist \
+	    --out $(BUILD)/bench-dist.json $(if $(REPEATS),--repeats $(REPEATS))
 
 # The lazy backend next to the cpu backend and PyTorch eager on fusable, memory-bound
 # work, with the memory traffic fusion saves (docs/BACKENDS.md).

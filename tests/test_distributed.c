@@ -1,7 +1,9 @@
 /* The distributed layer: the single-process engine and the glue above every engine
  * (validation, staging of strided tensors, means, the coalescing reducer, the failed
  * state) in this process, then the MPI engine's collectives and faults under
- * `mpirun -np 2`, running tests/mpi/dist_check.c. */
+ * `mpirun -np 2`, running tests/mpi/dist_check.c, and the model benchmark
+ * (apps/benchmark) trained data-parallel. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 #include <unistd.h>
 
 #include "flare/distributed.h"
+#include "flare/io.h"
+#include "mpi/checkpoint_model.h"
 #include "support.h"
 
 /* ---- the single-process engine ---- */
@@ -375,6 +379,18 @@ static void a_dead_rank_stops_the_job(void **state)
     assert_non_null(strstr(j.output, "Exit code:    7"));
 }
 
+static void a_killed_rank_stops_the_job(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    job j;
+    run_job(DIST_CHECK_ARGUMENTS("killed 2"), &j);
+    assert_int_not_equal(j.status, 0);
+    assert_true(j.seconds < 30);
+    assert_non_null(strstr(j.output, "process rank 1 with PID"));
+    assert_non_null(strstr(j.output, "exited on signal 9"));
+}
+
 static void a_dead_rank_is_named_when_mpirun_lets_the_job_run_on(void **state)
 {
     if (!have_mpirun())
@@ -386,6 +402,116 @@ static void a_dead_rank_is_named_when_mpirun_lets_the_job_run_on(void **state)
     assert_non_null(strstr(j.output, "rank 0: fl_all_reduce failed: fl_all_reduce: rank 0: all-reduce #0 timed out "
                                      "after 2 s: rank 1 did not arrive"));
     assert_true(j.seconds < 30);
+}
+
+/* Removes dir and the files in it (no subfolders). */
+static void remove_folder(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            remove(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* mpirun ends rank 0 while it saves checkpoints without pause: the checkpoint left is
+ * a whole one, of a single step (a save is written aside and renamed into place). An
+ * interrupted save may leave its temporary file, never a torn checkpoint. */
+static void no_checkpoint_is_left_half_written(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    char dir[] = "/tmp/flare-dist-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], arguments[512];
+    snprintf(path, sizeof path, "%s/model.ckpt", dir);
+    snprintf(arguments, sizeof arguments, "%s checkpoint 5 %s", DIST_CHECK, path);
+    job j;
+    run_job(arguments, &j);
+    assert_int_not_equal(j.status, 0);
+    assert_non_null(strstr(j.output, ",1],1]")); /* rank 1 ended the job */
+
+    fl_module *model = checkpoint_model();
+    fl_tensor_map *file = NULL;
+    fl_status loaded = fl_checkpoint_load(path, model, NULL, &file);
+    const char *step = loaded == FL_OK ? fl_tensor_map_metadata(file, "step") : NULL;
+    int leftovers = -3; /* ".", ".." and the checkpoint */
+    DIR *d = opendir(dir);
+    while (d && readdir(d))
+        leftovers++;
+    if (d)
+        closedir(d);
+    print_message("the checkpoint of step %s is whole; %d interrupted save%s left a temporary file\n",
+                  step ? step : "?", leftovers, leftovers == 1 ? "" : "s");
+    fl_parameters *p = fl_module_parameters(model);
+    for (size_t i = 0; step && i < p->count; i++) {
+        const fl_tensor *value = fl_v_value(p->items[i]);
+        assert_true(fl_item(fl_all(fl_eq(value, fl_full_like(value, atof(step))), FL_ALL_AXES, false)) != 0);
+    }
+    fl_parameters_free(p);
+    fl_tensor_map_free(file);
+    fl_module_release(model);
+    remove_folder(dir);
+    assert_int_equal(loaded, FL_OK);
+    assert_non_null(step);
+}
+
+/* The model benchmark trains data-parallel under mpirun with its --distributed flag: it
+ * succeeds, only rank 0 reports, and the ranks end with identical parameters (the
+ * benchmark compares them and fails otherwise). */
+static void the_benchmark_trains_data_parallel(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    job j;
+    /* The smallest model, with batch norm: its running statistics stay each rank's own. */
+    run_job(BENCHMARK " --model resnet50 --size tiny --warmup 1 --iters 2 --threads 1 --peak-gflops 1 --distributed",
+            &j);
+    assert_int_equal(j.status, 0);
+    assert_non_null(strstr(j.output, "data-parallel over 2 processes"));
+    assert_non_null(strstr(j.output, "the slowest rank's"));
+    assert_non_null(strstr(j.output, "parameters identical on all 2 ranks"));
+    const char *report = strstr(j.output, "iterations after");
+    assert_non_null(report);
+    assert_null(strstr(report + 1, "iterations after")); /* one report, rank 0's */
+}
+
+/* The MNIST example trains data-parallel under mpirun with its --distributed flag (on a
+ * slice of Fashion-MNIST); rank 0 alone writes the report, with the epoch's loss
+ * averaged over both ranks' images. */
+static void the_mnist_example_trains_data_parallel(void **state)
+{
+    if (!have_mpirun())
+        skip();
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        print_message("skipping: Fashion-MNIST is absent (Debian package dataset-fashion-mnist)\n");
+        skip();
+    }
+    char dir[] = "/tmp/flare-dist-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char report[256], arguments[512];
+    snprintf(report, sizeof report, "%s/mnist.json", dir);
+    snprintf(arguments, sizeof arguments,
+             "%s --distributed --threads 1 --train-limit 128 --batch 32 --epochs 1 --no-eval --json %s", MNIST,
+             report);
+    job j;
+    run_job(arguments, &j);
+    FILE *f = fopen(report, "r");
+    char text[1024] = "";
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+    }
+    remove_folder(dir);
+    assert_int_equal(j.status, 0);
+    assert_non_null(strstr(j.output, "batch 32 x 2 processes"));
+    assert_non_null(strstr(text, "\"epoch\": 1"));
+    assert_non_null(strstr(text, "\"train_loss\""));
 }
 
 int main(void)
@@ -406,7 +532,11 @@ int main(void)
         scoped_test(two_ranks_train_as_one_with_twice_the_batch),
         scoped_test(a_hung_rank_is_named_within_the_timeout),
         scoped_test(a_dead_rank_stops_the_job),
+        scoped_test(a_killed_rank_stops_the_job),
         scoped_test(a_dead_rank_is_named_when_mpirun_lets_the_job_run_on),
+        scoped_test(no_checkpoint_is_left_half_written),
+        scoped_test(the_benchmark_trains_data_parallel),
+        scoped_test(the_mnist_example_trains_data_parallel),
     };
     return cmocka_run_group_tests_name("distributed", tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
  * same in PyTorch; bench/run_models.py runs both (make bench-models).
  *
  *     benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]
- *               [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json]
+ *               [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]
  *     benchmark --model NAME --train-check STEPS [--size tiny] ...
  *     benchmark --sgemm-peak [--threads T]
  *     benchmark --list
@@ -15,6 +15,17 @@
  * --train-check trains on one fixed batch (memorizing it) and prints the loss as it
  * goes, failing unless the mean of the last five losses is under 3/4 of the first. --sgemm-peak prints the
  * GFLOP/s of a 2048^3 f32 matmul, the peak the fractions are taken of.
+ *
+ * --distributed trains data-parallel under mpirun (include/flare/distributed.h, as
+ * apps/mnist does): rank 0's initial parameters are broadcast, every rank makes its own
+ * random batch of B samples (so R x B per step), gradients are averaged across ranks
+ * between backward and the optimizer's step (timed as "sync"), and an iteration's time
+ * is the slowest rank's. The sgemm peak is the sum of the ranks' (each measures its
+ * own, all at once, as they train; --peak-gflops gives one rank's). Only rank 0 prints.
+ * At the end the ranks compare their parameters element by element and fail unless
+ * all are identical, as data-parallel training promises (buffers such as batch norm's
+ * running statistics stay each rank's own, as with PyTorch's
+ * DistributedDataParallel(broadcast_buffers=False)).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +36,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "flare/distributed.h"
 #include "flare/optim.h"
 #include "models.h"
 
@@ -35,7 +47,7 @@ typedef struct options {
     int warmup, iters, threads, train_check;
     double lr, momentum, peak_gflops;
     uint64_t seed;
-    bool json, sgemm_peak, list;
+    bool json, sgemm_peak, list, distributed;
 } options;
 
 static const char *const size_names[MODEL_SIZES] = {"tiny", "cpu", "paper"};
@@ -43,7 +55,7 @@ static const char *const size_names[MODEL_SIZES] = {"tiny", "cpu", "paper"};
 static void usage(FILE *out)
 {
     fprintf(out, "usage: benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]\n"
-                 "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json]\n"
+                 "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
                  "       benchmark --model NAME --train-check STEPS [...]\n"
                  "       benchmark --sgemm-peak [--threads T]\n"
                  "       benchmark --list\n");
@@ -102,6 +114,8 @@ static bool parse_args(int argc, char **argv, options *o)
             o->sgemm_peak = true;
         } else if (strcmp(a, "--list") == 0) {
             o->list = true;
+        } else if (strcmp(a, "--distributed") == 0) {
+            o->distributed = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             exit(0);
@@ -166,16 +180,17 @@ static double sgemm_peak(void)
     return 2.0 * N * N * N / best / 1e9;
 }
 
-/* The phases of one training step, in seconds. */
+/* The phases of one training step, in seconds; sync is the wait for the averaged
+ * gradients (0 in one process). */
 typedef struct step_times {
-    double data, forward, backward, step, total;
+    double data, forward, backward, sync, step, total;
 } step_times;
 
 /* One training step, in a scope of its own, on a fresh random batch or (fixed_input
  * not NULL) on the one given; *loss (if not NULL) receives the loss before the step. */
-static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, const options *o,
-                            int64_t batch, const fl_tensor *fixed_input, const fl_tensor *fixed_target,
-                            step_times *t, double *loss)
+static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, fl_data_parallel *dp,
+                            const options *o, int64_t batch, const fl_tensor *fixed_input,
+                            const fl_tensor *fixed_target, step_times *t, double *loss)
 {
     fl_scope scope = fl_scope_begin();
     double start = now();
@@ -193,6 +208,9 @@ static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_opti
     if (status == FL_OK)
         status = l ? fl_v_backward(l, NULL, false) : fl_last_status();
     double backward_done = now();
+    if (status == FL_OK && dp)
+        status = fl_data_parallel_sync(dp);
+    double sync_done = now();
     if (status == FL_OK)
         status = fl_optimizer_step(opt);
     fl_optimizer_zero_grad(opt);
@@ -200,49 +218,95 @@ static fl_status train_step(const benchmark_model *bm, fl_module *model, fl_opti
     if (status == FL_OK && loss)
         *loss = fl_item(fl_v_value(l));
     fl_scope_end(scope);
-    *t = (step_times){data_done - start, forward_done - data_done, backward_done - forward_done, end - backward_done,
-                      end - start};
+    *t = (step_times){data_done - start,         forward_done - data_done, backward_done - forward_done,
+                      sync_done - backward_done, end - sync_done,         end - start};
     return status;
 }
 
 static int fail(const char *what)
 {
-    fprintf(stderr, "benchmark: %s: %s\n", what, fl_last_error());
+    if (fl_distributed_size() > 1)
+        fprintf(stderr, "benchmark (rank %d): %s: %s\n", fl_distributed_rank(), what, fl_last_error());
+    else
+        fprintf(stderr, "benchmark: %s: %s\n", what, fl_last_error());
     return 1;
 }
 
 /* Memorizes one fixed batch: the mean loss of the last five steps must fall under
  * three quarters of the first (tests/test_models.c checks the same). */
-static int train_check(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, const options *o,
-                       int64_t batch)
+static int train_check(const benchmark_model *bm, fl_module *model, fl_optimizer *opt, fl_data_parallel *dp,
+                       const options *o, int64_t batch)
 {
     fl_tensor *input, *target;
     fl_scope scope = fl_scope_begin();
     if (bm->make_batch(o->size, batch, &input, &target) != FL_OK)
         return fl_scope_end(scope), fail("making the batch");
     enum { LAST = 5 };
+    bool leader = fl_distributed_rank() == 0;
     double first = NAN, last = 0;
     int status = 0, tail = o->train_check < LAST ? o->train_check : LAST;
     for (int s = 0; s < o->train_check && status == 0; s++) {
         step_times t;
         double loss = NAN;
-        if (train_step(bm, model, opt, o, batch, input, target, &t, &loss) != FL_OK)
+        if (train_step(bm, model, opt, dp, o, batch, input, target, &t, &loss) != FL_OK)
             status = fail("training");
         if (s == 0)
             first = loss;
         if (s >= o->train_check - tail)
             last += loss / tail;
-        if (status == 0 && (s % 10 == 0 || s == o->train_check - 1))
+        if (status == 0 && leader && (s % 10 == 0 || s == o->train_check - 1))
             printf("step %d: loss %.5f\n", s, loss);
     }
     fl_scope_end(scope);
     if (status)
         return status;
     bool decreased = last < 0.75 * first;
-    printf("%s: loss %.5f -> %.5f (mean of the last %d) in %d steps: %s\n", bm->name, first, last, tail,
-           o->train_check,
-           decreased ? "decreasing" : "NOT decreasing");
+    if (leader)
+        printf("%s: loss %.5f -> %.5f (mean of the last %d) in %d steps: %s\n", bm->name, first, last, tail,
+               o->train_check, decreased ? "decreasing" : "NOT decreasing");
     return decreased ? 0 : 1;
+}
+
+/* The slowest rank's time for each phase of each iteration, in place (a no-op in one
+ * process): the ranks wait for each other in every sync, so the job runs at that pace. */
+static fl_status slowest_rank_times(step_times *times, int iters)
+{
+    if (fl_distributed_size() == 1)
+        return FL_OK;
+    enum { PHASES = sizeof(step_times) / sizeof(double) };
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *slowest = fl_all_reduce(fl_from_data(times, FL_F64, FL_SHAPE((int64_t)iters * PHASES)), FL_DIST_MAX);
+    fl_status status = slowest ? fl_to_host(slowest, times, (size_t)iters * sizeof *times) : fl_last_status();
+    fl_scope_end(scope);
+    return status;
+}
+
+/* Data-parallel training keeps every rank's parameters identical, bit for bit (each
+ * applies the same averaged gradient); true if they are. */
+static bool ranks_agree(const fl_parameters *params, fl_status *status)
+{
+    fl_scope scope = fl_scope_begin();
+    const fl_tensor **values = calloc(params->count, sizeof *values);
+    fl_tensor **highest = calloc(params->count, sizeof *highest), **lowest = calloc(params->count, sizeof *lowest);
+    *status = values && highest && lowest ? FL_OK : FL_ERR_MEMORY;
+    for (size_t i = 0; *status == FL_OK && i < params->count; i++)
+        values[i] = fl_v_value(params->items[i]);
+    if (*status == FL_OK)
+        *status = fl_all_reduce_many(values, (int)params->count, FL_DIST_MAX, 0, highest);
+    if (*status == FL_OK)
+        *status = fl_all_reduce_many(values, (int)params->count, FL_DIST_MIN, 0, lowest);
+    bool agree = *status == FL_OK;
+    for (size_t i = 0; agree && i < params->count; i++) {
+        fl_tensor *same = fl_all(fl_eq(highest[i], lowest[i]), FL_ALL_AXES, false);
+        agree = same && fl_item(same) != 0;
+        if (!agree && fl_distributed_rank() == 0)
+            fprintf(stderr, "benchmark: parameter %s differs between ranks\n", params->names[i]);
+    }
+    free(values);
+    free(highest);
+    free(lowest);
+    fl_scope_end(scope);
+    return agree;
 }
 
 int main(int argc, char **argv)
@@ -252,18 +316,25 @@ int main(int argc, char **argv)
         return 2;
     if (o.threads)
         fl_set_num_threads(o.threads);
+    if (o.distributed && fl_distributed_init(NULL) != FL_OK)
+        return fail("starting the distributed job");
+    int rank = fl_distributed_rank(), ranks = fl_distributed_size();
+    bool leader = rank == 0;
     fl_manual_seed(o.seed);
     if (o.list) {
-        for (int i = 0; benchmark_models[i]; i++)
+        for (int i = 0; leader && benchmark_models[i]; i++)
             printf("%s\n", benchmark_models[i]->name);
+        fl_distributed_shutdown();
         return 0;
     }
     if (o.sgemm_peak) {
         double peak = sgemm_peak();
         if (isnan(peak))
             return fail("the sgemm peak");
-        printf(o.json ? "{\"sgemm_gflops\": %.2f, \"threads\": %d}\n" : "sgemm peak: %.2f GFLOP/s (%d threads)\n",
-               peak, fl_num_threads());
+        if (leader)
+            printf(o.json ? "{\"sgemm_gflops\": %.2f, \"threads\": %d}\n" : "sgemm peak: %.2f GFLOP/s (%d threads)\n",
+                   peak, fl_num_threads());
+        fl_distributed_shutdown();
         return 0;
     }
     const benchmark_model *bm = benchmark_model_find(o.model);
@@ -283,26 +354,49 @@ int main(int argc, char **argv)
                                : NULL;
     if (!opt)
         return fail("building the model");
+    /* Rank 0's parameters on every rank; then each rank draws its own batches. */
+    fl_data_parallel *dp = NULL;
+    if (o.distributed) {
+        if (!(dp = fl_data_parallel_new(model, 0)))
+            return fail("setting up data-parallel training");
+        fl_manual_seed(o.seed + (uint64_t)rank);
+    }
     int64_t parameter_count = fl_module_parameter_count(model);
-    if (!o.json)
-        printf("%s (%s): %" PRId64 " parameters, batch %" PRId64 ", %d threads\n", bm->name, size_names[o.size],
+    if (!o.json && leader) {
+        printf("%s (%s): %" PRId64 " parameters, batch %" PRId64 ", %d threads", bm->name, size_names[o.size],
                parameter_count, batch, fl_num_threads());
+        if (o.distributed)
+            printf(", data-parallel over %d process%s (%" PRId64 " samples per step)", ranks, ranks > 1 ? "es" : "",
+                   batch * ranks);
+        printf("\n");
+    }
 
     int status = 0;
     if (o.train_check) {
-        status = train_check(bm, model, opt, &o, batch);
+        status = train_check(bm, model, opt, dp, &o, batch);
     } else {
+        /* Every rank measures its peak at once, as they will compute at once: the job's
+         * peak is their sum, against the work of all ranks. */
         double peak = o.peak_gflops ? o.peak_gflops : sgemm_peak();
+        if (ranks > 1) {
+            fl_scope scope = fl_scope_begin();
+            peak = fl_item(fl_all_reduce(fl_scalar(peak, FL_F64), FL_DIST_SUM));
+            fl_scope_end(scope);
+            if (isnan(peak))
+                status = fail("adding up the ranks' peaks");
+        }
         step_times *times = calloc((size_t)o.iters, sizeof *times);
         double *column = calloc((size_t)o.iters, sizeof *column);
-        for (int i = 0; i < o.warmup + o.iters && status == 0; i++) {
+        for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
             step_times t;
-            if (train_step(bm, model, opt, &o, batch, NULL, NULL, &t, NULL) != FL_OK)
+            if (train_step(bm, model, opt, dp, &o, batch, NULL, NULL, &t, NULL) != FL_OK)
                 status = fail("training");
             else if (i >= o.warmup)
                 times[i - o.warmup] = t;
         }
-        if (status == 0) {
+        if (status == 0 && slowest_rank_times(times, o.iters) != FL_OK)
+            status = fail("gathering the ranks' times");
+        if (status == 0 && leader) {
             step_times med;
 #define MEDIAN_OF(field) \
     do { \
@@ -313,36 +407,50 @@ int main(int argc, char **argv)
             MEDIAN_OF(data);
             MEDIAN_OF(forward);
             MEDIAN_OF(backward);
+            MEDIAN_OF(sync);
             MEDIAN_OF(step);
             MEDIAN_OF(total); /* last: column stays sorted by total */
 #undef MEDIAN_OF
             double fastest = column[0], slowest = column[o.iters - 1];
-            double flops = bm->flops_per_sample(o.size) * (double)batch;
+            int64_t samples = batch * ranks;
+            double flops = bm->flops_per_sample(o.size) * (double)samples;
             double gflops = flops / med.total / 1e9;
             if (o.json) {
                 printf("{\"name\": \"%s\", \"size\": \"%s\", \"params\": %" PRId64 ", \"batch\": %" PRId64
-                       ", \"threads\": %d, \"warmup\": %d, \"iters\": %d, \"seconds\": %.6f, \"fastest\": %.6f, "
-                       "\"slowest\": %.6f, \"data_s\": %.6f, \"forward_s\": %.6f, \"backward_s\": %.6f, "
-                       "\"step_s\": %.6f, \"samples_per_s\": %.3f, \"peak_rss\": %" PRId64
-                       ", \"flops_per_iter\": %.6g, \"gflops\": %.3f, \"sgemm_gflops\": %.3f, "
-                       "\"peak_fraction\": %.4f}\n",
-                       bm->name, size_names[o.size], parameter_count, batch, fl_num_threads(), o.warmup, o.iters,
-                       med.total, fastest, slowest, med.data, med.forward, med.backward, med.step,
-                       (double)batch / med.total, peak_rss(), flops, gflops, peak, gflops / peak);
+                       ", \"threads\": %d, \"ranks\": %d, \"warmup\": %d, \"iters\": %d, \"seconds\": %.6f, "
+                       "\"fastest\": %.6f, \"slowest\": %.6f, \"data_s\": %.6f, \"forward_s\": %.6f, "
+                       "\"backward_s\": %.6f, \"sync_s\": %.6f, \"step_s\": %.6f, \"samples_per_s\": %.3f, "
+                       "\"peak_rss\": %" PRId64 ", \"flops_per_iter\": %.6g, \"gflops\": %.3f, "
+                       "\"sgemm_gflops\": %.3f, \"peak_fraction\": %.4f}\n",
+                       bm->name, size_names[o.size], parameter_count, batch, fl_num_threads(), ranks, o.warmup,
+                       o.iters, med.total, fastest, slowest, med.data, med.forward, med.backward, med.sync, med.step,
+                       (double)samples / med.total, peak_rss(), flops, gflops, peak, gflops / peak);
             } else {
-                printf("%d iterations after %d of warm-up: median %.4f s (fastest %.4f, slowest %.4f)\n", o.iters,
-                       o.warmup, med.total, fastest, slowest);
-                printf("  data %.4f s, forward %.4f s, backward %.4f s, optimizer %.4f s\n", med.data, med.forward,
-                       med.backward, med.step);
-                printf("  %.2f samples/s, peak RSS %.1f MiB, %.2f GFLOP/s = %.1f%% of the sgemm peak (%.2f)\n",
-                       (double)batch / med.total, (double)peak_rss() / (1 << 20), gflops, 100 * gflops / peak, peak);
+                printf("%d iterations after %d of warm-up: median %.4f s (fastest %.4f, slowest %.4f)%s\n", o.iters,
+                       o.warmup, med.total, fastest, slowest, ranks > 1 ? ", the slowest rank's" : "");
+                printf("  data %.4f s, forward %.4f s, backward %.4f s, ", med.data, med.forward, med.backward);
+                if (o.distributed)
+                    printf("gradient sync %.4f s, ", med.sync);
+                printf("optimizer %.4f s\n", med.step);
+                printf("  %.2f samples/s, peak RSS %.1f MiB%s, %.2f GFLOP/s = %.1f%% of the sgemm peak (%.2f)\n",
+                       (double)samples / med.total, (double)peak_rss() / (1 << 20), ranks > 1 ? " (rank 0)" : "",
+                       gflops, 100 * gflops / peak, peak);
             }
         }
         free(times);
         free(column);
     }
+    if (status == 0 && o.distributed) {
+        fl_status agreement;
+        if (!ranks_agree(params, &agreement))
+            status = agreement != FL_OK ? fail("comparing the ranks' parameters") : 1;
+        else if (leader && !o.json && ranks > 1)
+            printf("parameters identical on all %d ranks\n", ranks);
+    }
+    fl_data_parallel_free(dp);
     fl_optimizer_free(opt);
     fl_parameters_free(params);
     fl_module_release(model);
+    fl_distributed_shutdown();
     return status;
 }

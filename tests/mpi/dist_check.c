@@ -5,16 +5,25 @@
  *   dist_check collectives     every collective; exit status 0 if all checks pass
  *   dist_check hang SECONDS    rank 1 sleeps; rank 0's all-reduce must time out
  *   dist_check die SECONDS     rank 1 exits abruptly; rank 0's all-reduce must fail
+ *   dist_check killed SECONDS  rank 1 is killed by SIGKILL; the same
+ *   dist_check checkpoint SECONDS PATH
+ *                              rank 0 saves checkpoints to PATH over and over, each
+ *                              with every parameter equal to its "step", until the
+ *                              job ends: rank 1 exits abruptly meanwhile
  *   dist_check data_parallel   2 ranks x batch B train as 1 process x batch 2B
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "flare/distributed.h"
+#include "flare/io.h"
 #include "flare/nn.h"
 #include "flare/optim.h"
+#include "checkpoint_model.h"
 
 static int failures;
 static int rank;
@@ -166,6 +175,8 @@ static int fault(const char *mode)
     if (rank == 1) {
         if (strcmp(mode, "die") == 0)
             _exit(7);
+        if (strcmp(mode, "killed") == 0)
+            raise(SIGKILL);
         sleep(120);
         return 0;
     }
@@ -179,6 +190,37 @@ static int fault(const char *mode)
     fl_release(x);
     fl_release(y);
     return failed && refused ? 3 : 1;
+}
+
+/* ---- a fault while rank 0 writes a checkpoint ---- */
+
+/* Rank 0 saves without pause; rank 1 dies once the first save is done, and mpirun then
+ * ends rank 0, most likely in the middle of a save. Whatever PATH holds afterwards must
+ * be a whole checkpoint. Returns 1 if the job was not ended within a minute. */
+static int checkpoint(const char *path)
+{
+    fl_module *model = checkpoint_model();
+    fl_parameters *p = fl_module_parameters(model);
+    time_t deadline = time(NULL) + 60;
+    for (long step = 0; rank == 0 && !failures && time(NULL) < deadline; step++) {
+        fl_scope scope = fl_scope_begin();
+        for (size_t i = 0; i < p->count; i++)
+            CHECK(fl_v_set_value(p->items[i], fl_full_like(fl_v_value(p->items[i]), (double)step)) == FL_OK);
+        char text[32];
+        snprintf(text, sizeof text, "%ld", step);
+        CHECK(fl_checkpoint_save(path, model, NULL, (const char *[]){"step", text, NULL}) == FL_OK);
+        fl_scope_end(scope);
+        if (step == 0)
+            CHECK(fl_barrier() == FL_OK);
+    }
+    if (rank == 1) {
+        CHECK(fl_barrier() == FL_OK);
+        usleep(300 * 1000);
+        _exit(7);
+    }
+    fl_parameters_free(p);
+    fl_module_release(model);
+    return 1;
 }
 
 /* ---- data-parallel training ---- */
@@ -252,7 +294,8 @@ static int data_parallel(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s collectives | hang SECONDS | die SECONDS\n", argv[0]);
+        fprintf(stderr, "usage: %s collectives | data_parallel | hang|die|killed SECONDS | checkpoint SECONDS PATH\n",
+                argv[0]);
         return 2;
     }
     if (argc > 2 && fl_distributed_set_timeout(atof(argv[2])) != FL_OK)
@@ -264,6 +307,7 @@ int main(int argc, char **argv)
     rank = fl_distributed_rank();
     int status = strcmp(argv[1], "collectives") == 0     ? collectives()
                  : strcmp(argv[1], "data_parallel") == 0 ? data_parallel()
+                 : strcmp(argv[1], "checkpoint") == 0    ? argc > 3 ? checkpoint(argv[3]) : 2
                                                          : fault(argv[1]);
     /* After a fault, shutdown does not wait for the peer; exiting ends the job. */
     fl_distributed_shutdown();
