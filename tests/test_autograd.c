@@ -225,6 +225,10 @@ static void relu_gradient(void **state)
     /* away from the kink at 0, where differences are meaningless */
     fl_tensor *x = T_F64(FL_SHAPE(6), -2, -0.5, -0.1, 0.1, 0.7, 3);
     assert_gradcheck(relu_of, NULL, x);
+    /* At the kink and at NaN, PyTorch's values: 0 at 0 (and -0), dy at NaN. */
+    fl_variable *v = V(T_F32(FL_SHAPE(5), -1, 0, -0.0, 2, NAN), true);
+    fl_v_backward(fl_v_relu(v), T_F32(FL_SHAPE(5), 5, 6, 7, 8, 9), false);
+    assert_values(fl_v_grad(v), 0, 0, 0, 0, 0, 8, 9);
 }
 
 int main(void)

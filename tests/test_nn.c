@@ -263,6 +263,77 @@ static void batch_norm_matches_pytorch_in_training_and_evaluation(void **state)
     }
 }
 
+/* One batch norm's output and gradients (x, then weight and bias if given) for a
+ * fixed upstream gradient, with the backend's fused kernels or without. */
+static void batch_norm_run(bool fused, const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias,
+                           bool training, const fl_tensor **out)
+{
+    fl_backend *backend = fl_default_backend();
+    void *saved[2] = {(void *)backend->batch_norm, (void *)backend->batch_norm_backward};
+    if (!fused)
+        backend->batch_norm = NULL, backend->batch_norm_backward = NULL;
+    fl_tensor *running_mean = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(fl_shape(x)[1])), 0.5);
+    fl_tensor *running_var = fl_add_scalar(fl_rand(FL_F32, FL_SHAPE(fl_shape(x)[1])), 0.5);
+    fl_variable *xv = fl_v_new(x, true), *w = weight ? fl_v_new(weight, true) : NULL;
+    fl_variable *b = bias ? fl_v_new(bias, true) : NULL;
+    fl_variable *y = fl_f_batch_norm(xv, running_mean, running_var, w, b, training, 1e-5, NULL, NULL);
+    fl_manual_seed(3);
+    assert_int_equal(fl_v_backward(y, fl_randn(fl_dtype_of(x), fl_ndim(x), fl_shape(x)), false), FL_OK);
+    out[0] = fl_v_value(y);
+    out[1] = fl_v_grad(xv);
+    out[2] = w ? fl_v_grad(w) : NULL;
+    out[3] = b ? fl_v_grad(b) : NULL;
+    backend->batch_norm = saved[0];
+    backend->batch_norm_backward = saved[1];
+}
+
+static void fused_batch_norm_matches_the_composition(void **state)
+{
+    fl_manual_seed(11);
+    /* A large mean against the spread: the variance must not cancel. */
+    fl_tensor *images = fl_add_scalar(fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(4, 3, 9, 7)), 3), 40);
+    fl_tensor *xs[] = {images, fl_transpose(fl_randn(FL_F32, FL_SHAPE(5, 6, 4, 3)), 0, 1),
+                       fl_randn(FL_F32, FL_SHAPE(6, 5)), fl_randn(FL_F64, FL_SHAPE(3, 4, 10)),
+                       fl_randn(FL_F32, FL_SHAPE(2, 64, 30, 30))};
+    for (int i = 0; i < 5; i++) {
+        fl_dtype dtype = fl_dtype_of(xs[i]);
+        int64_t channels = fl_shape(xs[i])[1];
+        fl_tensor *weight = fl_add_scalar(fl_rand(dtype, FL_SHAPE(channels)), 0.5);
+        fl_tensor *bias = fl_randn(dtype, FL_SHAPE(channels));
+        for (int affine_case = 0; affine_case < 2; affine_case++)
+            for (int training = 0; training < 2; training++) {
+                const fl_tensor *composed[4], *fused[4];
+                const fl_tensor *w = affine_case ? weight : NULL, *b = affine_case ? bias : NULL;
+                fl_manual_seed(5);
+                batch_norm_run(false, xs[i], w, b, training, composed);
+                fl_manual_seed(5);
+                batch_norm_run(true, xs[i], w, b, training, fused);
+                double tolerance = dtype == FL_F64 ? 1e-12 : 2e-5;
+                for (int k = 0; k < (affine_case ? 4 : 2); k++)
+                    assert_close(fused[k], composed[k], tolerance, tolerance);
+            }
+    }
+    assert_no_error();
+}
+
+static void fused_batch_norm_kernels_refuse_other_dtypes(void **state)
+{
+    fl_backend *backend = fl_default_backend();
+    if (!backend->batch_norm)
+        return; /* a backend without the kernels (the lazy row): nothing to refuse */
+    fl_tensor *x = fl_zeros(FL_I32, FL_SHAPE(2, 3));
+    fl_tensor *y = fl_tensor_alloc(backend, FL_I32, 2, fl_shape(x));
+    assert_int_equal(backend->batch_norm(y, NULL, NULL, x, NULL, NULL, NULL, NULL, 1e-5), FL_ERR_DTYPE);
+    assert_int_equal(backend->batch_norm_backward(y, NULL, NULL, x, x, NULL, NULL, NULL, true), FL_ERR_DTYPE);
+    fl_release(y);
+    fl_clear_error();
+    /* f16 goes through the composition, in f32. */
+    fl_variable *h = fl_v_new(fl_cast(fl_randn(FL_F32, FL_SHAPE(4, 2, 3)), FL_F16), false);
+    fl_variable *out = fl_f_batch_norm(h, NULL, NULL, NULL, NULL, true, 1e-5, NULL, NULL);
+    assert_non_null(out);
+    assert_dtype(fl_v_value(out), FL_F16);
+}
+
 static void losses_match_pytorch(void **state)
 {
     const char *reductions[] = {"mean", "sum", "none"};
@@ -500,6 +571,8 @@ int main(void)
         scoped_test(modules_have_the_gradients_of_their_values),
         scoped_test(layers_match_pytorch),
         scoped_test(batch_norm_matches_pytorch_in_training_and_evaluation),
+        scoped_test(fused_batch_norm_matches_the_composition),
+        scoped_test(fused_batch_norm_kernels_refuse_other_dtypes),
         scoped_test(losses_match_pytorch),
         scoped_test(listing_8_builds_the_mnist_cnn_of_pytorch),
         scoped_test(initializers_follow_pytorch),

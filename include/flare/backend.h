@@ -140,6 +140,22 @@ struct fl_backend {
      * softmax to NULL. */
     /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. */
     int (*softmax)(fl_tensor *out, const fl_tensor *a, bool logarithm);
+    /* Batch normalization of x [N, C, *] per channel (axis 1), f32 and f64; weight and
+     * bias are [C] or NULL (no affine), all of x's dtype.
+     * Training (running_mean and running_var NULL): the statistics are x's own, over
+     * every axis but 1; save_mean and save_var ([C], out) receive their mean and biased
+     * variance. Inference: the running statistics [C] are used and save_mean and
+     * save_var are NULL. y = (x - mean) / sqrt(var + eps) weight + bias. */
+    int (*batch_norm)(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,
+                      const fl_tensor *weight, const fl_tensor *bias, const fl_tensor *running_mean,
+                      const fl_tensor *running_var, double eps);
+    /* The gradients of batch_norm from dy (x's shape): mean and invstd = 1 / sqrt(var +
+     * eps) are [C], of the batch statistics (training: the gradient also flows through
+     * them) or of the running ones (not training). dx (x's shape), dweight and
+     * dbias ([C]) are outputs, each NULL when not wanted; weight may be NULL (as 1). */
+    int (*batch_norm_backward)(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
+                               const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
+                               const fl_tensor *weight, bool training);
 };
 
 /* The number of operation entries in struct fl_backend (everything after eval). */

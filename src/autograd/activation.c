@@ -3,12 +3,13 @@
 
 #include "internal.h"
 
-/* Saved: y = max(x, 0). The gradient at 0 is 0, as in PyTorch. */
+/* Saved: y = max(x, 0). PyTorch's threshold_backward: where y <= 0 (so y is 0) the
+ * gradient is y, that 0; elsewhere, NaN included, it is dy. Selecting y rather than a
+ * broadcast 0 keeps every operand of the where dense: its fast path. */
 static void relu_grad(fl_grad *g)
 {
     const fl_tensor *y = g->saved[0];
-    fl_tensor *zero = fl_scalar(0, fl_dtype_of(y));
-    g->input_grads[0] = fl_where(fl_gt(y, zero), g->output_grad, zero);
+    g->input_grads[0] = fl_where(fl_le(y, fl_scalar(0, fl_dtype_of(y))), y, g->output_grad);
 }
 
 fl_variable *fl_v_relu(fl_variable *x)

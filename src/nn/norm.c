@@ -105,6 +105,111 @@ static fl_variable *normalize(norm_context *c, fl_variable *x, fl_variable *weig
     return fl_v_scope_return(scope, result);
 }
 
+/* ---- batch norm on the backend's fused kernels ----
+ * When the backend has batch_norm and batch_norm_backward, a batch norm is one forward
+ * pass that saves x and the [C] statistics, and one gradient node; the composition
+ * above stays the definition (tests/test_nn.c checks one against the other). */
+
+typedef struct fused_context {
+    bool training, weight, bias;
+} fused_context;
+
+/* The backend's kernels, if they exist and take these operands: f32 or f64 x on one
+ * backend with the per-channel tensors, all of x's dtype. */
+static bool can_fuse(const fl_tensor *x, const fl_tensor *const *per_channel, int count)
+{
+    if (!x->backend->batch_norm || !x->backend->batch_norm_backward || (x->dtype != FL_F32 && x->dtype != FL_F64))
+        return false;
+    for (int i = 0; i < count; i++)
+        if (per_channel[i] && (per_channel[i]->backend != x->backend || per_channel[i]->dtype != x->dtype))
+            return false;
+    return true;
+}
+
+/* A fresh [C] output of x's dtype and backend, or NULL. */
+static fl_tensor *new_per_channel(const fl_tensor *x)
+{
+    return fl__new(x->backend, x->dtype, 1, &x->shape[1]);
+}
+
+/* Saved: x, mean, invstd, then the weight if any. */
+static void fused_batch_norm_grad(fl_grad *g)
+{
+    const fused_context *c = g->context;
+    const fl_tensor *x = g->saved[0], *dy = g->output_grad;
+    bool want[3] = {g->needs_grad[0], c->weight && g->needs_grad[1], c->bias && g->needs_grad[1 + c->weight]};
+    fl_tensor *out[3] = {NULL}, *first = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (!want[i])
+            continue;
+        out[i] = i ? new_per_channel(x) : fl__new(x->backend, x->dtype, x->ndim, x->shape);
+        if (!out[i]) {
+            for (int j = 0; j < i; j++)
+                fl_release(out[j]);
+            return;
+        }
+        first = first ? first : out[i];
+    }
+    if (!first)
+        return;
+    fl_memory_set_operation("batch_norm_backward");
+    int rc = x->backend->batch_norm_backward(out[0], out[1], out[2], dy, x, g->saved[1], g->saved[2],
+                                             c->weight ? g->saved[3] : NULL, c->training);
+    /* fl__finish records a failure (freeing the output it is given) and ends the
+     * operation; the other outputs go with it. */
+    if (!fl__finish("fl_f_batch_norm (gradient)", first, rc, 2, (const fl_tensor *const[]){dy, x})) {
+        for (int i = 0; i < 3; i++)
+            if (out[i] != first)
+                fl_release(out[i]);
+        return;
+    }
+    int next = 0;
+    g->input_grads[next++] = fl__out(out[0]);
+    if (c->weight)
+        g->input_grads[next++] = fl__out(out[1]);
+    if (c->bias)
+        g->input_grads[next] = fl__out(out[2]);
+}
+
+/* fl_f_batch_norm on the backend's kernels; the arguments are checked. */
+static fl_variable *fused_batch_norm(fl_variable *x, const fl_tensor *running_mean, const fl_tensor *running_var,
+                                     fl_variable *weight, fl_variable *bias, bool training, double eps,
+                                     fl_tensor **batch_mean, fl_tensor **batch_var)
+{
+    const fl_tensor *xv = fl_v_value(x);
+    const fl_tensor *w = weight ? fl_v_value(weight) : NULL, *b = bias ? fl_v_value(bias) : NULL;
+    fl_scope scope = fl_scope_begin();
+    /* Training writes the batch statistics into mean and var; inference reads the
+     * running ones, in x's dtype (the module keeps them in f32). */
+    fl_tensor *mean = fl__out(training ? new_per_channel(xv) : fl__cast(running_mean, xv->dtype));
+    fl_tensor *var = fl__out(training ? new_per_channel(xv) : fl__cast(running_var, xv->dtype));
+    fl_tensor *y = mean && var ? fl__new(xv->backend, xv->dtype, xv->ndim, xv->shape) : NULL;
+    if (!y)
+        return fl_v_scope_return(scope, NULL);
+    fl_memory_set_operation("batch_norm");
+    int rc = xv->backend->batch_norm(y, training ? mean : NULL, training ? var : NULL, xv, w, b,
+                                     training ? NULL : mean, training ? NULL : var, eps);
+    if (!fl__out(fl__finish("fl_f_batch_norm", y, rc, 1, &xv)))
+        return fl_v_scope_return(scope, NULL);
+    if (training) {
+        int64_t n = xv->numel / xv->shape[1];
+        if (batch_mean)
+            *batch_mean = fl_keep(mean);
+        if (batch_var)
+            *batch_var = fl_keep(fl_mul_scalar(var, (double)n / (double)(n - 1)));
+    }
+    fused_context c = {training, weight != NULL, bias != NULL};
+    fl_variable *inputs[3] = {x};
+    int ninputs = 1;
+    if (weight)
+        inputs[ninputs++] = weight;
+    if (bias)
+        inputs[ninputs++] = bias;
+    const fl_tensor *saved[4] = {xv, mean, fl_rsqrt(fl_add_scalar(var, eps)), w};
+    fl_variable *result = fl_v_record(y, inputs, ninputs, fused_batch_norm_grad, saved, weight ? 4 : 3, &c, sizeof c);
+    return fl_v_scope_return(scope, result);
+}
+
 static bool has_shape(const fl_tensor *t, int ndim, const int64_t *shape)
 {
     return fl_ndim(t) == ndim && memcmp(fl_shape(t), shape, (size_t)ndim * sizeof *shape) == 0;
@@ -158,6 +263,9 @@ fl_variable *fl_f_batch_norm(fl_variable *x, const fl_tensor *running_mean, cons
     if (training && fl_numel(xv) / (channels ? channels : 1) <= 1)
         return fl__error(FL_ERR_VALUE, fn, "x %s has one value per channel: no batch statistics",
                          fl__describe(xv, dx));
+    const fl_tensor *operands[4] = {per_channel[0], per_channel[1], running_mean, running_var};
+    if (can_fuse(xv, operands, training ? 2 : 4))
+        return fused_batch_norm(x, running_mean, running_var, weight, bias, training, eps, batch_mean, batch_var);
     norm_context c = {.ndim = fl_ndim(xv), .param_axes = 1u << 1, .batch_stats = training};
     c.stat_axes = ((1u << c.ndim) - 1) & ~c.param_axes;
     if (training)

@@ -8,10 +8,11 @@ static fl_tensor *sgd_update(const fl__optim *o, const fl_tensor *value, const f
     const fl_sgd_options *opt = o->options;
     fl_tensor *g = fl__decayed_grad(grad, value, opt->weight_decay);
     if (opt->momentum != 0) {
-        /* The first step starts the buffer at the gradient itself, undamped. */
-        fl_tensor *buf = buffers[0] ? fl_add(fl_mul_scalar(buffers[0], opt->momentum),
-                                             fl_mul_scalar(g, 1 - opt->dampening))
-                                    : g;
+        /* The first step starts the buffer at the gradient itself, undamped. Without
+         * dampening the gradient is added as it is: a pass over memory fewer, and the
+         * same values (g * 1 == g). */
+        const fl_tensor *damped = opt->dampening != 0 ? fl_mul_scalar(g, 1 - opt->dampening) : g;
+        fl_tensor *buf = buffers[0] ? fl_add(fl_mul_scalar(buffers[0], opt->momentum), damped) : g;
         buffers[0] = buf;
         g = opt->nesterov ? fl_add(g, fl_mul_scalar(buf, opt->momentum)) : buf;
     }
