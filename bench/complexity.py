@@ -73,7 +73,7 @@ PERFORMS = {
     "matmul": (), "conv2d": ("conv",), "conv2d_backward_input": ("conv",),
     "conv2d_backward_weight": ("conv",), "pool2d": (), "pool2d_backward": (),
     # optional fused kernels: each also performs what its composition does
-    "softmax": ("sum",),
+    "softmax": ("sum",), "batch_norm": ("sum",), "batch_norm_backward": ("sum",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 
