@@ -140,6 +140,9 @@ struct fl_backend {
      * softmax to NULL. */
     /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. */
     int (*softmax)(fl_tensor *out, const fl_tensor *a, bool logarithm);
+    /* GELU of a (dy NULL), or its gradient dy * GELU'(a); the erf form, or the tanh
+     * approximation if approximate; f32 and f64, dy of a's shape and dtype. */
+    int (*gelu)(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate);
 };
 
 /* The number of operation entries in struct fl_backend (everything after eval). */
