@@ -74,6 +74,7 @@ PERFORMS = {
     "conv2d_backward_weight": ("conv",), "pool2d": (), "pool2d_backward": (),
     # optional fused kernels: each also performs what its composition does
     "softmax": ("sum",), "batch_norm": ("sum",), "batch_norm_backward": ("sum",),
+    "gelu": (),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

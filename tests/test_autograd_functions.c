@@ -419,6 +419,43 @@ static void gelu_matches_pytorch(void **state)
                   -0.15428599017485606, 0, 1.3995715769802328);
 }
 
+/* GELU(x) and its gradient for dy, through the variable API. */
+static void gelu_and_gradient(const fl_tensor *x, const fl_tensor *dy, bool approximate, fl_tensor **y,
+                              fl_tensor **dx)
+{
+    fl_variable *v = fl_v_new(x, true);
+    fl_variable *out = fl_v_gelu(v, approximate);
+    assert_int_equal(fl_v_backward(out, dy, false), FL_OK);
+    *y = fl_copy(fl_v_value(out));
+    *dx = fl_copy(fl_v_grad(v));
+}
+
+static void fused_gelu_matches_the_composition(void **state)
+{
+    fl_backend *backend = fl_default_backend();
+    int (*fused)(fl_tensor *, const fl_tensor *, const fl_tensor *, bool) = backend->gelu;
+    fl_tensor *wide = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(37, 203)), 4.0);
+    fl_tensor *special = T_F32(FL_SHAPE(2, 4), NAN, INFINITY, -INFINITY, 0, -12, 12, 1e-20f, -30);
+    fl_tensor *inputs[] = {wide, fl_transpose(wide, 0, 1), fl_cast(wide, FL_F64), special};
+    for (int i = 0; i < 4; i++) {
+        const fl_tensor *x = inputs[i];
+        /* a broadcast (strided) gradient for the transposed input, a dense one elsewhere */
+        fl_tensor *dy = i == 1 ? fl_expand(fl_randn(fl_dtype_of(x), FL_SHAPE(1, fl_dim(x, 1))), fl_ndim(x), fl_shape(x))
+                               : fl_randn(fl_dtype_of(x), fl_ndim(x), fl_shape(x));
+        for (int approximate = 0; approximate < 2; approximate++) {
+            fl_tensor *y_composed, *dx_composed, *y, *dx;
+            backend->gelu = NULL;
+            gelu_and_gradient(x, dy, approximate, &y_composed, &dx_composed);
+            backend->gelu = fused;
+            gelu_and_gradient(x, dy, approximate, &y, &dx);
+            assert_dtype(y, fl_dtype_of(x));
+            assert_close(y, y_composed, 1e-6, 1e-6);
+            assert_close(dx, dx_composed, 1e-6, 1e-6);
+        }
+    }
+    assert_no_error();
+}
+
 static void softmax_gradients(void **state)
 {
     int last = -1, first = 0, middle = 1;
@@ -494,6 +531,7 @@ int main(void)
         scoped_test(index_tensor_errors),
         scoped_test(activation_gradients),
         scoped_test(gelu_matches_pytorch),
+        scoped_test(fused_gelu_matches_the_composition),
         scoped_test(softmax_gradients),
         scoped_test(conv2d_gradients),
         scoped_test(conv1d_gradients),

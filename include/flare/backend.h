@@ -156,6 +156,9 @@ struct fl_backend {
     int (*batch_norm_backward)(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
                                const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
                                const fl_tensor *weight, bool training);
+    /* GELU of a (dy NULL), or its gradient dy * GELU'(a); the erf form, or the tanh
+     * approximation if approximate; f32 and f64, dy of a's shape and dtype. */
+    int (*gelu)(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate);
 };
 
 /* The number of operation entries in struct fl_backend (everything after eval). */

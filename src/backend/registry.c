@@ -106,7 +106,7 @@ static const char *const primitive_names[] = {
     "sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "sort",
     "matmul", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "pool2d", "pool2d_backward",
     /* optional fused kernels */
-    "softmax", "batch_norm", "batch_norm_backward",
+    "softmax", "batch_norm", "batch_norm_backward", "gelu",
 };
 
 int fl_backend_primitive_count(void) { return (int)(sizeof primitive_names / sizeof primitive_names[0]); }

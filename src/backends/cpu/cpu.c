@@ -532,6 +532,7 @@ static void cpu_init(void)
     cpu_register_linalg(&cpu_backend);
     cpu_register_softmax(&cpu_backend);
     cpu_register_batch_norm(&cpu_backend);
+    cpu_register_gelu(&cpu_backend);
 }
 
 fl_backend *fl_cpu_backend(void)

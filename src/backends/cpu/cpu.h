@@ -89,5 +89,6 @@ void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update
 void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c, pool.c */
 void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */
 void cpu_register_batch_norm(fl_backend *b);  /* batchnorm.c: the optional fused batch norm */
+void cpu_register_gelu(fl_backend *b);        /* gelu.c: the optional fused GELU */
 
 #endif

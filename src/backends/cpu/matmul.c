@@ -23,6 +23,22 @@
  * a threaded gemm cannot amortize its start on so little work. */
 #define SMALL_GEMM (64 * 64 * 64)
 
+/* Whether a batch of matrices runs one matrix per thread (each gemm on its calling
+ * thread) rather than one threaded gemm after another. Attention's products are
+ * dozens of small matrices a step: one parallel region over the batch instead of one
+ * inside every gemm saves a fork and a join per matrix, which on a loaded machine
+ * each cost a wait for the other thread's turn. A batch that divides evenly among the
+ * threads, or a large one (at most one matrix of imbalance in eight), loses nothing to
+ * the split. */
+static bool split_batch(int64_t batch, int64_t macs_per_matrix, int threads, fl_dtype dtype)
+{
+    if (batch < 2)
+        return false;
+    if (threads == 1 || dtype == FL_F64 || macs_per_matrix < SMALL_GEMM)
+        return true;
+    return batch % threads == 0 || batch >= 8 * (int64_t)threads;
+}
+
 /* One operand as BLAS sees it: each matrix at base + offset(batch item). */
 typedef struct gemm_operand {
     const char *base;
@@ -136,7 +152,7 @@ static int cpu_matmul(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
     char *c = cpu_data(out);
     int threads = cpu_threads();
     bool failed = false;
-    if (batch > 1 && (M * N * K < SMALL_GEMM || threads == 1 || out->dtype == FL_F64)) {
+    if (split_batch(batch, M * N * K, threads, out->dtype)) {
         /* Inside the parallel loop oneDNN's gemm runs on its calling thread. */
         int team = M * N * K * batch < SMALL_GEMM ? 1 : threads;
 #pragma omp parallel for num_threads(team) if (team > 1) schedule(static) reduction(|| : failed)
