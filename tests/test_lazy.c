@@ -1,11 +1,12 @@
 /* The lazy backend: deferred graphs give the cpu backend's values (broadcast and
  * strided operands, constants, fused trailing reductions), nodes held from outside
  * are written by the same pass, graphs stay bounded in a loop that never reads, and
- * the traffic counters see the fusion. Tensors are moved to "lazy" explicitly, so
+ * the traffic counters see the fusion, and reshapes keep a graph pending. Tensors are moved to "lazy" explicitly, so
  * this runs the same in both rows of the backend matrix. */
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/lazy/lazy.h"
 #include "support.h"
 
@@ -115,6 +116,44 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
     assert_values(fl_index(y, FL_INDEX(FL_AT(0))), 1e-6, 0, 20.085536923187668);
 }
 
+static void reshapes_keep_a_graph_pending(void **state)
+{
+    fl_tensor *x = on("lazy", T_F32(FL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    assert_int_equal(fl_eval(x), FL_OK);
+    /* A reshape of a pending graph is pending, and so is a graph built on it. */
+    fl_tensor *y = fl_mul_scalar(x, 2);
+    fl_tensor *r = fl_reshape(fl_reshape(y, FL_SHAPE(3, 2)), FL_SHAPE(6));
+    fl_tensor *z = fl_add(r, on("lazy", T_F32(FL_SHAPE(6), 0, 1, 0, 1, 0, 1)));
+    assert_true(pending(r));
+    assert_true(pending(z));
+    assert_ptr_equal(lazy_impl(r)->args[0], y); /* a reshape of a reshape refers to the operation */
+    /* Fused reductions read through it: rows of 2 are trailing axes of [3, 2]. */
+    assert_values(fl_sum(fl_reshape(z, FL_SHAPE(3, 2)), FL_AXES(-1), false), 0, 1e-6, 7, 15, 23);
+    /* One pass writes z, and y (held by this scope) once: r is a view of y. */
+    fl_lazy_traffic_reset();
+    assert_values(z, 0, 1e-6, 2, 5, 6, 9, 10, 13);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 2 * 6 * 4);
+    assert_false(pending(r));
+    assert_ptr_equal(cpu_data(lazy_impl(r)->value), cpu_data(lazy_impl(y)->value));
+    assert_values(r, 0, 0, 2, 4, 6, 8, 10, 12);
+    /* A reshape whose operand was read after it was made is a view without a pass. */
+    fl_tensor *w = fl_add_scalar(x, 1), *v = fl_reshape(w, FL_SHAPE(6));
+    assert_values(w, 0, 0, 2, 3, 4, 5, 6, 7);
+    fl_lazy_traffic_reset();
+    assert_values(v, 0, 0, 2, 3, 4, 5, 6, 7);
+    assert_int_equal(fl_lazy_traffic_get().passes, 0);
+    assert_ptr_equal(cpu_data(lazy_impl(v)->value), cpu_data(lazy_impl(w)->value));
+    /* Not held from outside, the reshaped operation is computed inside the pass. */
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *t = fl_keep(fl_reshape(fl_exp(fl_mul_scalar(x, 0)), FL_SHAPE(3, 2)));
+    fl_scope_end(scope);
+    fl_lazy_traffic_reset();
+    assert_values(t, 0, 0, 1, 1, 1, 1, 1, 1);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 6 * 4);
+    fl_release(t);
+}
+
 static void delegated_operations_and_errors(void **state)
 {
     /* Operations the backend does not fuse run on cpu with materialized operands. */
@@ -138,6 +177,7 @@ int main(void)
         scoped_test(held_nodes_are_written_by_the_same_pass),
         scoped_test(graphs_stay_bounded_in_a_loop_that_never_reads),
         scoped_test(traffic_counts_fused_and_unfused_bytes),
+        scoped_test(reshapes_keep_a_graph_pending),
         scoped_test(delegated_operations_and_errors),
     };
     return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);

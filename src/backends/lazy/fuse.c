@@ -35,7 +35,7 @@ fl_backend *fl_cpu_backend(void);
 
 typedef struct slot {
     const fl_tensor *node;
-    lazy_op op; /* LAZY_VALUE: a leaf in memory; LAZY_CONSTANT; or an operation */
+    lazy_op op; /* LAZY_VALUE: a leaf in memory; LAZY_CONSTANT; LAZY_RESHAPE; or an operation */
     int arg[2];
     int uses;
     float constant;
@@ -45,7 +45,8 @@ typedef struct slot {
     int ndim;
     int64_t shape[FL_MAX_DIMS], strides[FL_MAX_DIMS];
     int64_t distinct; /* elements a leaf really has (broadcast axes count once) */
-    /* an operation whose values are written out */
+    /* a node whose values are written out: an operation's own memory, or for a
+     * reshape a view of its operand's */
     fl_tensor *store;
 } slot;
 
@@ -237,6 +238,9 @@ static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n,
         if (s->op == LAZY_CONSTANT) {
             value[i] = &s->constant;
             step[i] = false;
+        } else if (s->op == LAZY_RESHAPE) {
+            value[i] = value[s->arg[0]];
+            step[i] = step[s->arg[0]];
         } else if (s->op == LAZY_VALUE) {
             bool single = s->ndim == 1 && s->strides[0] == 0;
             step[i] = !single;
@@ -284,6 +288,8 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
             fused_read += bytes[i];
         } else if (s->op == LAZY_CONSTANT) {
             bytes[i] = sizeof(float);
+        } else if (s->op == LAZY_RESHAPE) {
+            bytes[i] = bytes[s->arg[0]];
         } else {
             bytes[i] = (uint64_t)p->numel * sizeof(float);
             unfused_read += bytes[s->arg[0]] + (s->arg[1] >= 0 ? bytes[s->arg[1]] : 0);
@@ -309,12 +315,26 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
 
 static float *scratch_for(const program *p) { return aligned_alloc(64, (size_t)p->count * TILE * sizeof(float)); }
 
-static int store_slot(slot *s)
+/* Gives slot i memory to be written to. A reshape writes nothing itself: it is a view
+ * of its operand, which is written out too unless it is already a value (it was
+ * materialized after the reshape was made). */
+static int store_slot(program *p, int i)
 {
+    slot *s = &p->slots[i];
+    if (s->store)
+        return 0;
+    const fl_tensor *below = NULL;
+    if (s->op == LAZY_RESHAPE) {
+        slot *b = &p->slots[s->arg[0]];
+        int rc = b->op == LAZY_VALUE ? 0 : store_slot(p, s->arg[0]);
+        if (rc)
+            return rc;
+        below = b->op == LAZY_VALUE ? lazy_impl(b->node)->value : b->store;
+    }
     fl_tensor *value = fl_tensor_alloc(fl_cpu_backend(), FL_F32, s->node->ndim, s->node->shape);
     if (!value)
         return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
-    int rc = cpu_alloc(value);
+    int rc = below ? fl_cpu_backend()->reshape(value, below) : cpu_alloc(value);
     if (rc) {
         fl_release(value);
         return rc;
@@ -333,7 +353,7 @@ int lazy_run(fl_tensor *t)
         slot *s = &p->slots[i];
         bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
         if (s->op > LAZY_CONSTANT && (i == p->count - 1 || held))
-            rc = store_slot(s);
+            rc = store_slot(p, i);
     }
     int64_t n = p->numel, tiles = (n + TILE - 1) / TILE;
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;

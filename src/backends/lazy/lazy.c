@@ -63,23 +63,29 @@ static fl_tensor *cpu_twin(const fl_tensor *out)
 /* The primitive each node stands for, which memory telemetry attributes the
  * allocations of its materialization to. */
 static const char *const op_names[LAZY_OP_COUNT] = {
-    "value", "full", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
+    "value", "full", "reshape", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
     "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
 };
 
+/* A reshape whose operand was materialized after it was made is a CPU view; a
+ * constant is filled in; anything else runs as a fused pass. */
 static int materialize(fl_tensor *t)
 {
     lazy_tensor *l = t->impl;
-    if (l->op != LAZY_CONSTANT)
+    bool view = l->op == LAZY_RESHAPE && lazy_impl(l->args[0])->op == LAZY_VALUE;
+    if (l->op != LAZY_CONSTANT && !view)
         return lazy_run(t);
     fl_tensor *value = cpu_twin(t);
     if (!value)
         return FL_ERR_MEMORY;
-    int rc = fl_cpu_backend()->full(value, l->constant);
+    int rc = view ? fl_cpu_backend()->reshape(value, lazy_impl(l->args[0])->value)
+                  : fl_cpu_backend()->full(value, l->constant);
     if (rc) {
         fl_release(value);
         return rc;
     }
+    fl_release(l->args[0]);
+    l->args[0] = NULL;
     l->op = LAZY_VALUE;
     l->value = value;
     return 0;
@@ -200,9 +206,23 @@ DELEGATE_UNARY(reshape)
 DELEGATE_UNARY(expand)
 DELEGATE_UNARY(cast)
 
+/* A reshape keeps the row-major order, so a pending graph stays pending under the new
+ * shape: attention's head split and a loss's flattening do not cut a fused chain.
+ * A reshape of a reshape refers to the operation below both. */
 static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
 {
-    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_reshape(out, a);
+    const lazy_tensor *la = lazy_impl(a);
+    if (la->op == LAZY_CONSTANT)
+        return constant_like(out, a);
+    if (la->op == LAZY_VALUE)
+        return delegate_reshape(out, a);
+    const fl_tensor *below = la->op == LAZY_RESHAPE ? la->args[0] : a;
+    lazy_tensor *l = node_new(out, LAZY_RESHAPE);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)below);
+    l->nodes = lazy_impl(below)->nodes;
+    return 0;
 }
 
 static int lazy_expand(fl_tensor *out, const fl_tensor *a)
