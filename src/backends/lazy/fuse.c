@@ -480,10 +480,15 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     }
     if (a->numel == 0 || first == a->ndim)
         return -1;
-    int64_t rows = a->numel / inner, per_row = (inner + TILE - 1) / TILE, items = rows * per_row;
+    /* A row longer than a tile is cut into tiles, each folded into a partial result;
+     * shorter rows are taken a band at a time, as many as fill a tile, so that short
+     * rows (softmax over 128 keys) do not pay a tile's overhead each. */
+    int64_t rows = a->numel / inner, per_row = (inner + TILE - 1) / TILE;
+    int64_t band = per_row == 1 ? TILE / inner : 1;
+    int64_t items = per_row == 1 ? (rows + band - 1) / band : rows * per_row;
 
     program *p = malloc(sizeof *p);
-    double *partial = malloc((size_t)items * sizeof *partial);
+    double *partial = malloc((size_t)(rows * per_row) * sizeof *partial);
     fl_tensor *result = fl_tensor_alloc(fl_cpu_backend(), FL_F32, out->ndim, out->shape);
     int rc = p && partial && result ? cpu_alloc(result) : fl_backend_error(FL_ERR_MEMORY, "no memory for a reduction");
     if (!rc && !compile(p, a))
@@ -500,11 +505,18 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
                 failed = true;
 #pragma omp for schedule(static)
             for (int64_t item = 0; item < items; item++)
-                if (scratch) {
+                if (scratch && per_row > 1) {
                     int64_t row = item / per_row, col = item % per_row * TILE;
                     int64_t n = inner - col < TILE ? inner - col : TILE;
                     run_tile(p, scratch, row * inner + col, n, value, step);
                     partial[item] = fold_tile(op, value[p->count - 1], step[p->count - 1], n);
+                } else if (scratch) {
+                    int64_t row = item * band, count = rows - row < band ? rows - row : band;
+                    run_tile(p, scratch, row * inner, count * inner, value, step);
+                    const float *root = value[p->count - 1];
+                    bool dense = step[p->count - 1];
+                    for (int64_t r = 0; r < count; r++)
+                        partial[row + r] = fold_tile(op, dense ? root + r * inner : root, dense, inner);
                 }
             free(scratch);
         }
