@@ -86,6 +86,19 @@ static void graphs_stay_bounded_in_a_loop_that_never_reads(void **state)
     }
     assert_values(x, 0, 1e-6, 2, 2, 2); /* the fixed point of x / 2 + 1 */
     fl_release(x);
+    /* Reshapes count too: a graph that alternates them with operations stays within a
+     * program's slots. */
+    fl_tensor *m = fl_retain(on("lazy", T_F32(FL_SHAPE(2, 2), 1, 2, 3, 4)));
+    for (int i = 0; i < 1000; i++) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *next = fl_keep(fl_reshape(fl_add_scalar(fl_reshape(m, FL_SHAPE(4)), 1), FL_SHAPE(2, 2)));
+        fl_scope_end(scope);
+        fl_release(m);
+        m = next;
+        assert_true(lazy_impl(m)->nodes <= LAZY_MAX_NODES);
+    }
+    assert_values(m, 0, 0, 1001, 1002, 1003, 1004);
+    fl_release(m);
 }
 
 static void traffic_counts_fused_and_unfused_bytes(void **state)

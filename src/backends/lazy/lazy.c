@@ -174,7 +174,7 @@ static int lazy_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint6
 }
 
 /* ---- layout: a constant keeps being a constant; anything else is materialized
- * and viewed by the CPU backend ---- */
+ * and viewed by the CPU backend (except a reshape of a pending graph, below) ---- */
 
 static int constant_like(fl_tensor *out, const fl_tensor *a)
 {
@@ -206,24 +206,6 @@ DELEGATE_UNARY(reshape)
 DELEGATE_UNARY(expand)
 DELEGATE_UNARY(cast)
 
-/* A reshape keeps the row-major order, so a pending graph stays pending under the new
- * shape: attention's head split and a loss's flattening do not cut a fused chain.
- * A reshape of a reshape refers to the operation below both. */
-static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
-{
-    const lazy_tensor *la = lazy_impl(a);
-    if (la->op == LAZY_CONSTANT)
-        return constant_like(out, a);
-    if (la->op == LAZY_VALUE)
-        return delegate_reshape(out, a);
-    const fl_tensor *below = la->op == LAZY_RESHAPE ? la->args[0] : a;
-    lazy_tensor *l = node_new(out, LAZY_RESHAPE);
-    if (!l)
-        return FL_ERR_MEMORY;
-    l->args[0] = fl_retain((fl_tensor *)below);
-    l->nodes = lazy_impl(below)->nodes;
-    return 0;
-}
 
 static int lazy_expand(fl_tensor *out, const fl_tensor *a)
 {
@@ -340,6 +322,29 @@ static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor
     l->args[0] = fl_retain((fl_tensor *)a);
     l->args[1] = b ? fl_retain((fl_tensor *)b) : NULL;
     l->nodes = 1 + node_nodes(a) + (b ? node_nodes(b) : 0);
+    return 0;
+}
+
+/* A reshape keeps the row-major order, so a pending graph stays pending under the new
+ * shape: attention's head split and a loss's flattening do not cut a fused chain.
+ * A reshape of a reshape refers to the operation below both. It counts as a node, so
+ * that a bounded graph also fits a program's slots. */
+static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
+{
+    const lazy_tensor *la = lazy_impl(a);
+    if (la->op == LAZY_CONSTANT)
+        return constant_like(out, a);
+    const fl_tensor *below = la->op == LAZY_RESHAPE ? la->args[0] : a;
+    int rc = la->op == LAZY_VALUE ? 0 : bound(below, 0);
+    if (rc)
+        return rc;
+    if (lazy_impl(below)->op == LAZY_VALUE)
+        return delegate_reshape(out, below);
+    lazy_tensor *l = node_new(out, LAZY_RESHAPE);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)below);
+    l->nodes = 1 + lazy_impl(below)->nodes;
     return 0;
 }
 
