@@ -1,7 +1,8 @@
 /* The lazy backend: deferred graphs give the cpu backend's values (broadcast and
  * strided operands, constants, fused trailing reductions), nodes held from outside
  * are written by the same pass, graphs stay bounded in a loop that never reads, and
- * the traffic counters see the fusion, and reshapes keep a graph pending. Tensors are moved to "lazy" explicitly, so
+ * the traffic counters see the fusion, and reshapes and conversions to f32 keep a
+ * graph pending. Tensors are moved to "lazy" explicitly, so
  * this runs the same in both rows of the backend matrix. */
 #include <math.h>
 #include <string.h>
@@ -167,6 +168,44 @@ static void reshapes_keep_a_graph_pending(void **state)
     fl_release(t);
 }
 
+static void casts_to_f32_are_read_by_the_pass(void **state)
+{
+    /* Each dtype a pass converts, fused with arithmetic, as the cpu backend computes it;
+     * the integers are transposed (strided) and the bool row broadcast. */
+    fl_tensor *b = on("lazy", T_BOOL(FL_SHAPE(1, 3), 1, 0, 1));
+    fl_tensor *u = on("lazy", T_U8(FL_SHAPE(2, 3), 0, 1, 2, 200, 254, 255));
+    fl_tensor *i = on("lazy", T_I32(FL_SHAPE(3, 2), -1, 4, 2, -5, 3, 6));
+    fl_tensor *l = on("lazy", T_I64(FL_SHAPE(3, 2), 16777217, 0, -2, 7, 1, 1));
+    fl_tensor *d = on("lazy", T_F64(FL_SHAPE(2, 3), 0.1, 1e40, -2.5, 1, 2, 3));
+    const fl_tensor *sources[] = {b, u, i, l, d};
+    fl_tensor *converted[5];
+    for (int k = 0; k < 5; k++) {
+        const fl_tensor *t = fl_ndim(sources[k]) == 2 && fl_dim(sources[k], 0) == 3 ? fl_transpose(sources[k], 0, 1)
+                                                                                   : sources[k];
+        converted[k] = fl_mul_scalar(fl_cast(t, FL_F32), 2);
+        assert_true(pending(converted[k]));
+        if (fl_dim(t, 0) == 1)
+            converted[k] = fl_add(converted[k], on("lazy", fl_zeros(FL_F32, FL_SHAPE(2, 3))));
+        fl_tensor *expected = fl_mul_scalar(fl_cast(fl_to_backend(t, "cpu"), FL_F32), 2);
+        assert_close(converted[k], fl_broadcast_to(expected, FL_SHAPE(2, 3)), 0, 0);
+    }
+    /* A conversion read by a reduction is fused with it; one held is written once. */
+    fl_tensor *mask = fl_cast(on("lazy", T_BOOL(FL_SHAPE(2, 3), 1, 1, 0, 0, 1, 0)), FL_F32);
+    assert_values(fl_sum(mask, FL_ALL_AXES, false), 0, 0, 3);
+    assert_true(pending(mask));
+    fl_tensor *scaled = fl_mul_scalar(mask, 2);
+    fl_lazy_traffic_reset();
+    assert_values(scaled, 0, 0, 2, 2, 0, 0, 2, 0);
+    fl_lazy_traffic t = fl_lazy_traffic_get();
+    assert_int_equal(t.fused_read, 6);                 /* six bools */
+    assert_int_equal(t.fused_written, 2 * 6 * 4);      /* the held mask and the result */
+    assert_false(pending(mask));
+    assert_values(mask, 0, 0, 1, 1, 0, 0, 1, 0);
+    /* Halves and conversions to other dtypes run on cpu at once. */
+    assert_false(pending(fl_cast(on("lazy", fl_ones(FL_F16, FL_SHAPE(2))), FL_F32)));
+    assert_false(pending(fl_cast(i, FL_F64)));
+}
+
 static void delegated_operations_and_errors(void **state)
 {
     /* Operations the backend does not fuse run on cpu with materialized operands. */
@@ -191,6 +230,7 @@ int main(void)
         scoped_test(graphs_stay_bounded_in_a_loop_that_never_reads),
         scoped_test(traffic_counts_fused_and_unfused_bytes),
         scoped_test(reshapes_keep_a_graph_pending),
+        scoped_test(casts_to_f32_are_read_by_the_pass),
         scoped_test(delegated_operations_and_errors),
     };
     return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);

@@ -35,12 +35,15 @@ fl_backend *fl_cpu_backend(void);
 
 typedef struct slot {
     const fl_tensor *node;
-    lazy_op op; /* LAZY_VALUE: a leaf in memory; LAZY_CONSTANT; LAZY_RESHAPE; or an operation */
+    lazy_op op; /* LAZY_VALUE or LAZY_CAST: a leaf in memory; LAZY_CONSTANT; LAZY_RESHAPE;
+                   or an operation */
     int arg[2];
     int uses;
     float constant;
-    /* a leaf: its first element and its strides over the root's shape, axes merged */
-    const float *data;
+    /* a leaf: its dtype (f32 unless a cast's), first element and strides over the
+     * root's shape, axes merged */
+    fl_dtype dtype;
+    const void *data;
     bool dense;
     int ndim;
     int64_t shape[FL_MAX_DIMS], strides[FL_MAX_DIMS];
@@ -60,6 +63,7 @@ typedef struct program {
 
 static void plan_leaf(slot *s, const fl_tensor *value)
 {
+    s->dtype = value->dtype;
     s->data = cpu_data(value);
     s->dense = cpu_contiguous(value);
     s->ndim = 0;
@@ -97,7 +101,7 @@ static int add_node(program *p, const fl_tensor *node)
         }
     const lazy_tensor *l = lazy_impl(node);
     int arg[2] = {-1, -1};
-    if (l->op > LAZY_CONSTANT)
+    if (l->op > LAZY_CONSTANT && l->op != LAZY_CAST)
         for (int k = 0; k < 2 && l->args[k]; k++)
             if ((arg[k] = add_node(p, l->args[k])) < 0)
                 return -1;
@@ -113,6 +117,8 @@ static int add_node(program *p, const fl_tensor *node)
     s->constant = l->constant;
     if (l->op == LAZY_VALUE)
         plan_leaf(s, l->value);
+    else if (l->op == LAZY_CAST)
+        plan_leaf(s, lazy_impl(l->args[0])->value);
     return p->count++;
 }
 
@@ -197,8 +203,35 @@ static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const 
     }
 }
 
-/* Copies a strided leaf's elements [begin, begin + n) (in the root's row-major
- * order) into dst, a run of the innermost axis at a time. */
+/* dst[i] = the leaf's element at offset + i * step, as f32, for i < n; f32 the way
+ * C converts, as the CPU backend's cast does. */
+static void load(const slot *s, float *restrict dst, int64_t offset, int64_t step, int64_t n)
+{
+#define LOAD_AS(T)                                          \
+    do {                                                    \
+        const T *src = (const T *)s->data + offset;         \
+        for (int64_t i = 0; i < n; i++)                     \
+            dst[i] = (float)src[i * step];                  \
+    } while (0)
+    switch (s->dtype) {
+    case FL_F32:
+        if (step == 1)
+            memcpy(dst, (const float *)s->data + offset, (size_t)n * sizeof *dst);
+        else
+            LOAD_AS(float);
+        break;
+    case FL_BOOL:
+    case FL_U8: LOAD_AS(uint8_t); break;
+    case FL_I32: LOAD_AS(int32_t); break;
+    case FL_I64: LOAD_AS(int64_t); break;
+    case FL_F64: LOAD_AS(double); break;
+    default: break; /* lazy_cast defers no other dtype */
+    }
+#undef LOAD_AS
+}
+
+/* Copies a leaf's elements [begin, begin + n) (in the root's row-major order) into
+ * dst as f32, a run of the innermost axis at a time. */
 static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
 {
     int last = s->ndim - 1;
@@ -211,12 +244,7 @@ static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
     int64_t step = s->strides[last];
     for (int64_t done = 0; done < n;) {
         int64_t run = s->shape[last] - index[last] < n - done ? s->shape[last] - index[last] : n - done;
-        const float *src = s->data + offset;
-        if (step == 1)
-            memcpy(dst + done, src, (size_t)run * sizeof *dst);
-        else
-            for (int64_t i = 0; i < run; i++)
-                dst[done + i] = src[i * step];
+        load(s, dst + done, offset, step, run);
         done += run;
         offset += run * step;
         index[last] += run;
@@ -241,17 +269,30 @@ static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n,
         } else if (s->op == LAZY_RESHAPE) {
             value[i] = value[s->arg[0]];
             step[i] = step[s->arg[0]];
-        } else if (s->op == LAZY_VALUE) {
+        } else if (s->op == LAZY_VALUE && s->dtype == FL_F32) {
             bool single = s->ndim == 1 && s->strides[0] == 0;
             step[i] = !single;
             if (single)
                 value[i] = s->data;
             else if (s->dense)
-                value[i] = s->data + begin;
+                value[i] = (const float *)s->data + begin;
             else {
                 gather(s, own, begin, n);
                 value[i] = own;
             }
+        } else if (s->op == LAZY_CAST) {
+            /* Converted into the tile, or straight into its own memory if written out. */
+            bool single = s->ndim == 1 && s->strides[0] == 0;
+            float *y = s->store ? (float *)cpu_data(s->store) + begin : own;
+            if (single) {
+                load(s, y, 0, 0, s->store ? n : 1);
+            } else if (s->dense) {
+                load(s, y, begin, 1, n);
+            } else {
+                gather(s, y, begin, n);
+            }
+            step[i] = !single;
+            value[i] = y;
         } else {
             int a = s->arg[0], b = s->arg[1] >= 0 ? s->arg[1] : a;
             step[i] = step[a] || step[b];
@@ -286,6 +327,14 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
         if (s->op == LAZY_VALUE) {
             bytes[i] = (uint64_t)s->distinct * sizeof(float);
             fused_read += bytes[i];
+        } else if (s->op == LAZY_CAST) { /* read as a leaf; unfused, an operation of its own */
+            uint64_t source = (uint64_t)s->distinct * cpu_element_size(s->dtype);
+            bytes[i] = (uint64_t)p->numel * sizeof(float);
+            fused_read += source;
+            fused_written += s->store ? bytes[i] : 0;
+            unfused_read += source;
+            unfused_written += bytes[i];
+            operations++;
         } else if (s->op == LAZY_CONSTANT) {
             bytes[i] = sizeof(float);
         } else if (s->op == LAZY_RESHAPE) {

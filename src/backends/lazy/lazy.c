@@ -63,7 +63,7 @@ static fl_tensor *cpu_twin(const fl_tensor *out)
 /* The primitive each node stands for, which memory telemetry attributes the
  * allocations of its materialization to. */
 static const char *const op_names[LAZY_OP_COUNT] = {
-    "value", "full", "reshape", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
+    "value", "full", "reshape", "cast", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
     "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
 };
 
@@ -212,11 +212,24 @@ static int lazy_expand(fl_tensor *out, const fl_tensor *a)
     return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(out, a);
 }
 
+/* A conversion to f32 of a bool, integer or f64 value is deferred: a fused pass
+ * reads the value and converts it on the way (a dropout mask is not written as f32
+ * before it is scaled). Halves stay with cpu, which converts them its own way. */
 static int lazy_cast(fl_tensor *out, const fl_tensor *a)
 {
-    if (lazy_impl(a)->op == LAZY_CONSTANT && out->dtype == FL_F32)
+    lazy_op op = lazy_impl(a)->op;
+    if (op == LAZY_CONSTANT && out->dtype == FL_F32)
         return constant_like(out, a);
-    return delegate_cast(out, a);
+    bool convertible = a->dtype == FL_BOOL || a->dtype == FL_U8 || a->dtype == FL_I32 || a->dtype == FL_I64 ||
+                       a->dtype == FL_F64;
+    if (out->dtype != FL_F32 || op != LAZY_VALUE || !convertible)
+        return delegate_cast(out, a);
+    lazy_tensor *l = node_new(out, LAZY_CAST);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)a);
+    l->nodes = 1;
+    return 0;
 }
 
 static int lazy_permute(fl_tensor *out, const fl_tensor *a, const int *axes)

@@ -24,6 +24,9 @@ typedef enum lazy_op {
     /* a pending operation's values under another shape: row-major order is kept, so in
      * a fused pass it is its operand's values, and written out it is a view of them */
     LAZY_RESHAPE,
+    /* an f32 conversion of a value of another dtype (bool, u8, i32, i64, f64): a fused
+     * pass reads the value and converts it as it goes, like a leaf */
+    LAZY_CAST,
     /* unary, f32 */
     LAZY_NEG, LAZY_ABS, LAZY_SIGN, LAZY_EXP, LAZY_LOG, LAZY_LOG1P, LAZY_SQRT, LAZY_RSQRT, LAZY_SIN, LAZY_COS,
     LAZY_TANH, LAZY_SIGMOID, LAZY_ERF, LAZY_FLOOR, LAZY_CEIL, LAZY_ROUND,
@@ -33,8 +36,6 @@ typedef enum lazy_op {
 } lazy_op;
 
 #define LAZY_FIRST_BINARY LAZY_ADD
-/* Operations computed element by element (every op after LAZY_RESHAPE). */
-#define LAZY_FIRST_ARITHMETIC LAZY_NEG
 
 typedef struct lazy_tensor {
     lazy_op op;
