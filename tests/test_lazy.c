@@ -214,6 +214,20 @@ static void delegated_operations_and_errors(void **state)
     assert_values(fl_matmul(b, b), 0, 1e-6, 2 * 2 + 3 * 4, 2 * 3 + 3 * 5, 4 * 2 + 5 * 4, 4 * 3 + 5 * 5);
     assert_values(fl_argmax(fl_neg(a), 1, false), 0, 0, 0, 0);
     assert_values(fl_cast(fl_add_scalar(a, 0.5), FL_I32), 0, 0, 1, 2, 3, 4);
+    /* A constant operand of a delegated primitive is one element viewed in its shape,
+     * never written out in full; fl_eval writes a constant out. */
+    const char *previous = fl_default_backend()->name;
+    fl_set_default_backend("lazy");
+    fl_tensor *zeros = fl_zeros_like(a), *filled = fl_zeros_like(a), *dense = fl_zeros_like(a);
+    fl_set_default_backend(previous);
+    assert_values(fl_scatter_add(zeros, 0, on("lazy", T_I64(FL_SHAPE(1, 2), 1, 0)), a), 0, 0, 0, 2, 1, 0);
+    assert_false(pending(zeros));
+    assert_int_equal(cpu_impl(lazy_impl(zeros)->value)->strides[0], 0);
+    assert_int_equal(cpu_impl(lazy_impl(zeros)->value)->strides[1], 0);
+    assert_values(fl_eq(fl_sub_scalar(a, 2), filled), 0, 0, 0, 1, 0, 0);
+    assert_int_equal(cpu_impl(lazy_impl(filled)->value)->strides[0], 0);
+    assert_int_equal(fl_eval(dense), FL_OK);
+    assert_true(cpu_contiguous(lazy_impl(dense)->value));
     /* Integer work is not deferred. */
     fl_tensor *i = fl_add_scalar(on("lazy", T_I32(FL_SHAPE(2), 1, 2)), 1);
     assert_false(pending(i));

@@ -67,22 +67,54 @@ static const char *const op_names[LAZY_OP_COUNT] = {
     "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
 };
 
+/* A constant as a CPU tensor of one element viewed with zero strides in t's shape,
+ * for a delegated primitive, which reads strided operands: the zeros that a gradient
+ * is scattered into, or the scalar of a comparison, are never written out in full. */
+static int broadcast_constant(const fl_tensor *t, float constant, fl_tensor **out)
+{
+    int64_t ones[FL_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        ones[i] = 1;
+    fl_tensor *one = fl_tensor_alloc(fl_cpu_backend(), FL_F32, t->ndim, ones), *value = cpu_twin(t);
+    int rc = one && value ? fl_cpu_backend()->full(one, constant)
+                          : fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    if (!rc)
+        rc = fl_cpu_backend()->expand(value, one);
+    fl_release(one);
+    if (rc)
+        fl_release(value);
+    *out = rc ? NULL : value;
+    return rc;
+}
+
 /* A reshape whose operand was materialized after it was made is a CPU view; a
- * constant is filled in; anything else runs as a fused pass. */
-static int materialize(fl_tensor *t)
+ * constant is filled in, or, for a delegated primitive (operand true), viewed; anything
+ * else runs as a fused pass. */
+static int materialize(fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     bool view = l->op == LAZY_RESHAPE && lazy_impl(l->args[0])->op == LAZY_VALUE;
     if (l->op != LAZY_CONSTANT && !view)
         return lazy_run(t);
-    fl_tensor *value = cpu_twin(t);
-    if (!value)
-        return FL_ERR_MEMORY;
-    int rc = view ? fl_cpu_backend()->reshape(value, lazy_impl(l->args[0])->value)
-                  : fl_cpu_backend()->full(value, l->constant);
-    if (rc) {
-        fl_release(value);
-        return rc;
+    fl_tensor *value;
+    if (view) {
+        value = cpu_twin(t);
+        int rc = value ? fl_cpu_backend()->reshape(value, lazy_impl(l->args[0])->value) : FL_ERR_MEMORY;
+        if (rc) {
+            fl_release(value);
+            return rc;
+        }
+    } else if (operand) {
+        int rc = broadcast_constant(t, l->constant, &value);
+        if (rc)
+            return rc;
+    } else {
+        value = cpu_twin(t);
+        int rc = value ? fl_cpu_backend()->full(value, l->constant) : FL_ERR_MEMORY;
+        if (rc) {
+            fl_release(value);
+            return rc;
+        }
     }
     fl_release(l->args[0]);
     l->args[0] = NULL;
@@ -91,23 +123,26 @@ static int materialize(fl_tensor *t)
     return 0;
 }
 
-static int lazy_eval(fl_tensor *t)
+static int evaluate(fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     if (l->op == LAZY_VALUE)
         return 0;
     const char *operation = fl_memory_operation();
     fl_memory_set_operation(op_names[l->op]);
-    int rc = materialize(t);
+    int rc = materialize(t, operand);
     fl_memory_set_operation(operation);
     return rc;
 }
 
-/* The CPU tensor holding t's values, materializing t if needed; NULL on failure
- * (with the error recorded). The node changes, not its values, hence the cast. */
+static int lazy_eval(fl_tensor *t) { return evaluate(t, false); }
+
+/* The CPU tensor holding t's values for a CPU primitive to read, materializing t if
+ * needed; NULL on failure (with the error recorded). The node changes, not its
+ * values, hence the cast. */
 static fl_tensor *value_of(const fl_tensor *t)
 {
-    if (lazy_eval((fl_tensor *)t))
+    if (evaluate((fl_tensor *)t, true))
         return NULL;
     return lazy_impl(t)->value;
 }
