@@ -428,8 +428,9 @@ int lazy_run(fl_tensor *t)
     }
     if (!rc)
         count_traffic(p, 0);
-    /* Stored nodes become values and let go of their graphs. A stored node is held
-     * from outside, so releasing the graph's references never frees it here. */
+    /* Stored nodes become values and let go of their graphs. Slots come operands
+     * first, so letting go can free only slots already passed (a reshape's operand
+     * that nothing else holds), never one still to come. */
     for (int i = 0; i < p->count; i++) {
         slot *s = &p->slots[i];
         if (!s->store)
