@@ -4,7 +4,15 @@ the same thread count, for several rounds alternating which program goes first, 
 writes the median of the rounds as rows of build/bench-ops.json's form with a column
 per backend, plus the lazy backend's memory traffic fused and unfused.
 
-    python bench/run_lazy.py --flare build/bench_lazy [--threads 2] [--rounds 3] [--out FILE]
+Then the training steps of the BERT-like and ViT models (apps/benchmark, the same
+model code on both Flare backends, and bench/torch/harness.py): each round runs the
+three sides in a fresh process each, in an order that rotates from round to round;
+a side reports the median of its timed iterations, and a row keeps the median of
+the rounds.
+
+    python bench/run_lazy.py --flare build/bench_lazy [--benchmark build/benchmark] [--threads 2]
+                             [--rounds 3] [--models "bert vit"] [--model-rounds 2] [--model-iters 3]
+                             [--no-torch-models] [--out FILE]
 """
 
 import argparse
@@ -24,14 +32,58 @@ def run(command, env):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def model_rows(args, env):
+    """Seconds per training step of each model on Flare's cpu and lazy backends (and
+    PyTorch), one row per model."""
+    common = ["--size", "cpu", "--iters", str(args.model_iters), "--warmup", str(args.model_warmup),
+              "--threads", str(args.threads)]
+    # The GFLOP/s fraction is not reported here, so the sgemm peak is not measured.
+    flare = [args.benchmark, "--json", "--peak-gflops", "1"] + common
+    sides = [("cpu", flare), ("lazy", flare)]
+    if not args.no_torch_models:
+        sides.append(("torch", [sys.executable, str(HERE / "torch" / "harness.py")] + common))
+    rows = []
+    for name in args.models.split():
+        seconds = {side: [] for side, _ in sides}
+        for round_ in range(args.model_rounds):
+            shift = round_ % len(sides)
+            for side, command in sides[shift:] + sides[:shift]:
+                side_env = dict(env, FLARE_BACKEND=side) if side != "torch" else env
+                result = run(command + ["--model", name], side_env)[-1]
+                seconds[side].append(result["seconds"])
+        row = {"name": f"{name} training step", "model": name, "iters": args.model_iters,
+               "rounds": args.model_rounds}
+        for side, values in seconds.items():
+            row[f"{side}_s"] = statistics.median(values)
+            row[f"{side}_rounds_s"] = values
+        row["cpu_over_lazy"] = row["cpu_s"] / row["lazy_s"]
+        if "torch_s" in row:
+            row["torch_over_lazy"] = row["torch_s"] / row["lazy_s"]
+        rows.append(row)
+        print(f"{row['name']:<26}{row['cpu_s'] * 1e3:>8.0f}ms{row['lazy_s'] * 1e3:>8.0f}ms"
+              + (f"{row['torch_s'] * 1e3:>8.0f}ms{row['torch_over_lazy']:>11.2f}x" if "torch_s" in row else
+                 f"{'n/a':>10}{'n/a':>12}")
+              + f"{row['cpu_over_lazy']:>9.2f}x", flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--flare", required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--benchmark", help="apps/benchmark's executable (default: next to --flare)")
+    parser.add_argument("--models", default="bert vit", help="space-separated model names, or empty for none")
+    parser.add_argument("--model-rounds", type=int, default=2)
+    parser.add_argument("--model-iters", type=int, default=3)
+    parser.add_argument("--model-warmup", type=int, default=1)
+    parser.add_argument("--no-torch-models", action="store_true", help="time the models on Flare only")
     parser.add_argument("--out")
     args = parser.parse_args()
+    if args.model_rounds < 1 or args.model_iters < 1 or args.model_warmup < 0:
+        parser.error("--model-rounds and --model-iters must be positive, --model-warmup not negative")
+    args.benchmark = args.benchmark or str(Path(args.flare).parent / "benchmark")
     env = benchmark_environment(args.threads)
     flare = [args.flare, "--repeats", str(args.repeats)]
     torch = [sys.executable, str(HERE / "lazy_torch.py"), "--threads", str(args.threads), "--repeats",
@@ -82,8 +134,14 @@ def main():
         if "torch-native_s" in r:
             print(f"{'  (torch F.layer_norm)':<26}{'':>10}{'':>10}{ms('torch-native_s'):>10}"
                   f"{ratio('torch_native_over_lazy'):>12}")
+    rows += model_rows(args, env)
     report = {"machine": machine_name(), "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
-              "columns": ["cpu", "lazy", "torch"], "rows": rows}
+              "columns": ["cpu", "lazy", "torch"],
+              "models": {"size": "cpu", "warmup": args.model_warmup, "iters": args.model_iters,
+                         "rounds": args.model_rounds,
+                         "statistic": "median over rounds of each process's median seconds per training step "
+                                      "(forward, backward, SGD with momentum); the three sides rotate their order"},
+              "rows": rows}
     if args.out:
         write_report(report, args.out)
 

@@ -1,11 +1,13 @@
 /* The lazy backend: deferred graphs give the cpu backend's values (broadcast and
  * strided operands, constants, fused trailing reductions), nodes held from outside
  * are written by the same pass, graphs stay bounded in a loop that never reads, and
- * the traffic counters see the fusion. Tensors are moved to "lazy" explicitly, so
+ * the traffic counters see the fusion, and reshapes and conversions to f32 keep a
+ * graph pending. Tensors are moved to "lazy" explicitly, so
  * this runs the same in both rows of the backend matrix. */
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/lazy/lazy.h"
 #include "support.h"
 
@@ -85,6 +87,19 @@ static void graphs_stay_bounded_in_a_loop_that_never_reads(void **state)
     }
     assert_values(x, 0, 1e-6, 2, 2, 2); /* the fixed point of x / 2 + 1 */
     fl_release(x);
+    /* Reshapes count too: a graph that alternates them with operations stays within a
+     * program's slots. */
+    fl_tensor *m = fl_retain(on("lazy", T_F32(FL_SHAPE(2, 2), 1, 2, 3, 4)));
+    for (int i = 0; i < 1000; i++) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *next = fl_keep(fl_reshape(fl_add_scalar(fl_reshape(m, FL_SHAPE(4)), 1), FL_SHAPE(2, 2)));
+        fl_scope_end(scope);
+        fl_release(m);
+        m = next;
+        assert_true(lazy_impl(m)->nodes <= LAZY_MAX_NODES);
+    }
+    assert_values(m, 0, 0, 1001, 1002, 1003, 1004);
+    fl_release(m);
 }
 
 static void traffic_counts_fused_and_unfused_bytes(void **state)
@@ -115,6 +130,82 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
     assert_values(fl_index(y, FL_INDEX(FL_AT(0))), 1e-6, 0, 20.085536923187668);
 }
 
+static void reshapes_keep_a_graph_pending(void **state)
+{
+    fl_tensor *x = on("lazy", T_F32(FL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    assert_int_equal(fl_eval(x), FL_OK);
+    /* A reshape of a pending graph is pending, and so is a graph built on it. */
+    fl_tensor *y = fl_mul_scalar(x, 2);
+    fl_tensor *r = fl_reshape(fl_reshape(y, FL_SHAPE(3, 2)), FL_SHAPE(6));
+    fl_tensor *z = fl_add(r, on("lazy", T_F32(FL_SHAPE(6), 0, 1, 0, 1, 0, 1)));
+    assert_true(pending(r));
+    assert_true(pending(z));
+    assert_ptr_equal(lazy_impl(r)->args[0], y); /* a reshape of a reshape refers to the operation */
+    /* Fused reductions read through it: rows of 2 are trailing axes of [3, 2]. */
+    assert_values(fl_sum(fl_reshape(z, FL_SHAPE(3, 2)), FL_AXES(-1), false), 0, 1e-6, 7, 15, 23);
+    /* One pass writes z, and y (held by this scope) once: r is a view of y. */
+    fl_lazy_traffic_reset();
+    assert_values(z, 0, 1e-6, 2, 5, 6, 9, 10, 13);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 2 * 6 * 4);
+    assert_false(pending(r));
+    assert_ptr_equal(cpu_data(lazy_impl(r)->value), cpu_data(lazy_impl(y)->value));
+    assert_values(r, 0, 0, 2, 4, 6, 8, 10, 12);
+    /* A reshape whose operand was read after it was made is a view without a pass. */
+    fl_tensor *w = fl_add_scalar(x, 1), *v = fl_reshape(w, FL_SHAPE(6));
+    assert_values(w, 0, 0, 2, 3, 4, 5, 6, 7);
+    fl_lazy_traffic_reset();
+    assert_values(v, 0, 0, 2, 3, 4, 5, 6, 7);
+    assert_int_equal(fl_lazy_traffic_get().passes, 0);
+    assert_ptr_equal(cpu_data(lazy_impl(v)->value), cpu_data(lazy_impl(w)->value));
+    /* Not held from outside, the reshaped operation is computed inside the pass. */
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *t = fl_keep(fl_reshape(fl_exp(fl_mul_scalar(x, 0)), FL_SHAPE(3, 2)));
+    fl_scope_end(scope);
+    fl_lazy_traffic_reset();
+    assert_values(t, 0, 0, 1, 1, 1, 1, 1, 1);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 6 * 4);
+    fl_release(t);
+}
+
+static void casts_to_f32_are_read_by_the_pass(void **state)
+{
+    /* Each dtype a pass converts, fused with arithmetic, as the cpu backend computes it;
+     * the integers are transposed (strided) and the bool row broadcast. */
+    fl_tensor *b = on("lazy", T_BOOL(FL_SHAPE(1, 3), 1, 0, 1));
+    fl_tensor *u = on("lazy", T_U8(FL_SHAPE(2, 3), 0, 1, 2, 200, 254, 255));
+    fl_tensor *i = on("lazy", T_I32(FL_SHAPE(3, 2), -1, 4, 2, -5, 3, 6));
+    fl_tensor *l = on("lazy", T_I64(FL_SHAPE(3, 2), 16777217, 0, -2, 7, 1, 1));
+    fl_tensor *d = on("lazy", T_F64(FL_SHAPE(2, 3), 0.1, 1e40, -2.5, 1, 2, 3));
+    const fl_tensor *sources[] = {b, u, i, l, d};
+    fl_tensor *converted[5];
+    for (int k = 0; k < 5; k++) {
+        const fl_tensor *t = fl_ndim(sources[k]) == 2 && fl_dim(sources[k], 0) == 3 ? fl_transpose(sources[k], 0, 1)
+                                                                                   : sources[k];
+        converted[k] = fl_mul_scalar(fl_cast(t, FL_F32), 2);
+        assert_true(pending(converted[k]));
+        if (fl_dim(t, 0) == 1)
+            converted[k] = fl_add(converted[k], on("lazy", fl_zeros(FL_F32, FL_SHAPE(2, 3))));
+        fl_tensor *expected = fl_mul_scalar(fl_cast(fl_to_backend(t, "cpu"), FL_F32), 2);
+        assert_close(converted[k], fl_broadcast_to(expected, FL_SHAPE(2, 3)), 0, 0);
+    }
+    /* A conversion read by a reduction is fused with it; one held is written once. */
+    fl_tensor *mask = fl_cast(on("lazy", T_BOOL(FL_SHAPE(2, 3), 1, 1, 0, 0, 1, 0)), FL_F32);
+    assert_values(fl_sum(mask, FL_ALL_AXES, false), 0, 0, 3);
+    assert_true(pending(mask));
+    fl_tensor *scaled = fl_mul_scalar(mask, 2);
+    fl_lazy_traffic_reset();
+    assert_values(scaled, 0, 0, 2, 2, 0, 0, 2, 0);
+    fl_lazy_traffic t = fl_lazy_traffic_get();
+    assert_int_equal(t.fused_read, 6);                 /* six bools */
+    assert_int_equal(t.fused_written, 2 * 6 * 4);      /* the held mask and the result */
+    assert_false(pending(mask));
+    assert_values(mask, 0, 0, 1, 1, 0, 0, 1, 0);
+    /* Halves and conversions to other dtypes run on cpu at once. */
+    assert_false(pending(fl_cast(on("lazy", fl_ones(FL_F16, FL_SHAPE(2))), FL_F32)));
+    assert_false(pending(fl_cast(i, FL_F64)));
+}
+
 static void delegated_operations_and_errors(void **state)
 {
     /* Operations the backend does not fuse run on cpu with materialized operands. */
@@ -123,6 +214,20 @@ static void delegated_operations_and_errors(void **state)
     assert_values(fl_matmul(b, b), 0, 1e-6, 2 * 2 + 3 * 4, 2 * 3 + 3 * 5, 4 * 2 + 5 * 4, 4 * 3 + 5 * 5);
     assert_values(fl_argmax(fl_neg(a), 1, false), 0, 0, 0, 0);
     assert_values(fl_cast(fl_add_scalar(a, 0.5), FL_I32), 0, 0, 1, 2, 3, 4);
+    /* A constant operand of a delegated primitive is one element viewed in its shape,
+     * never written out in full; fl_eval writes a constant out. */
+    const char *previous = fl_default_backend()->name;
+    fl_set_default_backend("lazy");
+    fl_tensor *zeros = fl_zeros_like(a), *filled = fl_zeros_like(a), *dense = fl_zeros_like(a);
+    fl_set_default_backend(previous);
+    assert_values(fl_scatter_add(zeros, 0, on("lazy", T_I64(FL_SHAPE(1, 2), 1, 0)), a), 0, 0, 0, 2, 1, 0);
+    assert_false(pending(zeros));
+    assert_int_equal(cpu_impl(lazy_impl(zeros)->value)->strides[0], 0);
+    assert_int_equal(cpu_impl(lazy_impl(zeros)->value)->strides[1], 0);
+    assert_values(fl_eq(fl_sub_scalar(a, 2), filled), 0, 0, 0, 1, 0, 0);
+    assert_int_equal(cpu_impl(lazy_impl(filled)->value)->strides[0], 0);
+    assert_int_equal(fl_eval(dense), FL_OK);
+    assert_true(cpu_contiguous(lazy_impl(dense)->value));
     /* Integer work is not deferred. */
     fl_tensor *i = fl_add_scalar(on("lazy", T_I32(FL_SHAPE(2), 1, 2)), 1);
     assert_false(pending(i));
@@ -138,6 +243,8 @@ int main(void)
         scoped_test(held_nodes_are_written_by_the_same_pass),
         scoped_test(graphs_stay_bounded_in_a_loop_that_never_reads),
         scoped_test(traffic_counts_fused_and_unfused_bytes),
+        scoped_test(reshapes_keep_a_graph_pending),
+        scoped_test(casts_to_f32_are_read_by_the_pass),
         scoped_test(delegated_operations_and_errors),
     };
     return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);

@@ -35,17 +35,21 @@ fl_backend *fl_cpu_backend(void);
 
 typedef struct slot {
     const fl_tensor *node;
-    lazy_op op; /* LAZY_VALUE: a leaf in memory; LAZY_CONSTANT; or an operation */
+    lazy_op op; /* LAZY_VALUE or LAZY_CAST: a leaf in memory; LAZY_CONSTANT; LAZY_RESHAPE;
+                   or an operation */
     int arg[2];
     int uses;
     float constant;
-    /* a leaf: its first element and its strides over the root's shape, axes merged */
-    const float *data;
+    /* a leaf: its dtype (f32 unless a cast's), first element and strides over the
+     * root's shape, axes merged */
+    fl_dtype dtype;
+    const void *data;
     bool dense;
     int ndim;
     int64_t shape[FL_MAX_DIMS], strides[FL_MAX_DIMS];
     int64_t distinct; /* elements a leaf really has (broadcast axes count once) */
-    /* an operation whose values are written out */
+    /* a node whose values are written out: an operation's own memory, or for a
+     * reshape a view of its operand's */
     fl_tensor *store;
 } slot;
 
@@ -59,6 +63,7 @@ typedef struct program {
 
 static void plan_leaf(slot *s, const fl_tensor *value)
 {
+    s->dtype = value->dtype;
     s->data = cpu_data(value);
     s->dense = cpu_contiguous(value);
     s->ndim = 0;
@@ -96,7 +101,7 @@ static int add_node(program *p, const fl_tensor *node)
         }
     const lazy_tensor *l = lazy_impl(node);
     int arg[2] = {-1, -1};
-    if (l->op > LAZY_CONSTANT)
+    if (l->op > LAZY_CONSTANT && l->op != LAZY_CAST)
         for (int k = 0; k < 2 && l->args[k]; k++)
             if ((arg[k] = add_node(p, l->args[k])) < 0)
                 return -1;
@@ -112,6 +117,8 @@ static int add_node(program *p, const fl_tensor *node)
     s->constant = l->constant;
     if (l->op == LAZY_VALUE)
         plan_leaf(s, l->value);
+    else if (l->op == LAZY_CAST)
+        plan_leaf(s, lazy_impl(l->args[0])->value);
     return p->count++;
 }
 
@@ -196,8 +203,35 @@ static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const 
     }
 }
 
-/* Copies a strided leaf's elements [begin, begin + n) (in the root's row-major
- * order) into dst, a run of the innermost axis at a time. */
+/* dst[i] = the leaf's element at offset + i * step, as f32, for i < n; f32 the way
+ * C converts, as the CPU backend's cast does. */
+static void load(const slot *s, float *restrict dst, int64_t offset, int64_t step, int64_t n)
+{
+#define LOAD_AS(T)                                          \
+    do {                                                    \
+        const T *src = (const T *)s->data + offset;         \
+        for (int64_t i = 0; i < n; i++)                     \
+            dst[i] = (float)src[i * step];                  \
+    } while (0)
+    switch (s->dtype) {
+    case FL_F32:
+        if (step == 1)
+            memcpy(dst, (const float *)s->data + offset, (size_t)n * sizeof *dst);
+        else
+            LOAD_AS(float);
+        break;
+    case FL_BOOL:
+    case FL_U8: LOAD_AS(uint8_t); break;
+    case FL_I32: LOAD_AS(int32_t); break;
+    case FL_I64: LOAD_AS(int64_t); break;
+    case FL_F64: LOAD_AS(double); break;
+    default: break; /* lazy_cast defers no other dtype */
+    }
+#undef LOAD_AS
+}
+
+/* Copies a leaf's elements [begin, begin + n) (in the root's row-major order) into
+ * dst as f32, a run of the innermost axis at a time. */
 static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
 {
     int last = s->ndim - 1;
@@ -210,12 +244,7 @@ static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
     int64_t step = s->strides[last];
     for (int64_t done = 0; done < n;) {
         int64_t run = s->shape[last] - index[last] < n - done ? s->shape[last] - index[last] : n - done;
-        const float *src = s->data + offset;
-        if (step == 1)
-            memcpy(dst + done, src, (size_t)run * sizeof *dst);
-        else
-            for (int64_t i = 0; i < run; i++)
-                dst[done + i] = src[i * step];
+        load(s, dst + done, offset, step, run);
         done += run;
         offset += run * step;
         index[last] += run;
@@ -237,17 +266,33 @@ static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n,
         if (s->op == LAZY_CONSTANT) {
             value[i] = &s->constant;
             step[i] = false;
-        } else if (s->op == LAZY_VALUE) {
+        } else if (s->op == LAZY_RESHAPE) {
+            value[i] = value[s->arg[0]];
+            step[i] = step[s->arg[0]];
+        } else if (s->op == LAZY_VALUE && s->dtype == FL_F32) {
             bool single = s->ndim == 1 && s->strides[0] == 0;
             step[i] = !single;
             if (single)
                 value[i] = s->data;
             else if (s->dense)
-                value[i] = s->data + begin;
+                value[i] = (const float *)s->data + begin;
             else {
                 gather(s, own, begin, n);
                 value[i] = own;
             }
+        } else if (s->op == LAZY_CAST) {
+            /* Converted into the tile, or straight into its own memory if written out. */
+            bool single = s->ndim == 1 && s->strides[0] == 0;
+            float *y = s->store ? (float *)cpu_data(s->store) + begin : own;
+            if (single) {
+                load(s, y, 0, 0, s->store ? n : 1);
+            } else if (s->dense) {
+                load(s, y, begin, 1, n);
+            } else {
+                gather(s, y, begin, n);
+            }
+            step[i] = !single;
+            value[i] = y;
         } else {
             int a = s->arg[0], b = s->arg[1] >= 0 ? s->arg[1] : a;
             step[i] = step[a] || step[b];
@@ -282,8 +327,18 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
         if (s->op == LAZY_VALUE) {
             bytes[i] = (uint64_t)s->distinct * sizeof(float);
             fused_read += bytes[i];
+        } else if (s->op == LAZY_CAST) { /* read as a leaf; unfused, an operation of its own */
+            uint64_t source = (uint64_t)s->distinct * cpu_element_size(s->dtype);
+            bytes[i] = (uint64_t)p->numel * sizeof(float);
+            fused_read += source;
+            fused_written += s->store ? bytes[i] : 0;
+            unfused_read += source;
+            unfused_written += bytes[i];
+            operations++;
         } else if (s->op == LAZY_CONSTANT) {
             bytes[i] = sizeof(float);
+        } else if (s->op == LAZY_RESHAPE) {
+            bytes[i] = bytes[s->arg[0]];
         } else {
             bytes[i] = (uint64_t)p->numel * sizeof(float);
             unfused_read += bytes[s->arg[0]] + (s->arg[1] >= 0 ? bytes[s->arg[1]] : 0);
@@ -309,12 +364,26 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
 
 static float *scratch_for(const program *p) { return aligned_alloc(64, (size_t)p->count * TILE * sizeof(float)); }
 
-static int store_slot(slot *s)
+/* Gives slot i memory to be written to. A reshape writes nothing itself: it is a view
+ * of its operand, which is written out too unless it is already a value (it was
+ * materialized after the reshape was made). */
+static int store_slot(program *p, int i)
 {
+    slot *s = &p->slots[i];
+    if (s->store)
+        return 0;
+    const fl_tensor *below = NULL;
+    if (s->op == LAZY_RESHAPE) {
+        slot *b = &p->slots[s->arg[0]];
+        int rc = b->op == LAZY_VALUE ? 0 : store_slot(p, s->arg[0]);
+        if (rc)
+            return rc;
+        below = b->op == LAZY_VALUE ? lazy_impl(b->node)->value : b->store;
+    }
     fl_tensor *value = fl_tensor_alloc(fl_cpu_backend(), FL_F32, s->node->ndim, s->node->shape);
     if (!value)
         return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
-    int rc = cpu_alloc(value);
+    int rc = below ? fl_cpu_backend()->reshape(value, below) : cpu_alloc(value);
     if (rc) {
         fl_release(value);
         return rc;
@@ -333,7 +402,7 @@ int lazy_run(fl_tensor *t)
         slot *s = &p->slots[i];
         bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
         if (s->op > LAZY_CONSTANT && (i == p->count - 1 || held))
-            rc = store_slot(s);
+            rc = store_slot(p, i);
     }
     int64_t n = p->numel, tiles = (n + TILE - 1) / TILE;
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
@@ -359,8 +428,9 @@ int lazy_run(fl_tensor *t)
     }
     if (!rc)
         count_traffic(p, 0);
-    /* Stored nodes become values and let go of their graphs. A stored node is held
-     * from outside, so releasing the graph's references never frees it here. */
+    /* Stored nodes become values and let go of their graphs. Slots come operands
+     * first, so letting go can free only slots already passed (a reshape's operand
+     * that nothing else holds), never one still to come. */
     for (int i = 0; i < p->count; i++) {
         slot *s = &p->slots[i];
         if (!s->store)
@@ -460,10 +530,15 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     }
     if (a->numel == 0 || first == a->ndim)
         return -1;
-    int64_t rows = a->numel / inner, per_row = (inner + TILE - 1) / TILE, items = rows * per_row;
+    /* A row longer than a tile is cut into tiles, each folded into a partial result;
+     * shorter rows are taken a band at a time, as many as fill a tile, so that short
+     * rows (softmax over 128 keys) do not pay a tile's overhead each. */
+    int64_t rows = a->numel / inner, per_row = (inner + TILE - 1) / TILE;
+    int64_t band = per_row == 1 ? TILE / inner : 1;
+    int64_t items = per_row == 1 ? (rows + band - 1) / band : rows * per_row;
 
     program *p = malloc(sizeof *p);
-    double *partial = malloc((size_t)items * sizeof *partial);
+    double *partial = malloc((size_t)(rows * per_row) * sizeof *partial);
     fl_tensor *result = fl_tensor_alloc(fl_cpu_backend(), FL_F32, out->ndim, out->shape);
     int rc = p && partial && result ? cpu_alloc(result) : fl_backend_error(FL_ERR_MEMORY, "no memory for a reduction");
     if (!rc && !compile(p, a))
@@ -480,11 +555,18 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
                 failed = true;
 #pragma omp for schedule(static)
             for (int64_t item = 0; item < items; item++)
-                if (scratch) {
+                if (scratch && per_row > 1) {
                     int64_t row = item / per_row, col = item % per_row * TILE;
                     int64_t n = inner - col < TILE ? inner - col : TILE;
                     run_tile(p, scratch, row * inner + col, n, value, step);
                     partial[item] = fold_tile(op, value[p->count - 1], step[p->count - 1], n);
+                } else if (scratch) {
+                    int64_t row = item * band, count = rows - row < band ? rows - row : band;
+                    run_tile(p, scratch, row * inner, count * inner, value, step);
+                    const float *root = value[p->count - 1];
+                    bool dense = step[p->count - 1];
+                    for (int64_t r = 0; r < count; r++)
+                        partial[row + r] = fold_tile(op, dense ? root + r * inner : root, dense, inner);
                 }
             free(scratch);
         }

@@ -63,45 +63,86 @@ static fl_tensor *cpu_twin(const fl_tensor *out)
 /* The primitive each node stands for, which memory telemetry attributes the
  * allocations of its materialization to. */
 static const char *const op_names[LAZY_OP_COUNT] = {
-    "value", "full", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
+    "value", "full", "reshape", "cast", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
     "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
 };
 
-static int materialize(fl_tensor *t)
+/* A constant as a CPU tensor of one element viewed with zero strides in t's shape,
+ * for a delegated primitive, which reads strided operands: the zeros that a gradient
+ * is scattered into, or the scalar of a comparison, are never written out in full. */
+static int broadcast_constant(const fl_tensor *t, float constant, fl_tensor **out)
+{
+    int64_t ones[FL_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++)
+        ones[i] = 1;
+    fl_tensor *one = fl_tensor_alloc(fl_cpu_backend(), FL_F32, t->ndim, ones), *value = cpu_twin(t);
+    int rc = one && value ? fl_cpu_backend()->full(one, constant)
+                          : fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    if (!rc)
+        rc = fl_cpu_backend()->expand(value, one);
+    fl_release(one);
+    if (rc)
+        fl_release(value);
+    *out = rc ? NULL : value;
+    return rc;
+}
+
+/* A reshape whose operand was materialized after it was made is a CPU view; a
+ * constant is filled in, or, for a delegated primitive (operand true), viewed; anything
+ * else runs as a fused pass. */
+static int materialize(fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
-    if (l->op != LAZY_CONSTANT)
+    bool view = l->op == LAZY_RESHAPE && lazy_impl(l->args[0])->op == LAZY_VALUE;
+    if (l->op != LAZY_CONSTANT && !view)
         return lazy_run(t);
-    fl_tensor *value = cpu_twin(t);
-    if (!value)
-        return FL_ERR_MEMORY;
-    int rc = fl_cpu_backend()->full(value, l->constant);
-    if (rc) {
-        fl_release(value);
-        return rc;
+    fl_tensor *value;
+    if (view) {
+        value = cpu_twin(t);
+        int rc = value ? fl_cpu_backend()->reshape(value, lazy_impl(l->args[0])->value) : FL_ERR_MEMORY;
+        if (rc) {
+            fl_release(value);
+            return rc;
+        }
+    } else if (operand) {
+        int rc = broadcast_constant(t, l->constant, &value);
+        if (rc)
+            return rc;
+    } else {
+        value = cpu_twin(t);
+        int rc = value ? fl_cpu_backend()->full(value, l->constant) : FL_ERR_MEMORY;
+        if (rc) {
+            fl_release(value);
+            return rc;
+        }
     }
+    fl_release(l->args[0]);
+    l->args[0] = NULL;
     l->op = LAZY_VALUE;
     l->value = value;
     return 0;
 }
 
-static int lazy_eval(fl_tensor *t)
+static int evaluate(fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     if (l->op == LAZY_VALUE)
         return 0;
     const char *operation = fl_memory_operation();
     fl_memory_set_operation(op_names[l->op]);
-    int rc = materialize(t);
+    int rc = materialize(t, operand);
     fl_memory_set_operation(operation);
     return rc;
 }
 
-/* The CPU tensor holding t's values, materializing t if needed; NULL on failure
- * (with the error recorded). The node changes, not its values, hence the cast. */
+static int lazy_eval(fl_tensor *t) { return evaluate(t, false); }
+
+/* The CPU tensor holding t's values for a CPU primitive to read, materializing t if
+ * needed; NULL on failure (with the error recorded). The node changes, not its
+ * values, hence the cast. */
 static fl_tensor *value_of(const fl_tensor *t)
 {
-    if (lazy_eval((fl_tensor *)t))
+    if (evaluate((fl_tensor *)t, true))
         return NULL;
     return lazy_impl(t)->value;
 }
@@ -168,7 +209,7 @@ static int lazy_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint6
 }
 
 /* ---- layout: a constant keeps being a constant; anything else is materialized
- * and viewed by the CPU backend ---- */
+ * and viewed by the CPU backend (except a reshape of a pending graph, below) ---- */
 
 static int constant_like(fl_tensor *out, const fl_tensor *a)
 {
@@ -200,21 +241,30 @@ DELEGATE_UNARY(reshape)
 DELEGATE_UNARY(expand)
 DELEGATE_UNARY(cast)
 
-static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
-{
-    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_reshape(out, a);
-}
 
 static int lazy_expand(fl_tensor *out, const fl_tensor *a)
 {
     return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(out, a);
 }
 
+/* A conversion to f32 of a bool, integer or f64 value is deferred: a fused pass
+ * reads the value and converts it on the way (a dropout mask is not written as f32
+ * before it is scaled). Halves stay with cpu, which converts them its own way. */
 static int lazy_cast(fl_tensor *out, const fl_tensor *a)
 {
-    if (lazy_impl(a)->op == LAZY_CONSTANT && out->dtype == FL_F32)
+    lazy_op op = lazy_impl(a)->op;
+    if (op == LAZY_CONSTANT && out->dtype == FL_F32)
         return constant_like(out, a);
-    return delegate_cast(out, a);
+    bool convertible = a->dtype == FL_BOOL || a->dtype == FL_U8 || a->dtype == FL_I32 || a->dtype == FL_I64 ||
+                       a->dtype == FL_F64;
+    if (out->dtype != FL_F32 || op != LAZY_VALUE || !convertible)
+        return delegate_cast(out, a);
+    lazy_tensor *l = node_new(out, LAZY_CAST);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)a);
+    l->nodes = 1;
+    return 0;
 }
 
 static int lazy_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
@@ -320,6 +370,29 @@ static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor
     l->args[0] = fl_retain((fl_tensor *)a);
     l->args[1] = b ? fl_retain((fl_tensor *)b) : NULL;
     l->nodes = 1 + node_nodes(a) + (b ? node_nodes(b) : 0);
+    return 0;
+}
+
+/* A reshape keeps the row-major order, so a pending graph stays pending under the new
+ * shape: attention's head split and a loss's flattening do not cut a fused chain.
+ * A reshape of a reshape refers to the operation below both. It counts as a node, so
+ * that a bounded graph also fits a program's slots. */
+static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
+{
+    const lazy_tensor *la = lazy_impl(a);
+    if (la->op == LAZY_CONSTANT)
+        return constant_like(out, a);
+    const fl_tensor *below = la->op == LAZY_RESHAPE ? la->args[0] : a;
+    int rc = la->op == LAZY_VALUE ? 0 : bound(below, 0);
+    if (rc)
+        return rc;
+    if (lazy_impl(below)->op == LAZY_VALUE)
+        return delegate_reshape(out, below);
+    lazy_tensor *l = node_new(out, LAZY_RESHAPE);
+    if (!l)
+        return FL_ERR_MEMORY;
+    l->args[0] = fl_retain((fl_tensor *)below);
+    l->nodes = 1 + lazy_impl(below)->nodes;
     return 0;
 }
 

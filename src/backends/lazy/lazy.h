@@ -21,6 +21,12 @@
 typedef enum lazy_op {
     LAZY_VALUE, /* materialized: value holds the CPU tensor */
     LAZY_CONSTANT,
+    /* a pending operation's values under another shape: row-major order is kept, so in
+     * a fused pass it is its operand's values, and written out it is a view of them */
+    LAZY_RESHAPE,
+    /* an f32 conversion of a value of another dtype (bool, u8, i32, i64, f64): a fused
+     * pass reads the value and converts it as it goes, like a leaf */
+    LAZY_CAST,
     /* unary, f32 */
     LAZY_NEG, LAZY_ABS, LAZY_SIGN, LAZY_EXP, LAZY_LOG, LAZY_LOG1P, LAZY_SQRT, LAZY_RSQRT, LAZY_SIN, LAZY_COS,
     LAZY_TANH, LAZY_SIGMOID, LAZY_ERF, LAZY_FLOOR, LAZY_CEIL, LAZY_ROUND,
@@ -34,7 +40,8 @@ typedef enum lazy_op {
 typedef struct lazy_tensor {
     lazy_op op;
     fl_tensor *value;   /* the CPU tensor, once materialized */
-    fl_tensor *args[2]; /* a pending operation's operands (lazy tensors of the same shape) */
+    fl_tensor *args[2]; /* a pending operation's operands (lazy tensors of the same shape,
+                           or for a reshape of the same size) */
     float constant;
     int nodes; /* pending operations in the graph below, repeats counted, saturating */
 } lazy_tensor;
