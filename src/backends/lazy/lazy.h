@@ -44,6 +44,7 @@ typedef struct lazy_tensor {
                            or for a reshape of the same size) */
     float constant;
     int nodes; /* pending operations in the graph below, repeats counted, saturating */
+    int passes; /* fused passes that computed this pending node without keeping it, saturating */
 } lazy_tensor;
 
 /* A graph may hold at most this many pending operations: a longer one is cut by
@@ -75,6 +76,7 @@ typedef struct fl_lazy_traffic {
     uint64_t fused_read, fused_written;
     uint64_t unfused_read, unfused_written;
     uint64_t passes, operations; /* fused passes run, operations they computed */
+    uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
 } fl_lazy_traffic;
 
 fl_lazy_traffic fl_lazy_traffic_get(void);
