@@ -28,6 +28,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 #include "../cpu/cpu.h"
 #include "../cpu/vecmath.h"
@@ -368,11 +369,38 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
     __atomic_add_fetch(&traffic.operations, operations, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.recomputed, recomputed, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.passes, 1, __ATOMIC_RELAXED);
+    if (getenv("FLARE_LAZY_TRACE")) { /* TEMP */
+        char ops[512]; int o = 0;
+        for (int i = 0; i < p->count && o < 480; i++) {
+            const slot *s = &p->slots[i];
+            o += snprintf(ops + o, sizeof ops - o, " %d%s%s", (int)s->op, s->op == LAZY_VALUE ? (s->distinct == p->numel ? "D" : "b") : "", s->store ? "*" : "");
+        }
+        fprintf(stderr, "PASS %s n=%lld r=%llu w=%llu rec=%llu ops=%llu |%s\n", reduced_outputs ? "red" : "run", (long long)p->numel,
+                (unsigned long long)fused_read, (unsigned long long)fused_written, (unsigned long long)recomputed, (unsigned long long)operations, ops);
+    }
 }
 
 /* ---- elementwise passes ---- */
 
-static float *scratch_for(const program *p) { return aligned_alloc(64, (size_t)p->count * TILE * sizeof(float)); }
+/* A thread's scratch for the tiles of a program, kept from pass to pass: allocated
+ * afresh, a block this large comes from the system each time, and writing the tiles
+ * into it faulted in new zeroed pages (a tenth of a training step went to that). At
+ * most MAX_SLOTS tiles (800 KiB) per thread stay allocated. */
+static __thread float *kept_scratch;
+static __thread size_t kept_slots;
+
+static float *scratch_for(const program *p)
+{
+    if (kept_slots < (size_t)p->count) {
+        free(kept_scratch);
+        kept_slots = 0;
+        size_t slots = (size_t)p->count < 16 ? 16 : (size_t)p->count;
+        if (!(kept_scratch = aligned_alloc(64, slots * TILE * sizeof(float))))
+            return NULL;
+        kept_slots = slots;
+    }
+    return kept_scratch;
+}
 
 /* Gives slot i memory to be written to. A reshape writes nothing itself: it is a view
  * of its operand, which is written out too unless it is already a value (it was
@@ -440,7 +468,8 @@ static void finish_pass(program *p, int rc)
         }
         fl_release(l->args[0]);
         fl_release(l->args[1]);
-        l->args[0] = l->args[1] = NULL;
+        fl_release(l->reduced);
+        l->args[0] = l->args[1] = l->reduced = NULL;
         l->op = LAZY_VALUE;
         l->value = s->store;
     }
@@ -471,7 +500,6 @@ int lazy_run(fl_tensor *t)
                     int64_t begin = tile * TILE;
                     run_tile(p, scratch, begin, n - begin < TILE ? n - begin : TILE, value, step);
                 }
-            free(scratch);
         }
         if (failed)
             rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
@@ -543,6 +571,27 @@ static double fold_tile(int op, const float *x, bool dense, int64_t n)
     }
 }
 
+/* *copy = a new dense CPU tensor with t's values (t dense f32). */
+static int copy_of(const fl_tensor *t, fl_tensor **copy)
+{
+    fl_tensor *c = fl_tensor_alloc(fl_cpu_backend(), FL_F32, t->ndim, t->shape);
+    int rc = c ? cpu_alloc(c) : fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    if (rc) {
+        fl_release(c);
+        return rc;
+    }
+    memcpy(cpu_data(c), cpu_data(t), (size_t)t->numel * sizeof(float));
+    *copy = c;
+    return 0;
+}
+
+static int copy_reduction(fl_tensor *out, const fl_tensor *reduced)
+{
+    fl_tensor *value;
+    int rc = copy_of(reduced, &value);
+    return rc ? rc : lazy_adopt(out, value);
+}
+
 int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op)
 {
     /* Fusable when the reduced axes are the trailing ones (size-1 axes aside): every
@@ -563,6 +612,9 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     }
     if (a->numel == 0 || first == a->ndim)
         return -1;
+    lazy_tensor *la = lazy_impl(a);
+    if (la->reduced && la->reduced_axes == axes && la->reduced_op == op)
+        return copy_reduction(out, la->reduced);
     /* A row longer than a tile is cut into tiles, each folded into a partial result;
      * shorter rows are taken a band at a time, as many as fill a tile, so that short
      * rows (softmax over 128 keys) do not pay a tile's overhead each. */
@@ -605,7 +657,6 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
                     for (int64_t r = 0; r < count; r++)
                         partial[row + r] = fold_tile(op, dense ? root + r * inner : root, dense, inner);
                 }
-            free(scratch);
         }
         if (failed)
             rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
@@ -627,6 +678,14 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     if (rc) {
         fl_release(result);
         return rc;
+    }
+    if (la->op != LAZY_VALUE) { /* the root was not kept: the pass may be asked for again */
+        fl_release(la->reduced);
+        la->reduced = NULL;
+        if (!copy_of(result, &la->reduced)) {
+            la->reduced_axes = axes;
+            la->reduced_op = op;
+        }
     }
     return lazy_adopt(out, result);
 }

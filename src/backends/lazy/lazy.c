@@ -47,6 +47,7 @@ static void lazy_release(fl_tensor *t)
     fl_release(l->value);
     fl_release(l->args[0]);
     fl_release(l->args[1]);
+    fl_release(l->reduced);
     free(l);
     t->impl = NULL;
 }

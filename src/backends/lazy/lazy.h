@@ -45,6 +45,12 @@ typedef struct lazy_tensor {
     float constant;
     int nodes; /* pending operations in the graph below, repeats counted, saturating */
     int passes; /* fused passes that computed this pending node without keeping it, saturating */
+    /* A copy of the last fused reduction of this pending node, whose values never
+     * change: the same reduction asked again (layer norm's mean, then fl_var's own)
+     * is a copy of it instead of a pass. */
+    fl_tensor *reduced;
+    unsigned reduced_axes;
+    int reduced_op;
 } lazy_tensor;
 
 /* A graph may hold at most this many pending operations: a longer one is cut by
