@@ -28,7 +28,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "../cpu/cpu.h"
 #include "../cpu/vecmath.h"
@@ -369,15 +368,6 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
     __atomic_add_fetch(&traffic.operations, operations, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.recomputed, recomputed, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.passes, 1, __ATOMIC_RELAXED);
-    if (getenv("FLARE_LAZY_TRACE")) { /* TEMP */
-        char ops[512]; int o = 0;
-        for (int i = 0; i < p->count && o < 480; i++) {
-            const slot *s = &p->slots[i];
-            o += snprintf(ops + o, sizeof ops - o, " %d%s%s", (int)s->op, s->op == LAZY_VALUE ? (s->distinct == p->numel ? "D" : "b") : "", s->store ? "*" : "");
-        }
-        fprintf(stderr, "PASS %s n=%lld r=%llu w=%llu rec=%llu ops=%llu |%s\n", reduced_outputs ? "red" : "run", (long long)p->numel,
-                (unsigned long long)fused_read, (unsigned long long)fused_written, (unsigned long long)recomputed, (unsigned long long)operations, ops);
-    }
 }
 
 /* ---- elementwise passes ---- */
