@@ -133,15 +133,21 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
 
 /* Layer norm reads its pending input four times: the mean, the mean again and the
  * squared deviations (fl_var), the normalization. The repeated mean is a copy of the
- * first, and the second pass keeps the input's values, so its two operations are
- * computed twice, not four times. */
+ * first, and the second pass keeps the input's values (a sum of two full-size
+ * inputs), so its two operations are computed twice, not four times. */
 static void a_graph_read_again_is_kept(void **state)
 {
     enum { R = 3, C = 5 };
-    fl_tensor *a = on("lazy", fl_arange(0, R * C, 1, FL_F32)), *b = on("lazy", fl_ones(FL_F32, FL_SHAPE(C)));
+    fl_tensor *a = on("lazy", fl_arange(0, R * C, 1, FL_F32)), *b = on("lazy", fl_ones(FL_F32, FL_SHAPE(R, C)));
     assert_int_equal(fl_eval(a), FL_OK);
+    assert_int_equal(fl_eval(b), FL_OK);
     fl_tensor *x = fl_add(fl_mul_scalar(fl_reshape(a, FL_SHAPE(R, C)), 2), b); /* 2 a + 1 */
     const int last[] = {-1};
+    /* A graph with one full-size input is cheaper computed again than written and read. */
+    fl_tensor *cheap = fl_add_scalar(fl_mul_scalar(a, 2), 1);
+    assert_values(fl_sum(cheap, FL_ALL_AXES, false), 0, 0, 225);
+    assert_values(fl_max(cheap, FL_ALL_AXES, false), 0, 0, 29);
+    assert_true(pending(cheap));
     fl_lazy_traffic_reset();
     fl_tensor *sums = fl_sum(x, last, 1, false);
     assert_int_equal(fl_lazy_traffic_get().passes, 1);

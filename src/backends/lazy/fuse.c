@@ -420,17 +420,47 @@ static int store_slot(program *p, int i)
     return 0;
 }
 
+/* Whether computing slot i again costs more than reading its values back: its graph
+ * reads two or more full-size inputs (a residual sum of a bias-added product), or
+ * evaluates a transcendental function. Recomputing a bias-added product reads one
+ * input, as reading it back would, and writing it out would cost memory and a pass's
+ * worth of writes (the 120 MB of a vocabulary's logits). */
+static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *costly)
+{
+    const slot *s = &p->slots[i];
+    inputs[i][0] = inputs[i][1] = 0;
+    costly[i] = false;
+    if (s->op == LAZY_VALUE || s->op == LAZY_CAST) {
+        if (s->distinct * 2 > p->numel)
+            inputs[i][i / 64] = 1ull << (i % 64);
+    } else if (s->op != LAZY_CONSTANT) {
+        for (int k = 0; k < 2 && s->arg[k] >= 0; k++) {
+            inputs[i][0] |= inputs[s->arg[k]][0];
+            inputs[i][1] |= inputs[s->arg[k]][1];
+            costly[i] |= costly[s->arg[k]];
+        }
+        costly[i] |= s->op >= LAZY_EXP && s->op <= LAZY_ERF && s->op != LAZY_SQRT && s->op != LAZY_RSQRT;
+        costly[i] |= s->op == LAZY_POW;
+    }
+    return costly[i] || __builtin_popcountll(inputs[i][0]) + __builtin_popcountll(inputs[i][1]) >= 2;
+}
+
 /* Gives memory to the slots whose values the pass writes out: in an elementwise pass
  * the root and every node held from outside the graph; in a reduction (which writes
- * out no root) a held node that an earlier pass computed too. */
+ * out no root) a held node that an earlier pass computed too, if computing it a third
+ * time would cost more than reading it. */
 static int choose_stores(program *p, bool reduction)
 {
+    uint64_t inputs[MAX_SLOTS][2];
+    bool costly[MAX_SLOTS];
+    _Static_assert(MAX_SLOTS <= 128, "a slot's inputs are a 128-bit set");
     for (int i = 0; i < p->count; i++) {
         slot *s = &p->slots[i];
+        bool worth = worth_keeping(p, i, inputs, costly);
         if (s->op <= LAZY_CONSTANT)
             continue;
         bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
-        bool store = reduction ? held && lazy_impl(s->node)->passes > 0 : held || i == p->count - 1;
+        bool store = reduction ? held && lazy_impl(s->node)->passes > 0 && worth : held || i == p->count - 1;
         int rc = store ? store_slot(p, i) : 0;
         if (rc)
             return rc;
