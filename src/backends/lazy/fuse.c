@@ -372,25 +372,7 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
 
 /* ---- elementwise passes ---- */
 
-/* A thread's scratch for the tiles of a program, kept from pass to pass: allocated
- * afresh, a block this large comes from the system each time, and writing the tiles
- * into it faulted in new zeroed pages (a tenth of a training step went to that). At
- * most MAX_SLOTS tiles (800 KiB) per thread stay allocated. */
-static __thread float *kept_scratch;
-static __thread size_t kept_slots;
-
-static float *scratch_for(const program *p)
-{
-    if (kept_slots < (size_t)p->count) {
-        free(kept_scratch);
-        kept_slots = 0;
-        size_t slots = (size_t)p->count < 16 ? 16 : (size_t)p->count;
-        if (!(kept_scratch = aligned_alloc(64, slots * TILE * sizeof(float))))
-            return NULL;
-        kept_slots = slots;
-    }
-    return kept_scratch;
-}
+static float *scratch_for(const program *p) { return aligned_alloc(64, (size_t)p->count * TILE * sizeof(float)); }
 
 /* Gives slot i memory to be written to. A reshape writes nothing itself: it is a view
  * of its operand, which is written out too unless it is already a value (it was
@@ -520,6 +502,7 @@ int lazy_run(fl_tensor *t)
                     int64_t begin = tile * TILE;
                     run_tile(p, scratch, begin, n - begin < TILE ? n - begin : TILE, value, step);
                 }
+            free(scratch);
         }
         if (failed)
             rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
@@ -677,6 +660,7 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
                     for (int64_t r = 0; r < count; r++)
                         partial[row + r] = fold_tile(op, dense ? root + r * inner : root, dense, inner);
                 }
+            free(scratch);
         }
         if (failed)
             rc = fl_backend_error(FL_ERR_MEMORY, "no memory for the scratch of a fused pass");
