@@ -270,6 +270,16 @@ static void delegated_operations_and_errors(void **state)
     fl_tensor *i = fl_add_scalar(on("lazy", T_I32(FL_SHAPE(2), 1, 2)), 1);
     assert_false(pending(i));
     assert_values(i, 0, 0, 2, 3);
+    /* Softmax runs on cpu's fused kernel, and needs it. */
+    fl_tensor *p = fl_softmax(b, -1);
+    assert_values(p, 1e-6, 0, 1 / (1 + exp(1)), 1 / (1 + exp(-1)), 1 / (1 + exp(1)), 1 / (1 + exp(-1)));
+    assert_false(pending(p));
+    fl_backend *cpu = fl_backend_find("cpu");
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = cpu->softmax;
+    cpu->softmax = NULL;
+    fl_tensor *unfused = fl_log_softmax(b, -1);
+    cpu->softmax = fused;
+    assert_fails(unfused, FL_ERR_UNSUPPORTED, "fused softmax");
     /* A failing delegated primitive reports through the tensor layer, naming lazy. */
     assert_fails(fl_matmul(b, on("lazy", T_F32(FL_SHAPE(3, 1), 1, 2, 3))), FL_ERR_SHAPE, "fl_matmul");
 }

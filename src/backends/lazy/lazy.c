@@ -540,6 +540,22 @@ static int lazy_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_ten
     return finish(dx, r, fl_cpu_backend()->pool2d_backward(r, vdy, vx, d));
 }
 
+/* ---- fused kernels ---- */
+
+/* Softmax over the last axis runs on the cpu backend's fused kernel, which keeps a
+ * row in cache for its maximum, its exponentials and its output. Composed, a pass
+ * per statistic reads the row from memory three times and computes its input (a
+ * bias add, a scale) three times. */
+static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
+{
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = fl_cpu_backend()->softmax;
+    if (!fused)
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "lazy softmax: the cpu backend's fused softmax was removed");
+    MATERIALIZE(va, a);
+    CPU_OUT(r, out);
+    return finish(out, r, fused(r, va, logarithm));
+}
+
 /* ---- the table ---- */
 
 static fl_backend lazy_backend = {
@@ -579,6 +595,7 @@ static fl_backend lazy_backend = {
     .conv2d_backward_weight = lazy_conv2d_backward_weight,
     .pool2d = lazy_pool2d,
     .pool2d_backward = lazy_pool2d_backward,
+    .softmax = lazy_softmax,
 };
 
 fl_backend *fl_lazy_backend(void) { return &lazy_backend; }
