@@ -563,7 +563,9 @@ static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
      * temporary and stays pending: kept, the vocabulary's logits would hold 120 MB
      * until the backward pass, which does not read them. */
     fl_tensor *copy = fl_tensor_alloc(&lazy_backend_table, a->dtype, a->ndim, a->shape);
-    lazy_tensor *l = copy ? node_new(copy, la->op) : NULL;
+    if (!copy)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    lazy_tensor *l = node_new(copy, la->op); /* reports its own failure */
     if (!l) {
         fl_release(copy);
         return FL_ERR_MEMORY;
