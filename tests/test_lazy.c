@@ -47,12 +47,13 @@ static void fused_values_match_the_cpu_backend(void **state)
     const int last[] = {-1}, first[] = {0};
     fl_tensor *e_cpu = fl_mul(fl_add(x, row), x), *e_lazy = fl_mul(fl_add(on("lazy", x), on("lazy", row)), on("lazy", x));
     assert_close(fl_sum(e_lazy, last, 1, true), fl_sum(e_cpu, last, 1, true), 1e-5, 1e-4);
+    assert_true(pending(e_lazy)); /* a fused reduction reads a graph without materializing it */
     assert_close(fl_sum(e_lazy, FL_ALL_AXES, false), fl_sum(e_cpu, FL_ALL_AXES, false), 1e-5, 1e-2);
+    assert_false(pending(e_lazy)); /* but a second one keeps the values it computes */
     assert_close(fl_max(e_lazy, last, 1, false), fl_max(e_cpu, last, 1, false), 0, 0);
     assert_close(fl_min(e_lazy, last, 1, false), fl_min(e_cpu, last, 1, false), 0, 0);
     assert_close(fl_prod(fl_add_scalar(fl_mul_scalar(e_lazy, 1e-3), 1), last, 1, false),
                  fl_prod(fl_add_scalar(fl_mul_scalar(e_cpu, 1e-3), 1), last, 1, false), 1e-5, 0);
-    assert_true(pending(e_lazy)); /* a fused reduction reads a graph without materializing it */
     assert_close(fl_sum(e_lazy, first, 1, false), fl_sum(e_cpu, first, 1, false), 1e-5, 1e-4);
     /* NaN propagates through fused max, as on cpu. */
     fl_tensor *nan_row = on("lazy", T_F32(FL_SHAPE(1, 3), 1, NAN, 2));
@@ -128,6 +129,43 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
     fl_release(y);
     y = z;
     assert_values(fl_index(y, FL_INDEX(FL_AT(0))), 1e-6, 0, 20.085536923187668);
+}
+
+/* Layer norm reads its pending input four times: the mean, the mean again and the
+ * squared deviations (fl_var), the normalization. The repeated mean is a copy of the
+ * first, and the second pass keeps the input's values (a sum of two full-size
+ * inputs), so its two operations are computed twice, not four times. */
+static void a_graph_read_again_is_kept(void **state)
+{
+    enum { R = 3, C = 5 };
+    fl_tensor *a = on("lazy", fl_arange(0, R * C, 1, FL_F32)), *b = on("lazy", fl_ones(FL_F32, FL_SHAPE(R, C)));
+    assert_int_equal(fl_eval(a), FL_OK);
+    assert_int_equal(fl_eval(b), FL_OK);
+    fl_tensor *x = fl_add(fl_mul_scalar(fl_reshape(a, FL_SHAPE(R, C)), 2), b); /* 2 a + 1 */
+    const int last[] = {-1};
+    /* A graph with one full-size input is cheaper computed again than written and read. */
+    fl_tensor *cheap = fl_add_scalar(fl_mul_scalar(a, 2), 1);
+    assert_values(fl_sum(cheap, FL_ALL_AXES, false), 0, 0, 225);
+    assert_values(fl_max(cheap, FL_ALL_AXES, false), 0, 0, 29);
+    assert_true(pending(cheap));
+    fl_lazy_traffic_reset();
+    fl_tensor *sums = fl_sum(x, last, 1, false);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1);
+    assert_values(fl_sum(x, last, 1, false), 0, 0, 25, 75, 125);
+    assert_values(sums, 0, 0, 25, 75, 125);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1); /* a copy */
+    assert_true(pending(x));
+    fl_tensor *mean = fl_mean(x, last, 1, true), *var = fl_var(x, last, 1, 0, true);
+    fl_tensor *xhat = fl_div(fl_sub(x, mean), fl_sqrt(var));
+    assert_int_equal(fl_eval(xhat), FL_OK);
+    fl_lazy_traffic t = fl_lazy_traffic_get();
+    assert_int_equal(t.recomputed, 2);
+    assert_false(pending(x));
+    assert_values(x, 0, 0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29);
+    assert_values(fl_index(mean, FL_INDEX(FL_AT(2))), 0, 1e-6, 25);
+    assert_values(fl_index(var, FL_INDEX(FL_AT(2))), 0, 1e-6, 8);
+    double z = 2 / sqrt(8);
+    assert_values(fl_index(xhat, FL_INDEX(FL_AT(1))), 1e-6, 1e-6, -2 * z, -z, 0, z, 2 * z);
 }
 
 static void reshapes_keep_a_graph_pending(void **state)
@@ -232,6 +270,16 @@ static void delegated_operations_and_errors(void **state)
     fl_tensor *i = fl_add_scalar(on("lazy", T_I32(FL_SHAPE(2), 1, 2)), 1);
     assert_false(pending(i));
     assert_values(i, 0, 0, 2, 3);
+    /* Softmax runs on cpu's fused kernel, and needs it. */
+    fl_tensor *p = fl_softmax(b, -1);
+    assert_values(p, 1e-6, 0, 1 / (1 + exp(1)), 1 / (1 + exp(-1)), 1 / (1 + exp(1)), 1 / (1 + exp(-1)));
+    assert_false(pending(p));
+    fl_backend *cpu = fl_backend_find("cpu");
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = cpu->softmax;
+    cpu->softmax = NULL;
+    fl_tensor *unfused = fl_log_softmax(b, -1);
+    cpu->softmax = fused;
+    assert_fails(unfused, FL_ERR_UNSUPPORTED, "fused softmax");
     /* A failing delegated primitive reports through the tensor layer, naming lazy. */
     assert_fails(fl_matmul(b, on("lazy", T_F32(FL_SHAPE(3, 1), 1, 2, 3))), FL_ERR_SHAPE, "fl_matmul");
 }
@@ -243,6 +291,7 @@ int main(void)
         scoped_test(held_nodes_are_written_by_the_same_pass),
         scoped_test(graphs_stay_bounded_in_a_loop_that_never_reads),
         scoped_test(traffic_counts_fused_and_unfused_bytes),
+        scoped_test(a_graph_read_again_is_kept),
         scoped_test(reshapes_keep_a_graph_pending),
         scoped_test(casts_to_f32_are_read_by_the_pass),
         scoped_test(delegated_operations_and_errors),

@@ -17,6 +17,12 @@
  * graph). Such a node will most likely be read later (an optimizer's new moments
  * next to the new weights), and writing it now, while its tile is in cache, saves
  * a second pass that would read all of its inputs again.
+ *
+ * A reduction writes nothing out at first: its input is often a temporary (the
+ * squares of a variance). But a held node that an earlier pass already computed is
+ * being read again, and will likely be read once more: layer norm reduces its input
+ * for the mean, again for the variance, and then normalizes it, so the chain that
+ * produced it (a residual sum, a bias) is computed twice instead of four times.
  */
 #include <math.h>
 #include <omp.h>
@@ -320,10 +326,13 @@ void fl_lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
  * result. A reduction adds its own read of the root and its outputs. */
 static void count_traffic(const program *p, int64_t reduced_outputs)
 {
-    uint64_t fused_read = 0, fused_written = 0, unfused_read = 0, unfused_written = 0, operations = 0;
+    uint64_t fused_read = 0, fused_written = 0, unfused_read = 0, unfused_written = 0, operations = 0,
+             recomputed = 0;
     uint64_t bytes[MAX_SLOTS];
     for (int i = 0; i < p->count; i++) {
         const slot *s = &p->slots[i];
+        if (s->op > LAZY_RESHAPE && lazy_impl(s->node)->passes > 0)
+            recomputed++;
         if (s->op == LAZY_VALUE) {
             bytes[i] = (uint64_t)s->distinct * sizeof(float);
             fused_read += bytes[i];
@@ -357,6 +366,7 @@ static void count_traffic(const program *p, int64_t reduced_outputs)
     __atomic_add_fetch(&traffic.unfused_read, unfused_read, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.unfused_written, unfused_written, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.operations, operations, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&traffic.recomputed, recomputed, __ATOMIC_RELAXED);
     __atomic_add_fetch(&traffic.passes, 1, __ATOMIC_RELAXED);
 }
 
@@ -392,18 +402,89 @@ static int store_slot(program *p, int i)
     return 0;
 }
 
+/* Whether computing slot i again costs more than reading its values back: its graph
+ * reads two or more full-size inputs (a residual sum of a bias-added product), or
+ * evaluates a transcendental function. Recomputing a bias-added product reads one
+ * input, as reading it back would, and writing it out would cost memory and a pass's
+ * worth of writes (the 120 MB of a vocabulary's logits). */
+static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *costly)
+{
+    const slot *s = &p->slots[i];
+    inputs[i][0] = inputs[i][1] = 0;
+    costly[i] = false;
+    if (s->op == LAZY_VALUE || s->op == LAZY_CAST) {
+        if (s->distinct * 2 > p->numel)
+            inputs[i][i / 64] = 1ull << (i % 64);
+    } else if (s->op != LAZY_CONSTANT) {
+        for (int k = 0; k < 2 && s->arg[k] >= 0; k++) {
+            inputs[i][0] |= inputs[s->arg[k]][0];
+            inputs[i][1] |= inputs[s->arg[k]][1];
+            costly[i] |= costly[s->arg[k]];
+        }
+        costly[i] |= s->op >= LAZY_EXP && s->op <= LAZY_ERF && s->op != LAZY_SQRT && s->op != LAZY_RSQRT;
+        costly[i] |= s->op == LAZY_POW;
+    }
+    return costly[i] || __builtin_popcountll(inputs[i][0]) + __builtin_popcountll(inputs[i][1]) >= 2;
+}
+
+/* Gives memory to the slots whose values the pass writes out: in an elementwise pass
+ * the root and every node held from outside the graph; in a reduction (which writes
+ * out no root) a held node that an earlier pass computed too, if computing it a third
+ * time would cost more than reading it. */
+static int choose_stores(program *p, bool reduction)
+{
+    uint64_t inputs[MAX_SLOTS][2];
+    bool costly[MAX_SLOTS];
+    _Static_assert(MAX_SLOTS <= 128, "a slot's inputs are a 128-bit set");
+    for (int i = 0; i < p->count; i++) {
+        slot *s = &p->slots[i];
+        bool worth = worth_keeping(p, i, inputs, costly);
+        if (s->op <= LAZY_CONSTANT)
+            continue;
+        bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
+        bool store = reduction ? held && lazy_impl(s->node)->passes > 0 && worth : held || i == p->count - 1;
+        int rc = store ? store_slot(p, i) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* After a pass (rc 0) stored nodes become values and let go of their graphs, and the
+ * others remember that they were computed; after a failure the stores are dropped.
+ * Slots come operands first, so letting go can free only slots already passed (a
+ * reshape's operand that nothing else holds), never one still to come. */
+static void finish_pass(program *p, int rc)
+{
+    for (int i = 0; i < p->count; i++) {
+        slot *s = &p->slots[i];
+        lazy_tensor *l = lazy_impl(s->node);
+        if (!s->store) {
+            if (!rc && s->op > LAZY_CONSTANT && l->passes < 1000)
+                l->passes++;
+            continue;
+        }
+        if (rc) {
+            fl_release(s->store);
+            continue;
+        }
+        fl_release(l->args[0]);
+        fl_release(l->args[1]);
+        fl_release(l->reduced);
+        l->args[0] = l->args[1] = l->reduced = NULL;
+        l->op = LAZY_VALUE;
+        l->value = s->store;
+    }
+}
+
 int lazy_run(fl_tensor *t)
 {
     program *p = malloc(sizeof *p);
     if (!p)
         return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a lazy program");
     int rc = compile(p, t) ? 0 : FL_ERR_VALUE;
-    for (int i = 0; i < p->count && !rc; i++) {
-        slot *s = &p->slots[i];
-        bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
-        if (s->op > LAZY_CONSTANT && (i == p->count - 1 || held))
-            rc = store_slot(p, i);
-    }
+    if (!rc)
+        rc = choose_stores(p, false);
     int64_t n = p->numel, tiles = (n + TILE - 1) / TILE;
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
     bool failed = false;
@@ -428,24 +509,7 @@ int lazy_run(fl_tensor *t)
     }
     if (!rc)
         count_traffic(p, 0);
-    /* Stored nodes become values and let go of their graphs. Slots come operands
-     * first, so letting go can free only slots already passed (a reshape's operand
-     * that nothing else holds), never one still to come. */
-    for (int i = 0; i < p->count; i++) {
-        slot *s = &p->slots[i];
-        if (!s->store)
-            continue;
-        if (rc) {
-            fl_release(s->store);
-            continue;
-        }
-        lazy_tensor *l = lazy_impl(s->node);
-        fl_release(l->args[0]);
-        fl_release(l->args[1]);
-        l->args[0] = l->args[1] = NULL;
-        l->op = LAZY_VALUE;
-        l->value = s->store;
-    }
+    finish_pass(p, rc);
     free(p);
     return rc;
 }
@@ -510,6 +574,27 @@ static double fold_tile(int op, const float *x, bool dense, int64_t n)
     }
 }
 
+/* *copy = a new dense CPU tensor with t's values (t dense f32). */
+static int copy_of(const fl_tensor *t, fl_tensor **copy)
+{
+    fl_tensor *c = fl_tensor_alloc(fl_cpu_backend(), FL_F32, t->ndim, t->shape);
+    int rc = c ? cpu_alloc(c) : fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    if (rc) {
+        fl_release(c);
+        return rc;
+    }
+    memcpy(cpu_data(c), cpu_data(t), (size_t)t->numel * sizeof(float));
+    *copy = c;
+    return 0;
+}
+
+static int copy_reduction(fl_tensor *out, const fl_tensor *reduced)
+{
+    fl_tensor *value;
+    int rc = copy_of(reduced, &value);
+    return rc ? rc : lazy_adopt(out, value);
+}
+
 int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op)
 {
     /* Fusable when the reduced axes are the trailing ones (size-1 axes aside): every
@@ -530,6 +615,9 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     }
     if (a->numel == 0 || first == a->ndim)
         return -1;
+    lazy_tensor *la = lazy_impl(a);
+    if (la->reduced && la->reduced_axes == axes && la->reduced_op == op)
+        return copy_reduction(out, la->reduced);
     /* A row longer than a tile is cut into tiles, each folded into a partial result;
      * shorter rows are taken a band at a time, as many as fill a tile, so that short
      * rows (softmax over 128 keys) do not pay a tile's overhead each. */
@@ -538,11 +626,15 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
     int64_t items = per_row == 1 ? (rows + band - 1) / band : rows * per_row;
 
     program *p = malloc(sizeof *p);
+    if (p)
+        p->count = 0;
     double *partial = malloc((size_t)(rows * per_row) * sizeof *partial);
     fl_tensor *result = fl_tensor_alloc(fl_cpu_backend(), FL_F32, out->ndim, out->shape);
     int rc = p && partial && result ? cpu_alloc(result) : fl_backend_error(FL_ERR_MEMORY, "no memory for a reduction");
     if (!rc && !compile(p, a))
         rc = FL_ERR_VALUE;
+    if (!rc)
+        rc = choose_stores(p, true);
     int threads = a->numel >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
     bool failed = false;
     if (!rc) {
@@ -583,11 +675,21 @@ int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op
         }
         count_traffic(p, rows);
     }
+    if (p)
+        finish_pass(p, rc);
     free(p);
     free(partial);
     if (rc) {
         fl_release(result);
         return rc;
+    }
+    if (la->op != LAZY_VALUE) { /* the root was not kept: the pass may be asked for again */
+        fl_release(la->reduced);
+        la->reduced = NULL;
+        if (!copy_of(result, &la->reduced)) {
+            la->reduced_axes = axes;
+            la->reduced_op = op;
+        }
     }
     return lazy_adopt(out, result);
 }

@@ -47,6 +47,7 @@ static void lazy_release(fl_tensor *t)
     fl_release(l->value);
     fl_release(l->args[0]);
     fl_release(l->args[1]);
+    fl_release(l->reduced);
     free(l);
     t->impl = NULL;
 }
@@ -539,9 +540,51 @@ static int lazy_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_ten
     return finish(dx, r, fl_cpu_backend()->pool2d_backward(r, vdy, vx, d));
 }
 
+/* ---- fused kernels ---- */
+
+static fl_backend lazy_backend_table;
+
+/* Softmax over the last axis runs on the cpu backend's fused kernel, which keeps a
+ * row in cache for its maximum, its exponentials and its output. Composed, a pass
+ * per statistic reads the row from memory three times and computes its input (a
+ * bias add, a scale) three times. */
+static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
+{
+    int (*fused)(fl_tensor *, const fl_tensor *, bool) = fl_cpu_backend()->softmax;
+    if (!fused)
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "lazy softmax: the cpu backend's fused softmax was removed");
+    const lazy_tensor *la = lazy_impl(a);
+    if (la->op <= LAZY_RESHAPE || la->op == LAZY_CAST || la->nodes > 2) {
+        MATERIALIZE(va, a);
+        CPU_OUT(r, out);
+        return finish(out, r, fused(r, va, logarithm));
+    }
+    /* A short graph (the logits' bias add, the scores' scale) is computed into a
+     * temporary and stays pending: kept, the vocabulary's logits would hold 120 MB
+     * until the backward pass, which does not read them. */
+    fl_tensor *copy = fl_tensor_alloc(&lazy_backend_table, a->dtype, a->ndim, a->shape);
+    if (!copy)
+        return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
+    lazy_tensor *l = node_new(copy, la->op); /* reports its own failure */
+    if (!l) {
+        fl_release(copy);
+        return FL_ERR_MEMORY;
+    }
+    *l = *la;
+    fl_retain(l->args[0]);
+    if (l->args[1])
+        fl_retain(l->args[1]);
+    l->reduced = NULL;
+    int rc = lazy_run(copy);
+    fl_tensor *r = rc ? NULL : cpu_twin(out);
+    rc = rc ? rc : r ? fused(r, lazy_impl(copy)->value, logarithm) : FL_ERR_MEMORY;
+    fl_release(copy);
+    return finish(out, r, rc);
+}
+
 /* ---- the table ---- */
 
-static fl_backend lazy_backend = {
+static fl_backend lazy_backend_table = {
     .name = "lazy",
     .release = lazy_release,
     .eval = lazy_eval,
@@ -578,6 +621,7 @@ static fl_backend lazy_backend = {
     .conv2d_backward_weight = lazy_conv2d_backward_weight,
     .pool2d = lazy_pool2d,
     .pool2d_backward = lazy_pool2d_backward,
+    .softmax = lazy_softmax,
 };
 
-fl_backend *fl_lazy_backend(void) { return &lazy_backend; }
+fl_backend *fl_lazy_backend(void) { return &lazy_backend_table; }

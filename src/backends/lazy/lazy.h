@@ -44,6 +44,13 @@ typedef struct lazy_tensor {
                            or for a reshape of the same size) */
     float constant;
     int nodes; /* pending operations in the graph below, repeats counted, saturating */
+    int passes; /* fused passes that computed this pending node without keeping it, saturating */
+    /* A copy of the last fused reduction of this pending node, whose values never
+     * change: the same reduction asked again (layer norm's mean, then fl_var's own)
+     * is a copy of it instead of a pass. */
+    fl_tensor *reduced;
+    unsigned reduced_axes;
+    int reduced_op;
 } lazy_tensor;
 
 /* A graph may hold at most this many pending operations: a longer one is cut by
@@ -75,6 +82,7 @@ typedef struct fl_lazy_traffic {
     uint64_t fused_read, fused_written;
     uint64_t unfused_read, unfused_written;
     uint64_t passes, operations; /* fused passes run, operations they computed */
+    uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
 } fl_lazy_traffic;
 
 fl_lazy_traffic fl_lazy_traffic_get(void);
