@@ -138,7 +138,8 @@ struct fl_backend {
      * near a framework's fused kernel on speed (softmax: five passes over memory
      * against one). A researcher who replaces exp and wants softmax to follow sets
      * softmax to NULL. */
-    /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. */
+    /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. It may
+     * decline a call by returning FL_ERR_UNSUPPORTED: the tensor layer composes then. */
     int (*softmax)(fl_tensor *out, const fl_tensor *a, bool logarithm);
     /* Batch normalization of x [N, C, *] per channel (axis 1), f32 and f64; weight and
      * bias are [C] or NULL (no affine), all of x's dtype.

@@ -25,8 +25,15 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
     if (x && fused && a == t->ndim - 1 && (x->dtype == FL_F32 || x->dtype == FL_F64)) {
         fl_memory_set_operation("softmax");
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
-        y = y ? fl__out(fl__finish(fn, y, fused(y, x, logarithm), 1, (const fl_tensor *const *)&x)) : NULL;
-        return fl__scope_return(scope, fl_cast(y, result));
+        int rc = y ? fused(y, x, logarithm) : FL_ERR_MEMORY;
+        if (rc != FL_ERR_UNSUPPORTED) {
+            y = y ? fl__out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
+            return fl__scope_return(scope, fl_cast(y, result));
+        }
+        /* The kernel declined this call: compose instead. */
+        fl__take_backend_error(NULL, 0);
+        fl_memory_set_operation(NULL);
+        fl_release(y);
     }
     fl_tensor *shifted = fl_sub(x, fl_max(x, &a, 1, true));
     fl_tensor *exps = fl_exp(shifted);
