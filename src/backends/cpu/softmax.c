@@ -39,6 +39,31 @@ static float row_max_f32(const float *restrict x, int64_t n)
     return m;
 }
 
+/* e^x for x <= 0 (or nan), the only arguments softmax has once the row's maximum is
+ * subtracted: vm_expf's reduction and polynomial without its overflow handling, and
+ * with 2^n applied in one step because n >= -126. Results below FLT_MIN (x < -87.3)
+ * flush to zero where vm_expf would give a subnormal: probabilities under 1.2e-38,
+ * which no sum or product of a softmax can tell from zero. A third fewer
+ * instructions, and softmax is bound by them. */
+static inline float exp_nonpositive(float x)
+{
+    const float shifter = 0x1.8p23f;
+    float xc = vm_select(x < -87.0f, -87.0f, x); /* false for nan, which passes through */
+    float k = VM_FMA(xc, 1.44269504088896341f, shifter);
+    int32_t n = (int32_t)(vm_bits(k) - vm_bits(shifter));
+    k -= shifter;
+    float r = VM_FMA(k, -0.693359375f, xc);
+    r = VM_FMA(k, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = VM_FMA(p, r, 1.3981999507e-3f);
+    p = VM_FMA(p, r, 8.3334519073e-3f);
+    p = VM_FMA(p, r, 4.1665795894e-2f);
+    p = VM_FMA(p, r, 1.6666665459e-1f);
+    p = VM_FMA(p, r, 5.0000001201e-1f);
+    p = VM_FMA(p, r * r, r) + 1.0f;
+    return vm_select(x < -87.0f, 0.0f, p * vm_pow2i(n));
+}
+
 /* y = exp(x - m); returns the sum of y. */
 static float row_exp_store_f32(const float *restrict x, float *restrict y, int64_t n, float m)
 {
@@ -46,12 +71,12 @@ static float row_exp_store_f32(const float *restrict x, float *restrict y, int64
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int k = 0; k < LANES; k++) {
-            y[i + k] = vm_expf(x[i + k] - m);
+            y[i + k] = exp_nonpositive(x[i + k] - m);
             acc[k] += y[i + k];
         }
     float s = 0;
     for (; i < n; i++) {
-        y[i] = vm_expf(x[i] - m);
+        y[i] = exp_nonpositive(x[i] - m);
         s += y[i];
     }
     for (int k = 0; k < LANES; k++)
@@ -66,10 +91,10 @@ static float row_exp_sum_f32(const float *restrict x, int64_t n, float m)
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int k = 0; k < LANES; k++)
-            acc[k] += vm_expf(x[i + k] - m);
+            acc[k] += exp_nonpositive(x[i + k] - m);
     float s = 0;
     for (; i < n; i++)
-        s += vm_expf(x[i] - m);
+        s += exp_nonpositive(x[i] - m);
     for (int k = 0; k < LANES; k++)
         s += acc[k];
     return s;
