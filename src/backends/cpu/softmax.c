@@ -6,7 +6,8 @@
  * while it is in L1: its maximum, then exp(x - max) stored and summed, then one
  * scaling. Memory sees one read of the input and one write of the output.
  *
- * The semantics are the composition's: a row holding NaN gives NaN throughout (NaN
+ * The semantics are the composition's, except that probabilities below FLT_MIN are
+ * flushed to zero (exp_nonpositive): a row holding NaN gives NaN throughout (NaN
  * never wins the maximum, but exp(NaN - max) poisons the sum), a row of -inf gives
  * NaN (-inf - -inf), and +inf gives NaN too, as in PyTorch. The result does not
  * depend on the thread count: a row is never split.
