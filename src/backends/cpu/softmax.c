@@ -48,20 +48,8 @@ static float row_max_f32(const float *restrict x, int64_t n)
  * instructions, and softmax is bound by them. */
 static inline float exp_nonpositive(float x)
 {
-    const float shifter = 0x1.8p23f;
-    float xc = vm_select(x < -87.0f, -87.0f, x); /* false for nan, which passes through */
-    float k = VM_FMA(xc, 1.44269504088896341f, shifter);
-    int32_t n = (int32_t)(vm_bits(k) - vm_bits(shifter));
-    k -= shifter;
-    float r = VM_FMA(k, -0.693359375f, xc);
-    r = VM_FMA(k, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = VM_FMA(p, r, 1.3981999507e-3f);
-    p = VM_FMA(p, r, 8.3334519073e-3f);
-    p = VM_FMA(p, r, 4.1665795894e-2f);
-    p = VM_FMA(p, r, 1.6666665459e-1f);
-    p = VM_FMA(p, r, 5.0000001201e-1f);
-    p = VM_FMA(p, r * r, r) + 1.0f;
+    int32_t n;
+    float p = vm_exp_parts(vm_select(x < -87.0f, -87.0f, x), &n); /* false for nan, which passes through */
     return vm_select(x < -87.0f, 0.0f, p * vm_pow2i(n));
 }
 

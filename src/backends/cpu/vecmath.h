@@ -60,17 +60,15 @@ static inline float vm_select(bool c, float a, float b)
 /* 2^n for n in [-126, 127], built in the exponent field. */
 static inline float vm_pow2i(int32_t n) { return vm_float((uint32_t)(n + 127) << 23); }
 
-/* e^x. x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-7 polynomial; 2^n applied
- * in two halves so that results in the subnormal range round only once. */
-static inline float vm_expf(float x)
+/* The two factors of e^x = e^r 2^n, for x already clamped to [-104, 89]: n = round(x /
+ * ln2) in *n, and e^r (|r| <= ln2 / 2) by a degree-7 polynomial as the result. */
+static inline float vm_exp_parts(float x, int32_t *n)
 {
     const float shifter = 0x1.8p23f; /* adding it rounds to an integer held in the low mantissa bits */
-    float xc = vm_select(x < -104.0f, -104.0f, x); /* comparisons are false for nan, which passes through */
-    xc = vm_select(xc > 89.0f, 89.0f, xc);
-    float k = VM_FMA(xc, 1.44269504088896341f, shifter);
-    int32_t n = (int32_t)(vm_bits(k) - vm_bits(shifter));
+    float k = VM_FMA(x, 1.44269504088896341f, shifter);
+    *n = (int32_t)(vm_bits(k) - vm_bits(shifter));
     k -= shifter;
-    float r = VM_FMA(k, -0.693359375f, xc);
+    float r = VM_FMA(k, -0.693359375f, x);
     r = VM_FMA(k, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
     p = VM_FMA(p, r, 1.3981999507e-3f);
@@ -78,7 +76,17 @@ static inline float vm_expf(float x)
     p = VM_FMA(p, r, 4.1665795894e-2f);
     p = VM_FMA(p, r, 1.6666665459e-1f);
     p = VM_FMA(p, r, 5.0000001201e-1f);
-    p = VM_FMA(p, r * r, r) + 1.0f;
+    return VM_FMA(p, r * r, r) + 1.0f;
+}
+
+/* e^x. 2^n applied in two halves so that results in the subnormal range round only
+ * once. */
+static inline float vm_expf(float x)
+{
+    float xc = vm_select(x < -104.0f, -104.0f, x); /* comparisons are false for nan, which passes through */
+    xc = vm_select(xc > 89.0f, 89.0f, xc);
+    int32_t n;
+    float p = vm_exp_parts(xc, &n);
     int32_t half = n / 2;
     float y = p * vm_pow2i(half) * vm_pow2i(n - half);
     y = vm_select(x > 88.72283172607421875f, INFINITY, y); /* past ln(FLT_MAX) */
