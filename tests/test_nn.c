@@ -289,6 +289,8 @@ static void batch_norm_run(bool fused, const fl_tensor *x, const fl_tensor *weig
 
 static void fused_batch_norm_matches_the_composition(void **state)
 {
+    if (!fl_default_backend()->batch_norm) /* nothing fused to compare (the lazy backend) */
+        skip();
     fl_manual_seed(11);
     /* A large mean against the spread: the variance must not cancel. */
     fl_tensor *images = fl_add_scalar(fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(4, 3, 9, 7)), 3), 40);
