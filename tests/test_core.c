@@ -3,7 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "flare/profile.h"
 #include "support.h"
 
 static void from_data_round_trips_every_dtype(void **state)
@@ -228,6 +230,55 @@ static void the_generator_state_restores_the_stream(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
+static const fl_profile_entry *find_entry(const fl_profile_entry *e, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(e[i].name, name) == 0)
+            return &e[i];
+    return NULL;
+}
+
+/* The profile counts every primitive call by name, times operations exclusively
+ * (an outer one is charged without the inner), survives a failing call, and costs
+ * nothing once off. */
+static void the_profile_counts_and_times_operations(void **state)
+{
+    fl_profile_enable(true);
+    fl_profile_reset();
+    fl_tensor *a = fl_ones(FL_F32, FL_SHAPE(64, 64));
+    for (int i = 0; i < 3; i++)
+        fl_eval(fl_add(a, a));
+    assert_null(fl_add(a, fl_ones(FL_F32, FL_SHAPE(3))));  /* a shape error: no primitive runs */
+    fl_clear_error();
+    fl_eval(fl_matmul(a, a));
+    fl_profile_push("outer");
+    fl_profile_push("inner");
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+    fl_profile_pop();
+    fl_profile_pop();
+    fl_profile_entry e[64];
+    int n = fl_profile_entries(e, 64);
+    assert_in_range(n, 4, 64);
+    const fl_profile_entry *add = find_entry(e, n, "add"), *mm = find_entry(e, n, "matmul");
+    const fl_profile_entry *outer = find_entry(e, n, "outer"), *inner = find_entry(e, n, "inner");
+    assert_non_null(add);
+    assert_int_equal(add->calls, 3);
+    assert_non_null(mm);
+    assert_int_equal(mm->calls, 1);
+    assert_non_null(outer);
+    assert_non_null(inner);
+    assert_true(inner->seconds >= 0.002);
+    assert_true(outer->seconds < inner->seconds); /* exclusive: the sleep is inner's */
+    for (int i = 1; i < n; i++)
+        assert_true(e[i - 1].seconds >= e[i].seconds);
+    fl_profile_enable(false);
+    fl_profile_reset();
+    fl_eval(fl_add(a, a));
+    assert_int_equal(fl_profile_entries(NULL, 0), 0);
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +292,7 @@ int main(void)
         scoped_test(unimplemented_primitive_is_a_clear_error),
         scoped_test(random_numbers_do_not_depend_on_threads),
         scoped_test(the_generator_state_restores_the_stream),
+        scoped_test(the_profile_counts_and_times_operations),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

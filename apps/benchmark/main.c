@@ -38,6 +38,7 @@
 
 #include "flare/distributed.h"
 #include "flare/optim.h"
+#include "flare/profile.h"
 #include "models.h"
 
 typedef struct options {
@@ -388,6 +389,8 @@ int main(int argc, char **argv)
         step_times *times = calloc((size_t)o.iters, sizeof *times);
         double *column = calloc((size_t)o.iters, sizeof *column);
         for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
+            if (i == o.warmup) /* FLARE_PROFILE=1: profile the timed steps only */
+                fl_profile_reset();
             step_times t;
             if (train_step(bm, model, opt, dp, &o, batch, NULL, NULL, &t, NULL) != FL_OK)
                 status = fail("training");

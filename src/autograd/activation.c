@@ -90,7 +90,7 @@ static fl_tensor *gelu(const fl_tensor *x, const fl_tensor *dy, bool approximate
     if (!fits)
         return dy ? gelu_grad_composed(x, dy, approximate) : gelu_composed(x, approximate);
     const char *fn = dy ? "fl_v_gelu (backward)" : "fl_v_gelu";
-    fl_memory_set_operation("gelu");
+    fl__begin("gelu");
     fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
     const fl_tensor *inputs[2] = {x, dy};
     return y ? fl__out(fl__finish(fn, y, fused(y, x, dy, approximate), dy ? 2 : 1, inputs)) : NULL;

@@ -152,7 +152,7 @@ static void fused_batch_norm_grad(fl_grad *g)
     }
     if (!first)
         return;
-    fl_memory_set_operation("batch_norm_backward");
+    fl__begin("batch_norm_backward");
     int rc = x->backend->batch_norm_backward(out[0], out[1], out[2], dy, x, g->saved[1], g->saved[2],
                                              c->weight ? g->saved[3] : NULL, c->training);
     /* fl__finish records a failure (freeing the output it is given) and ends the
@@ -186,7 +186,7 @@ static fl_variable *fused_batch_norm(fl_variable *x, const fl_tensor *running_me
     fl_tensor *y = mean && var ? fl__new(xv->backend, xv->dtype, xv->ndim, xv->shape) : NULL;
     if (!y)
         return fl_v_scope_return(scope, NULL);
-    fl_memory_set_operation("batch_norm");
+    fl__begin("batch_norm");
     int rc = xv->backend->batch_norm(y, training ? mean : NULL, training ? var : NULL, xv, w, b,
                                      training ? NULL : mean, training ? NULL : var, eps);
     if (!fl__out(fl__finish("fl_f_batch_norm", y, rc, 1, &xv)))

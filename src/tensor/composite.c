@@ -23,7 +23,7 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
     fl_tensor *x = fl_cast(t, fl__compute_dtype(result));
     int (*fused)(fl_tensor *, const fl_tensor *, bool) = t->backend->softmax;
     if (x && fused && a == t->ndim - 1 && (x->dtype == FL_F32 || x->dtype == FL_F64)) {
-        fl_memory_set_operation("softmax");
+        fl__begin("softmax");
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
         int rc = y ? fused(y, x, logarithm) : FL_ERR_MEMORY;
         if (rc != FL_ERR_UNSUPPORTED) {
@@ -33,6 +33,7 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         /* The kernel declined this call: compose instead. */
         fl__take_backend_error(NULL, 0);
         fl_memory_set_operation(NULL);
+        fl__profile_end();
         fl_release(y);
     }
     fl_tensor *shifted = fl_sub(x, fl_max(x, &a, 1, true));

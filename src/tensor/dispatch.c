@@ -63,13 +63,20 @@ void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, co
     if (!entry)
         return fl__error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
                          backend->name, entry_name);
-    fl_memory_set_operation(entry_name);
+    fl__begin(entry_name);
     return entry;
+}
+
+void fl__begin(const char *operation)
+{
+    fl_memory_set_operation(operation);
+    fl__profile_begin(operation);
 }
 
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
 {
     fl_memory_set_operation(NULL); /* later frees belong to no operation */
+    fl__profile_end();
     if (rc == 0)
         return out;
     char message[512], described[4 * FL_DESC_SIZE] = "", buf[FL_DESC_SIZE];

@@ -58,6 +58,12 @@ bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
 /* The function pointer at offset in t's backend table, or NULL (and an error). */
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
+/* Names the operation now running, for memory telemetry and the profile (fl__primitive
+ * does this; a fused kernel called directly does it itself); fl__finish ends it. */
+void fl__begin(const char *operation);
+/* profile.c: a primitive's frame in the operation profile. */
+void fl__profile_begin(const char *primitive);
+void fl__profile_end(void);
 
 /* Owned conversions used to prepare operands; they return t itself (retained) when
  * there is nothing to do. */

@@ -1,24 +1,14 @@
 /*
- * The CPU backend's fused GELU and GELU gradient, exact (erf) and tanh-approximate.
+ * The CPU backend's fused GELU and GELU gradient, exact (erf) and tanh-approximate,
+ * with the formulas of gelu.h.
  *
  * The compositions in src/autograd/activation.c take five passes over memory forward
  * and eleven backward, each a full-size temporary and a fork and join of the threads;
- * here each element is read once (twice with its gradient) and written once. The
- * formulas are the compositions', term for term:
- *
- *     exact        y = 0.5 x (1 + erf(x / sqrt 2))
- *                  dx = dy (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi))
- *     tanh         t = tanh(k (x + a x^3)),  y = 0.5 x (1 + t)
- *                  dx = dy 0.5 ((1 + t) + x (1 - t^2) k (1 + 3 a x^2))
+ * here each element is read once (twice with its gradient) and written once.
  */
-#include <math.h>
-
 #include "cpu.h"
+#include "gelu.h"
 #include "vecmath.h"
-
-#define GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
-#define GELU_A 0.044715
-#define INV_SQRT_2PI 0.3989422804014327
 
 /* One loop per form and direction, with no branch inside, so that each vectorizes
  * (vecmath's functions are branch-free for that reason). */
@@ -35,23 +25,16 @@
         }                                                                                        \
     } while (0)
 
-#define TANH_TERM(type, tanh_fn) tanh_fn((type)GELU_K * (v * ((type)GELU_A * v * v + 1)))
-#define CDF(type, erf_fn) ((type)0.5 * (erf_fn(v * (type)M_SQRT1_2) + 1))
-#define TANH_VALUE(type, t) ((type)0.5 * v * (1 + (t)))
-#define TANH_SLOPE(type, t) \
-    ((type)0.5 * ((1 + (t)) + v * ((1 - (t) * (t)) * ((type)GELU_K * ((type)(3 * GELU_A) * v * v + 1)))))
-#define ERF_SLOPE(type, erf_fn, exp_fn) (CDF(type, erf_fn) + v * ((type)INV_SQRT_2PI * exp_fn(v * v * (type)-0.5)))
-
 #define GELU_FORMS(type, erf_fn, exp_fn, tanh_fn)                                        \
     do {                                                                               \
         if (approximate && dy)                                                         \
-            GELU_LOOP(type, dy[i] * TANH_SLOPE(type, TANH_TERM(type, tanh_fn)));       \
+            GELU_LOOP(type, dy[i] * GELU_TANH_SLOPE(type, v, GELU_TANH_TERM(type, v, tanh_fn))); \
         else if (approximate)                                                          \
-            GELU_LOOP(type, TANH_VALUE(type, TANH_TERM(type, tanh_fn)));               \
+            GELU_LOOP(type, GELU_TANH_VALUE(type, v, GELU_TANH_TERM(type, v, tanh_fn))); \
         else if (dy)                                                                   \
-            GELU_LOOP(type, dy[i] * ERF_SLOPE(type, erf_fn, exp_fn));                  \
+            GELU_LOOP(type, dy[i] * GELU_SLOPE(type, v, erf_fn, exp_fn));              \
         else                                                                           \
-            GELU_LOOP(type, v * CDF(type, erf_fn));                                    \
+            GELU_LOOP(type, GELU_VALUE(type, v, erf_fn));                              \
     } while (0)
 
 static int cpu_gelu(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)

@@ -29,7 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/profile.h"
+
 #include "../cpu/cpu.h"
+#include "../cpu/gelu.h"
 #include "../cpu/vecmath.h"
 #include "lazy.h"
 
@@ -195,6 +198,8 @@ static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const 
     case LAZY_TANH: UNARY_LOOP(vm_tanhf(x)) break;
     case LAZY_SIGMOID: UNARY_LOOP(vm_sigmoidf(x)) break;
     case LAZY_ERF: UNARY_LOOP(vm_erff(x)) break;
+    case LAZY_GELU: UNARY_LOOP(GELU_VALUE(float, x, vm_erff)) break;
+    case LAZY_GELU_TANH: UNARY_LOOP(GELU_TANH_VALUE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) break;
     case LAZY_FLOOR: UNARY_LOOP(vm_floorf(x)) break;
     case LAZY_CEIL: UNARY_LOOP(vm_ceilf(x)) break;
     case LAZY_ROUND: UNARY_LOOP(nearbyintf(x)) break;
@@ -205,6 +210,8 @@ static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const 
     case LAZY_POW: BINARY_LOOP(z == 2.0f ? x * x : powf(x, z)) break;
     case LAZY_MINIMUM: BINARY_LOOP(x < z || x != x ? x : z) break;
     case LAZY_MAXIMUM: BINARY_LOOP(x > z || x != x ? x : z) break;
+    case LAZY_GELU_GRAD: BINARY_LOOP(z * GELU_SLOPE(float, x, vm_erff, vm_expf)) break;
+    case LAZY_GELU_TANH_GRAD: BINARY_LOOP(z * GELU_TANH_SLOPE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) break;
     default: break;
     }
 }
@@ -221,10 +228,15 @@ static void load(const slot *s, float *restrict dst, int64_t offset, int64_t ste
     } while (0)
     switch (s->dtype) {
     case FL_F32:
-        if (step == 1)
+        if (step == 1) {
             memcpy(dst, (const float *)s->data + offset, (size_t)n * sizeof *dst);
-        else
+        } else if (step == 0) { /* a broadcast axis: one value, stored n times */
+            const float v = ((const float *)s->data)[offset];
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = v;
+        } else {
             LOAD_AS(float);
+        }
         break;
     case FL_BOOL:
     case FL_U8: LOAD_AS(uint8_t); break;
@@ -421,8 +433,8 @@ static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *
             inputs[i][1] |= inputs[s->arg[k]][1];
             costly[i] |= costly[s->arg[k]];
         }
-        costly[i] |= s->op >= LAZY_EXP && s->op <= LAZY_ERF && s->op != LAZY_SQRT && s->op != LAZY_RSQRT;
-        costly[i] |= s->op == LAZY_POW;
+        costly[i] |= s->op >= LAZY_EXP && s->op <= LAZY_GELU_TANH && s->op != LAZY_SQRT && s->op != LAZY_RSQRT;
+        costly[i] |= s->op == LAZY_POW || s->op == LAZY_GELU_GRAD || s->op == LAZY_GELU_TANH_GRAD;
     }
     return costly[i] || __builtin_popcountll(inputs[i][0]) + __builtin_popcountll(inputs[i][1]) >= 2;
 }
@@ -477,7 +489,17 @@ static void finish_pass(program *p, int rc)
     }
 }
 
+static int run(fl_tensor *t);
+
 int lazy_run(fl_tensor *t)
+{
+    fl_profile_push("lazy fused pass");
+    int rc = run(t);
+    fl_profile_pop();
+    return rc;
+}
+
+static int run(fl_tensor *t)
 {
     program *p = malloc(sizeof *p);
     if (!p)
@@ -595,7 +617,17 @@ static int copy_reduction(fl_tensor *out, const fl_tensor *reduced)
     return rc ? rc : lazy_adopt(out, value);
 }
 
+static int run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op);
+
 int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op)
+{
+    fl_profile_push("lazy fused reduction");
+    int rc = run_reduction(out, a, axes, op);
+    fl_profile_pop();
+    return rc;
+}
+
+static int run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op)
 {
     /* Fusable when the reduced axes are the trailing ones (size-1 axes aside): every
      * output then reduces one contiguous run of the flat input. */

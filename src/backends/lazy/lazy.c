@@ -65,8 +65,10 @@ static fl_tensor *cpu_twin(const fl_tensor *out)
  * allocations of its materialization to. */
 static const char *const op_names[LAZY_OP_COUNT] = {
     "value", "full", "reshape", "cast", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
-    "tanh", "sigmoid", "erf", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum", "maximum",
+    "tanh", "sigmoid", "erf", "gelu", "gelu", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum",
+    "maximum", "gelu", "gelu",
 };
+_Static_assert(sizeof op_names / sizeof op_names[0] == LAZY_OP_COUNT, "a name for every operation");
 
 /* A constant as a CPU tensor of one element viewed with zero strides in t's shape,
  * for a delegated primitive, which reads strided operands: the zeros that a gradient
@@ -582,6 +584,23 @@ static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
     return finish(out, r, rc);
 }
 
+/* GELU and its gradient are graph nodes, computed by gelu.h's formulas as the cpu
+ * kernel computes them, but fused with the bias add before them and the dropout
+ * after (forward), or with the gradient that flows in (backward). */
+static int lazy_gelu(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
+{
+    if (a->dtype == FL_F32 && (!dy || dy->dtype == FL_F32))
+        return defer(out, dy ? (approximate ? LAZY_GELU_TANH_GRAD : LAZY_GELU_GRAD)
+                             : (approximate ? LAZY_GELU_TANH : LAZY_GELU),
+                     a, dy);
+    MATERIALIZE(va, a);
+    fl_tensor *vdy = NULL;
+    if (dy && !(vdy = value_of(dy)))
+        return FL_ERR_MEMORY;
+    CPU_OUT(r, out);
+    return finish(out, r, fl_cpu_backend()->gelu(r, va, vdy, approximate));
+}
+
 /* ---- the table ---- */
 
 static fl_backend lazy_backend_table = {
@@ -622,6 +641,7 @@ static fl_backend lazy_backend_table = {
     .pool2d = lazy_pool2d,
     .pool2d_backward = lazy_pool2d_backward,
     .softmax = lazy_softmax,
+    .gelu = lazy_gelu,
 };
 
 fl_backend *fl_lazy_backend(void) { return &lazy_backend_table; }
