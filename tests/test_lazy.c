@@ -5,10 +5,12 @@
  * graph pending. Tensors are moved to "lazy" explicitly, so
  * this runs the same in both rows of the backend matrix. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
 #include "backends/lazy/lazy.h"
+#include "flare/autograd.h"
 #include "support.h"
 
 static fl_tensor *on(const char *backend, const fl_tensor *t) { return fl_to_backend(t, backend); }
@@ -286,6 +288,75 @@ static void delegated_operations_and_errors(void **state)
     assert_fails(fl_matmul(b, on("lazy", T_F32(FL_SHAPE(3, 1), 1, 2, 3))), FL_ERR_SHAPE, "fl_matmul");
 }
 
+/* Every compilable operation, a broadcast row, a strided operand, a converted mask,
+ * constants, NaN and infinities, and a node held from outside (written by the same
+ * pass): big enough to be compiled. */
+static fl_tensor *compilable(const fl_tensor *x, const fl_tensor *row, const fl_tensor *xt, const fl_tensor *mask,
+                             fl_tensor **held)
+{
+    fl_tensor *y = fl_add(fl_mul(x, row), fl_transpose(xt, 0, 1));
+    *held = y = fl_sub(fl_mul(y, fl_cast(mask, FL_F32)), fl_tanh(fl_sigmoid(y)));
+    y = fl_add(fl_erf(y), fl_div(fl_exp(fl_neg(fl_abs(y))), fl_log1p(fl_sqrt(fl_abs(y)))));
+    y = fl_maximum(fl_minimum(y, fl_rsqrt(fl_add_scalar(fl_abs(y), 1))), fl_floor(y));
+    y = fl_add(y, fl_mul(fl_ceil(fl_mul_scalar(y, 3)), fl_round(fl_log(fl_add_scalar(fl_abs(y), 0.5)))));
+    return fl_add(y, fl_sign(y));
+}
+
+static void compiled_kernels_match_the_interpreter(void **state)
+{
+    enum { R = 300, C = 257 }; /* over LAZY_COMPILE_MIN elements; tiles end mid-row */
+    fl_manual_seed(5);
+    fl_tensor *x = fl_randn(FL_F32, FL_SHAPE(R, C)), *row = fl_randn(FL_F32, FL_SHAPE(C));
+    fl_tensor *xt = fl_randn(FL_F32, FL_SHAPE(C, R)), *mask = fl_lt(fl_rand(FL_F32, FL_SHAPE(R, C)), fl_scalar(0.9, FL_F32));
+    x = fl_index_assign(x, FL_INDEX(FL_AT(7), FL_RANGE(0, 3)), T_F32(FL_SHAPE(3), NAN, INFINITY, -INFINITY));
+    x = on("lazy", x), row = on("lazy", row), xt = on("lazy", xt), mask = on("lazy", mask);
+    const int last[] = {-1};
+    fl_tensor *held[2], *y[2], *sums[2], *gelu[2][2][2];
+    lazy_compile_stats before = lazy_compile_stats_get();
+    for (int compiled = 0; compiled < 2; compiled++) {
+        lazy_compile_set_mode(compiled ? LAZY_COMPILE_SYNC : LAZY_COMPILE_OFF);
+        y[compiled] = compilable(x, row, xt, mask, &held[compiled]);
+        assert_int_equal(fl_eval(y[compiled]), FL_OK);
+        /* a fused trailing reduction, and GELU's value and gradient (lazy graph nodes) */
+        sums[compiled] = fl_sum(fl_mul(fl_add(x, row), fl_abs(x)), last, 1, true);
+        for (int approximate = 0; approximate < 2; approximate++) {
+            fl_variable *v = fl_v_new(x, true), *g = fl_v_gelu(v, approximate);
+            assert_int_equal(fl_v_backward(g, fl_mul(x, row), false), FL_OK);
+            gelu[compiled][approximate][0] = fl_retain((fl_tensor *)fl_v_value(g));
+            gelu[compiled][approximate][1] = fl_retain((fl_tensor *)fl_v_grad(v));
+            fl_eval(gelu[compiled][approximate][0]);
+            fl_eval(gelu[compiled][approximate][1]);
+        }
+    }
+    lazy_compile_set_mode(LAZY_COMPILE_ASYNC);
+    lazy_compile_stats after = lazy_compile_stats_get();
+    assert_true(after.compiled + after.loaded > before.compiled + before.loaded);
+    assert_int_equal(after.failed, before.failed);
+    assert_close(y[1], y[0], 1e-6, 1e-6);
+    assert_close(held[1], held[0], 0, 0);
+    assert_close(sums[1], sums[0], 1e-6, 1e-6);
+    for (int approximate = 0; approximate < 2; approximate++)
+        for (int k = 0; k < 2; k++) {
+            assert_close(gelu[1][approximate][k], gelu[0][approximate][k], 1e-6, 1e-6);
+            fl_release(gelu[0][approximate][k]);
+            fl_release(gelu[1][approximate][k]);
+        }
+    /* A compiler that fails: reported once, counted, and the pass is interpreted. */
+    const char *cc = getenv("FLARE_CC");
+    setenv("FLARE_CC", "false", 1);
+    lazy_compile_set_mode(LAZY_COMPILE_SYNC);
+    fl_tensor *odd = fl_ceil(fl_floor(fl_ceil(fl_mul_scalar(x, 7)))); /* a program nothing else compiles */
+    assert_int_equal(fl_eval(odd), FL_OK);
+    lazy_compile_set_mode(LAZY_COMPILE_ASYNC);
+    if (cc)
+        setenv("FLARE_CC", cc, 1);
+    else
+        unsetenv("FLARE_CC");
+    assert_int_equal(lazy_compile_stats_get().failed, after.failed + 1);
+    assert_close(odd, fl_ceil(fl_mul_scalar(fl_to_backend(x, "cpu"), 7)), 0, 0);
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +368,7 @@ int main(void)
         scoped_test(reshapes_keep_a_graph_pending),
         scoped_test(casts_to_f32_are_read_by_the_pass),
         scoped_test(delegated_operations_and_errors),
+        scoped_test(compiled_kernels_match_the_interpreter),
     };
     return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);
 }

@@ -276,8 +276,10 @@ static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
 
 /* Runs the program over elements [begin, begin + n): afterwards value[i] points at
  * slot i's values for the tile, dense (step[i] true) or a single value. */
-static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n, const float **value, bool *step)
+static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64_t begin, int64_t n,
+                     const float **value, bool *step)
 {
+    float *out[MAX_SLOTS];
     for (int i = 0; i < p->count; i++) {
         const slot *s = &p->slots[i];
         float *own = scratch + (int64_t)i * TILE;
@@ -311,6 +313,9 @@ static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n,
             }
             step[i] = !single;
             value[i] = y;
+        } else if (kernel) { /* computed below, with every other operation */
+            step[i] = true;
+            value[i] = out[i] = s->store ? (float *)cpu_data(s->store) + begin : own;
         } else {
             int a = s->arg[0], b = s->arg[1] >= 0 ? s->arg[1] : a;
             step[i] = step[a] || step[b];
@@ -324,6 +329,8 @@ static void run_tile(const program *p, float *scratch, int64_t begin, int64_t n,
             value[i] = y;
         }
     }
+    if (kernel)
+        kernel((long)n, (const float *const *)value, out);
 }
 
 /* ---- traffic ---- */
@@ -489,6 +496,29 @@ static void finish_pass(program *p, int rc)
     }
 }
 
+/* The program's compiled kernel (compile.c), if it has one ready and the pass is
+ * long enough to gain from it; else NULL, and the tiles are interpreted. */
+static lazy_kernel kernel_of(const program *p)
+{
+    if (p->numel < LAZY_COMPILE_MIN)
+        return NULL;
+    lazy_kernel_slot k[MAX_SLOTS];
+    for (int i = 0; i < p->count; i++) {
+        const slot *s = &p->slots[i];
+        bool single = (s->op == LAZY_VALUE || s->op == LAZY_CAST) && s->ndim == 1 && s->strides[0] == 0;
+        k[i] = (lazy_kernel_slot){.op = s->op, .arg = {s->arg[0], s->arg[1]}};
+        k[i].input = s->op == LAZY_VALUE || s->op == LAZY_CAST || s->op == LAZY_CONSTANT;
+        k[i].scalar = s->op == LAZY_CONSTANT || (single && !(s->op == LAZY_CAST && s->store));
+        k[i].output = !k[i].input && s->op != LAZY_RESHAPE && s->store;
+    }
+    /* The root's values, which a reduction folds, come out of the kernel too. */
+    int root = p->count - 1;
+    while (p->slots[root].op == LAZY_RESHAPE)
+        root = p->slots[root].arg[0];
+    k[root].output |= !k[root].input;
+    return lazy_kernel_for(k, p->count);
+}
+
 static int run(fl_tensor *t);
 
 int lazy_run(fl_tensor *t)
@@ -507,6 +537,7 @@ static int run(fl_tensor *t)
     int rc = compile(p, t) ? 0 : FL_ERR_VALUE;
     if (!rc)
         rc = choose_stores(p, false);
+    lazy_kernel kernel = rc ? NULL : kernel_of(p);
     int64_t n = p->numel, tiles = (n + TILE - 1) / TILE;
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
     bool failed = false;
@@ -522,7 +553,7 @@ static int run(fl_tensor *t)
             for (int64_t tile = 0; tile < tiles; tile++)
                 if (scratch) {
                     int64_t begin = tile * TILE;
-                    run_tile(p, scratch, begin, n - begin < TILE ? n - begin : TILE, value, step);
+                    run_tile(p, kernel, scratch, begin, n - begin < TILE ? n - begin : TILE, value, step);
                 }
             free(scratch);
         }
@@ -667,6 +698,7 @@ static int run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int 
         rc = FL_ERR_VALUE;
     if (!rc)
         rc = choose_stores(p, true);
+    lazy_kernel kernel = rc ? NULL : kernel_of(p);
     int threads = a->numel >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
     bool failed = false;
     if (!rc) {
@@ -682,11 +714,11 @@ static int run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int 
                 if (scratch && per_row > 1) {
                     int64_t row = item / per_row, col = item % per_row * TILE;
                     int64_t n = inner - col < TILE ? inner - col : TILE;
-                    run_tile(p, scratch, row * inner + col, n, value, step);
+                    run_tile(p, kernel, scratch, row * inner + col, n, value, step);
                     partial[item] = fold_tile(op, value[p->count - 1], step[p->count - 1], n);
                 } else if (scratch) {
                     int64_t row = item * band, count = rows - row < band ? rows - row : band;
-                    run_tile(p, scratch, row * inner, count * inner, value, step);
+                    run_tile(p, kernel, scratch, row * inner, count * inner, value, step);
                     const float *root = value[p->count - 1];
                     bool dense = step[p->count - 1];
                     for (int64_t r = 0; r < count; r++)

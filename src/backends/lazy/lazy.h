@@ -14,6 +14,7 @@
 #ifndef FLARE_LAZY_H
 #define FLARE_LAZY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "flare/backend.h"
@@ -72,6 +73,34 @@ int lazy_run(fl_tensor *t);
  * caller then materializes a and delegates), else 0 or an fl_status. */
 int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op);
 enum { LAZY_SUM, LAZY_PROD, LAZY_MAX, LAZY_MIN };
+
+/* compile.c: a fused program as one compiled loop. Slot i of a kernel is an input
+ * (read from in[i]: a leaf, a converted cast or a constant, one value for the tile if
+ * scalar), a reshape (its operand's values), or an operation of fuse.c's apply on
+ * slots arg[0] and arg[1]; an output is also written to out[i]. */
+typedef struct lazy_kernel_slot {
+    int op;
+    int arg[2];
+    bool input, scalar, output;
+} lazy_kernel_slot;
+
+typedef void (*lazy_kernel)(long n, const float *const *in, float *const *out);
+
+/* The compiled kernel of the program, or NULL: not compilable, not compiled yet (it
+ * is being compiled in the background), or compiling failed. */
+lazy_kernel lazy_kernel_for(const lazy_kernel_slot *slots, int count);
+
+/* Passes over fewer elements stay interpreted. */
+#define LAZY_COMPILE_MIN (1 << 16)
+
+enum { LAZY_COMPILE_OFF, LAZY_COMPILE_SYNC, LAZY_COMPILE_ASYNC };
+/* Overrides FLARE_LAZY_COMPILE (tests). */
+void lazy_compile_set_mode(int mode);
+
+typedef struct lazy_compile_stats {
+    uint64_t compiled, loaded, failed; /* kernels compiled, loaded from the cache, failed */
+} lazy_compile_stats;
+lazy_compile_stats lazy_compile_stats_get(void);
 
 /* lazy.c: wraps a CPU tensor (taking the reference) as the value of out. */
 int lazy_adopt(fl_tensor *out, fl_tensor *value);
