@@ -163,12 +163,20 @@ static copy_plan plan_copy(int ndim, const int64_t *shape, const int64_t *dst_st
     return p;
 }
 
+/* A row of a strided copy; a broadcast source (step 0) into a dense row is a fill,
+ * which vectorizes (a gradient scattered into a broadcast zero). */
 #define COPY_ROW(type)                                          \
     do {                                                        \
         type *d_ = (type *)d;                                   \
         const type *s_ = (const type *)s;                       \
-        for (int64_t j = 0; j < inner; j++)                     \
-            d_[j * dst_step] = s_[j * src_step];                \
+        if (dst_step == 1 && src_step == 0) {                   \
+            const type v_ = *s_;                                \
+            for (int64_t j = 0; j < inner; j++)                 \
+                d_[j] = v_;                                     \
+        } else {                                                \
+            for (int64_t j = 0; j < inner; j++)                 \
+                d_[j * dst_step] = s_[j * src_step];            \
+        }                                                       \
     } while (0)
 
 void cpu_copy_strided(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides,
