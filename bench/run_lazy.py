@@ -11,7 +11,7 @@ a side reports the median of its timed iterations, and a row keeps the median of
 the rounds.
 
     python bench/run_lazy.py --flare build/bench_lazy [--benchmark build/benchmark] [--threads 2]
-                             [--rounds 3] [--models "bert vit"] [--model-rounds 2] [--model-iters 3] [--model-warmup 2]
+                             [--rounds 3] [--models "bert vit"] [--model-rounds 3] [--model-iters 5] [--model-warmup 2]
                              [--no-torch-models] [--out FILE]
 """
 
@@ -75,8 +75,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--benchmark", help="apps/benchmark's executable (default: next to --flare)")
     parser.add_argument("--models", default="bert vit", help="space-separated model names, or empty for none")
-    parser.add_argument("--model-rounds", type=int, default=2)
-    parser.add_argument("--model-iters", type=int, default=3)
+    parser.add_argument("--model-rounds", type=int, default=3)
+    parser.add_argument("--model-iters", type=int, default=5)
     parser.add_argument("--model-warmup", type=int, default=2)
     parser.add_argument("--no-torch-models", action="store_true", help="time the models on Flare only")
     parser.add_argument("--out")
