@@ -75,9 +75,14 @@ void fl_profile_reset(void)
 static void record(const char *name, double seconds)
 {
     pthread_mutex_lock(&lock);
+    /* Names are literals: the same pointer, found first; the same text from another
+     * object file, second. */
     int i = 0;
-    while (i < used && table[i].name != name && strcmp(table[i].name, name) != 0)
+    while (i < used && table[i].name != name)
         i++;
+    if (i == used)
+        for (i = 0; i < used && strcmp(table[i].name, name) != 0;)
+            i++;
     if (i == used && used < MAX_OPERATIONS)
         table[used++] = (fl_profile_entry){.name = name};
     if (i < used) {

@@ -41,6 +41,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "flare/profile.h"
+
 #include "lazy.h"
 
 extern char **environ;
@@ -67,12 +69,12 @@ static kernel_entry table[TABLE_SIZE];
 static int entries;
 static kernel_entry *queue_head, *queue_tail;
 static bool worker_started, failure_reported;
-static int mode = -1; /* lazy_compile_mode */
+static int mode = -1; /* LAZY_COMPILE_*, or -1 until FLARE_LAZY_COMPILE is read */
 static uint64_t compiled, loaded;
-/* The compiler now running, and its temporary files, which exiting removes: a
- * compilation the process did not wait for leaves nothing behind. */
+/* The compiler now running and the kernel it compiles, whose temporaries exiting
+ * removes: a compilation the process did not wait for leaves nothing behind. */
 static pid_t child;
-static char child_files[2][4096 + 128];
+static uint64_t child_hash;
 
 /* ---- settings ---- */
 
@@ -106,8 +108,20 @@ lazy_compile_stats lazy_compile_stats_get(void)
     return s;
 }
 
-/* The cache directory, created if missing; "" if there is none to be had. */
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* What every kernel of this process shares, found once: the cache directory (created
+ * if missing; "" if there is none to be had), and the hash of the text every kernel's
+ * hash starts from: the processor's identity and feature flags (kernels are built for
+ * the machine, -march=native, and a cache shared between machines must not hand one
+ * the other's instructions), the built-in headers and the compiler's flags. */
 static char dir[4096];
+static uint64_t shared_hash;
 
 static void find_cache_dir(void)
 {
@@ -143,37 +157,33 @@ static void find_cache_dir(void)
         closedir(d);
 }
 
+static void hash_shared_text(void)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0)
+            h = fnv1a(h, line);
+        if (strncmp(line, "flags", 5) == 0)
+            break;
+    }
+    if (f)
+        fclose(f);
+    shared_hash = fnv1a(fnv1a(h, lazy_kernel_headers), lazy_kernel_flags);
+}
+
+static void set_up(void)
+{
+    find_cache_dir();
+    hash_shared_text();
+}
+
 static const char *cache_dir(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, find_cache_dir);
+    pthread_once(&once, set_up);
     return dir;
-}
-
-/* The processor's feature flags, part of every kernel's hash: kernels are compiled
- * for the machine (-march=native), and a cache shared between machines must not
- * hand one the other's instructions. */
-static char cpu_flags[8192];
-
-static void read_cpu_flags(void)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[8192];
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "flags", 5) == 0 || strncmp(line, "model name", 10) == 0) {
-            strncat(cpu_flags, line, sizeof cpu_flags - strlen(cpu_flags) - 1);
-            if (strncmp(line, "flags", 5) == 0)
-                break;
-        }
-    if (f)
-        fclose(f);
-}
-
-static const char *machine(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, read_cpu_flags);
-    return cpu_flags;
 }
 
 /* A file in the cache: the directory, a 16-digit hash and a short suffix. */
@@ -181,45 +191,18 @@ static const char *machine(void)
 
 /* ---- source ---- */
 
-static uint64_t fnv1a(uint64_t h, const char *s)
-{
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
 
-/* The expression slot i computes from x (its first operand) and z (its second), as
- * the interpreter's apply computes it; NULL for operations left to the interpreter
- * (their vector forms call libm for some arguments). */
+/* The expression of an operation, as lazy.h lists it; NULL for those left to the
+ * interpreter. */
 static const char *expression(int op)
 {
+#define TEXT(op, expr) case op: return #expr;
     switch (op) {
-    case LAZY_NEG: return "-x";
-    case LAZY_ABS: return "fabsf(x)";
-    case LAZY_SIGN: return "(float)((x > 0) - (x < 0))";
-    case LAZY_EXP: return "vm_expf(x)";
-    case LAZY_LOG: return "vm_logf(x)";
-    case LAZY_LOG1P: return "vm_log1pf(x)";
-    case LAZY_SQRT: return "sqrtf(x)";
-    case LAZY_RSQRT: return "1.0f / sqrtf(x)";
-    case LAZY_TANH: return "vm_tanhf(x)";
-    case LAZY_SIGMOID: return "vm_sigmoidf(x)";
-    case LAZY_ERF: return "vm_erff(x)";
-    case LAZY_GELU: return "GELU_VALUE(float, x, vm_erff)";
-    case LAZY_GELU_TANH: return "GELU_TANH_VALUE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))";
-    case LAZY_FLOOR: return "vm_floorf(x)";
-    case LAZY_CEIL: return "vm_ceilf(x)";
-    case LAZY_ROUND: return "nearbyintf(x)";
-    case LAZY_ADD: return "x + z";
-    case LAZY_SUB: return "x - z";
-    case LAZY_MUL: return "x * z";
-    case LAZY_DIV: return "x / z";
-    case LAZY_MINIMUM: return "x < z || x != x ? x : z";
-    case LAZY_MAXIMUM: return "x > z || x != x ? x : z";
-    case LAZY_GELU_GRAD: return "z * GELU_SLOPE(float, x, vm_erff, vm_expf)";
-    case LAZY_GELU_TANH_GRAD: return "z * GELU_TANH_SLOPE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))";
-    default: return NULL; /* sin, cos, pow */
+    LAZY_UNARY_EXPRESSIONS(TEXT)
+    LAZY_BINARY_EXPRESSIONS(TEXT)
+    default: return NULL;
     }
+#undef TEXT
 }
 
 #define APPEND(...)                                                                  \
@@ -326,8 +309,7 @@ static lazy_kernel compile(uint64_t hash, const char *body)
     bool spawned = posix_spawnp(&pid, argv[0], &actions, &attributes, argv, environ) == 0;
     if (spawned) {
         child = pid;
-        snprintf(child_files[0], sizeof child_files[0], "%s", source);
-        snprintf(child_files[1], sizeof child_files[1], "%s", temporary);
+        child_hash = hash;
     }
     pthread_mutex_unlock(&lock);
     if (spawned)
@@ -364,7 +346,9 @@ static void report_failure(uint64_t hash)
 /* Compiles e (not under the lock) and publishes the result. */
 static void build(kernel_entry *e)
 {
+    fl_profile_push("lazy kernel compile");
     lazy_kernel fn = compile(e->hash, e->body);
+    fl_profile_pop();
     pthread_mutex_lock(&lock);
     e->fn = fn;
     __atomic_store_n(&e->state, fn ? KERNEL_READY : KERNEL_FAILED, __ATOMIC_RELEASE);
@@ -399,11 +383,14 @@ static void stop_compiling(void)
     if (child > 0) {
         kill(-child, SIGKILL);
         waitpid(child, NULL, 0);
-        unlink(child_files[0]);
-        unlink(child_files[1]);
-        char log[PATH_SIZE];
-        snprintf(log, sizeof log, "%.*s.log", (int)(strchr(strrchr(child_files[0], '/'), '.') - child_files[0]), child_files[0]);
-        unlink(log);
+        char suffixes[3][32], path[PATH_SIZE];
+        snprintf(suffixes[0], sizeof suffixes[0], ".%d.c", (int)getpid());
+        snprintf(suffixes[1], sizeof suffixes[1], ".%d.so", (int)getpid());
+        snprintf(suffixes[2], sizeof suffixes[2], ".log");
+        for (int i = 0; i < 3; i++) {
+            path_of(path, sizeof path, child_hash, suffixes[i]);
+            unlink(path);
+        }
         child = 0;
     }
     pthread_mutex_unlock(&lock);
@@ -439,15 +426,16 @@ lazy_kernel lazy_kernel_for(const lazy_kernel_slot *slots, int count)
     char body[SOURCE_MAX];
     if (!generate(slots, count, body))
         return NULL;
-    uint64_t hash = 0xcbf29ce484222325ull;
-    hash = fnv1a(fnv1a(fnv1a(fnv1a(hash, machine()), lazy_kernel_headers), lazy_kernel_flags), body);
+    if (!cache_dir()[0])
+        return NULL;
+    uint64_t hash = fnv1a(shared_hash, body);
     pthread_mutex_lock(&lock);
     kernel_entry *e = NULL;
     for (int i = 0; i < entries && !e; i++)
         if (table[i].hash == hash && strcmp(table[i].body, body) == 0)
             e = &table[i];
     if (!e) {
-        if (entries == TABLE_SIZE || !cache_dir()[0] || !(table[entries].body = strdup(body))) {
+        if (entries == TABLE_SIZE || !(table[entries].body = strdup(body))) {
             pthread_mutex_unlock(&lock);
             return NULL;
         }

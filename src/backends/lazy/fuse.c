@@ -184,36 +184,18 @@ static bool compile(program *p, const fl_tensor *root)
 /* The same expressions as the CPU backend's kernels, so both give the same values. */
 static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const float *b, bool sb, int64_t n)
 {
+#define UNARY_CASE(op, expr) case op: UNARY_LOOP(expr) break;
+#define BINARY_CASE(op, expr) case op: BINARY_LOOP(expr) break;
     switch (op) {
-    case LAZY_NEG: UNARY_LOOP(-x) break;
-    case LAZY_ABS: UNARY_LOOP(fabsf(x)) break;
-    case LAZY_SIGN: UNARY_LOOP((float)((x > 0) - (x < 0))) break;
-    case LAZY_EXP: UNARY_LOOP(vm_expf(x)) break;
-    case LAZY_LOG: UNARY_LOOP(vm_logf(x)) break;
-    case LAZY_LOG1P: UNARY_LOOP(vm_log1pf(x)) break;
-    case LAZY_SQRT: UNARY_LOOP(sqrtf(x)) break;
-    case LAZY_RSQRT: UNARY_LOOP(1.0f / sqrtf(x)) break;
+    LAZY_UNARY_EXPRESSIONS(UNARY_CASE)
+    LAZY_BINARY_EXPRESSIONS(BINARY_CASE)
     case LAZY_SIN: TRIG_LOOP(sin); break;
     case LAZY_COS: TRIG_LOOP(cos); break;
-    case LAZY_TANH: UNARY_LOOP(vm_tanhf(x)) break;
-    case LAZY_SIGMOID: UNARY_LOOP(vm_sigmoidf(x)) break;
-    case LAZY_ERF: UNARY_LOOP(vm_erff(x)) break;
-    case LAZY_GELU: UNARY_LOOP(GELU_VALUE(float, x, vm_erff)) break;
-    case LAZY_GELU_TANH: UNARY_LOOP(GELU_TANH_VALUE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) break;
-    case LAZY_FLOOR: UNARY_LOOP(vm_floorf(x)) break;
-    case LAZY_CEIL: UNARY_LOOP(vm_ceilf(x)) break;
-    case LAZY_ROUND: UNARY_LOOP(nearbyintf(x)) break;
-    case LAZY_ADD: BINARY_LOOP(x + z) break;
-    case LAZY_SUB: BINARY_LOOP(x - z) break;
-    case LAZY_MUL: BINARY_LOOP(x * z) break;
-    case LAZY_DIV: BINARY_LOOP(x / z) break;
     case LAZY_POW: BINARY_LOOP(z == 2.0f ? x * x : powf(x, z)) break;
-    case LAZY_MINIMUM: BINARY_LOOP(x < z || x != x ? x : z) break;
-    case LAZY_MAXIMUM: BINARY_LOOP(x > z || x != x ? x : z) break;
-    case LAZY_GELU_GRAD: BINARY_LOOP(z * GELU_SLOPE(float, x, vm_erff, vm_expf)) break;
-    case LAZY_GELU_TANH_GRAD: BINARY_LOOP(z * GELU_TANH_SLOPE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) break;
     default: break;
     }
+#undef UNARY_CASE
+#undef BINARY_CASE
 }
 
 /* dst[i] = the leaf's element at offset + i * step, as f32, for i < n; f32 the way

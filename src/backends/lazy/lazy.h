@@ -39,6 +39,39 @@ typedef enum lazy_op {
 
 #define LAZY_FIRST_BINARY LAZY_ADD
 
+/* Each elementwise operation as an expression in its operands x and z, written once:
+ * fuse.c's interpreter expands them into loops, compile.c writes them as text into
+ * kernels, so the two cannot disagree. vm_* are the cpu backend's vecmath.h, GELU_*
+ * its gelu.h. sin, cos and pow are not here: their vector forms fall back to libm for
+ * some arguments, which only the interpreter does. */
+#define LAZY_UNARY_EXPRESSIONS(X)                                                   \
+    X(LAZY_NEG, -x)                                                                 \
+    X(LAZY_ABS, fabsf(x))                                                           \
+    X(LAZY_SIGN, (float)((x > 0) - (x < 0)))                                        \
+    X(LAZY_EXP, vm_expf(x))                                                         \
+    X(LAZY_LOG, vm_logf(x))                                                         \
+    X(LAZY_LOG1P, vm_log1pf(x))                                                     \
+    X(LAZY_SQRT, sqrtf(x))                                                          \
+    X(LAZY_RSQRT, 1.0f / sqrtf(x))                                                  \
+    X(LAZY_TANH, vm_tanhf(x))                                                       \
+    X(LAZY_SIGMOID, vm_sigmoidf(x))                                                 \
+    X(LAZY_ERF, vm_erff(x))                                                         \
+    X(LAZY_GELU, GELU_VALUE(float, x, vm_erff))                                     \
+    X(LAZY_GELU_TANH, GELU_TANH_VALUE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) \
+    X(LAZY_FLOOR, vm_floorf(x))                                                     \
+    X(LAZY_CEIL, vm_ceilf(x))                                                       \
+    X(LAZY_ROUND, nearbyintf(x))
+
+#define LAZY_BINARY_EXPRESSIONS(X)                                                            \
+    X(LAZY_ADD, x + z)                                                                        \
+    X(LAZY_SUB, x - z)                                                                        \
+    X(LAZY_MUL, x * z)                                                                        \
+    X(LAZY_DIV, x / z)                                                                        \
+    X(LAZY_MINIMUM, x < z || x != x ? x : z)                                                  \
+    X(LAZY_MAXIMUM, x > z || x != x ? x : z)                                                  \
+    X(LAZY_GELU_GRAD, z * GELU_SLOPE(float, x, vm_erff, vm_expf))                             \
+    X(LAZY_GELU_TANH_GRAD, z * GELU_TANH_SLOPE(float, x, GELU_TANH_TERM(float, x, vm_tanhf)))
+
 typedef struct lazy_tensor {
     lazy_op op;
     fl_tensor *value;   /* the CPU tensor, once materialized */
