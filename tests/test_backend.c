@@ -77,11 +77,33 @@ static void mean_and_variance_go_through_the_replaced_sum(void **state)
     backend->sum = original_sum;
 }
 
+static int failing_add(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+{
+    (void)out, (void)a, (void)b;
+    return fl_backend_error(FL_ERR_BACKEND, "the replaced add failed");
+}
+
+/* A backend's message is the cause reported for the operation that failed, never one
+ * left behind by an earlier direct call that fl_clear_error discarded. */
+static void a_failing_primitive_reports_its_own_message(void **state)
+{
+    fl_backend_error(FL_ERR_DTYPE, "left behind by a direct call");
+    fl_clear_error();
+    fl_backend *backend = fl_default_backend();
+    original_add = backend->add;
+    backend->add = failing_add;
+    fl_tensor *x = T_F32(FL_SHAPE(2), 1, 2);
+    fl_tensor *y = fl_add(x, x);
+    restore_add();
+    assert_fails(y, FL_ERR_BACKEND, "fl_add: the replaced add failed");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         scoped_test(composites_go_through_the_replaced_add),
         scoped_test(mean_and_variance_go_through_the_replaced_sum),
+        scoped_test(a_failing_primitive_reports_its_own_message),
     };
     return cmocka_run_group_tests_name("backend", tests, NULL, NULL);
 }

@@ -7,7 +7,17 @@
  * (blocked) layouts for the computation; the plan reorders to and from them around
  * the primitive, which measures faster here than computing on plain layouts (im2col
  * and gemm) or on NHWC. Building a primitive costs far more than running a small one,
- * so plans are cached by shape, parameters and thread count.
+ * so plans are cached by shape, parameters, thread count and algorithm.
+ *
+ * The algorithm: Winograd's F(4x4, 3x3) where oneDNN implements it (3x3 kernels,
+ * stride 1, no dilation, one group, channels in multiples of its vector width),
+ * direct convolution elsewhere. Winograd does 2.25x fewer multiplications by
+ * transforming tiles of the input, the weight and the output; on this machine the
+ * three passes of bench-ops' 64-channel 56x56 layer run 1.7-1.8x faster with it
+ * (docs/ARCHITECTURE.md has the command). It rounds differently: against the exact result its errors are
+ * 1.1-1.4e-6 of the largest output where direct convolution's are 0.4-1.0e-6
+ * (test_linalg). FLARE_CONV_ALGORITHM=direct, or cpu_conv_set_algorithm, restores the
+ * direct kernels everywhere.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -42,7 +52,8 @@ static const char *pass_names[3] = {"convolution", "convolution backward data", 
 
 typedef struct conv_key {
     conv_pass pass;
-    int threads; /* some oneDNN kernels fix their partitioning when they are built */
+    cpu_conv_algorithm algorithm; /* the preferred one; a plan falls back to direct */
+    int threads;                  /* some oneDNN kernels fix their partitioning when they are built */
     conv_shapes shapes;
     fl_conv2d_desc desc;
 } conv_key;
@@ -94,7 +105,7 @@ static dnnl_status_t describe(const conv_key *k, dnnl_format_tag_t data_tag, dnn
     return st;
 }
 
-static dnnl_status_t build_plan(const conv_key *k, conv_plan *p)
+static dnnl_status_t build_plan(const conv_key *k, dnnl_alg_kind_t algorithm, conv_plan *p)
 {
     dnnl_memory_desc_t x, w, y, ux, uw, uy;
     const fl_conv2d_desc *d = &k->desc;
@@ -108,7 +119,7 @@ static dnnl_status_t build_plan(const conv_key *k, conv_plan *p)
     if (st == dnnl_success)
         st = describe(k, dnnl_nchw, dnnl_oihw, &ux, &uw, &uy);
     if (st == dnnl_success)
-        st = dnnl_dilated_convolution_forward_desc_init(&forward, dnnl_forward_training, dnnl_convolution_direct, &x, &w,
+        st = dnnl_dilated_convolution_forward_desc_init(&forward, dnnl_forward_training, algorithm, &x, &w,
                                                         NULL, &y, strides, dilates, padding, padding);
     /* Scratch space is allocated per call, so concurrent calls never share it. */
     if (st == dnnl_success)
@@ -122,9 +133,9 @@ static dnnl_status_t build_plan(const conv_key *k, conv_plan *p)
         hint = NULL;
     } else if (st == dnnl_success) {
         st = k->pass == PASS_BACKWARD_DATA
-                 ? dnnl_dilated_convolution_backward_data_desc_init(&backward, dnnl_convolution_direct, &x, &w, &y,
+                 ? dnnl_dilated_convolution_backward_data_desc_init(&backward, algorithm, &x, &w, &y,
                                                                     strides, dilates, padding, padding)
-                 : dnnl_dilated_convolution_backward_weights_desc_init(&backward, dnnl_convolution_direct, &x, &w,
+                 : dnnl_dilated_convolution_backward_weights_desc_init(&backward, algorithm, &x, &w,
                                                                        NULL, &y, strides, dilates, padding, padding);
         if (st == dnnl_success)
             st = dnnl_primitive_desc_create(&pd, &backward, attr, engine, hint);
@@ -156,6 +167,20 @@ static dnnl_status_t build_plan(const conv_key *k, conv_plan *p)
     return st;
 }
 
+static dnnl_status_t new_plan(const conv_key *key, dnnl_alg_kind_t algorithm, conv_plan **out)
+{
+    conv_plan *p = calloc(1, sizeof *p);
+    dnnl_status_t st = p ? build_plan(key, algorithm, p) : dnnl_out_of_memory;
+    if (p && st == dnnl_success)
+        p->key = *key;
+    else {
+        destroy_plan(p);
+        p = NULL;
+    }
+    *out = p;
+    return st;
+}
+
 /* A small cache of plans, least recently used out. A plan in use is never evicted;
  * when every slot is busy the new plan lives for one call. */
 #define PLAN_CACHE_SIZE 32
@@ -178,15 +203,14 @@ static int acquire_plan(const conv_key *key, conv_plan **out)
     }
     pthread_mutex_unlock(&plan_lock);
 
-    conv_plan *p = calloc(1, sizeof *p);
-    if (!p)
-        return fl_backend_error(FL_ERR_MEMORY, "no memory for a convolution plan");
-    p->key = *key;
-    dnnl_status_t st = build_plan(key, p);
-    if (st != dnnl_success) {
-        destroy_plan(p);
-        return fl_backend_error(FL_ERR_BACKEND, "oneDNN cannot build a %s (status %d)", pass_names[key->pass], (int)st);
-    }
+    conv_plan *p = NULL;
+    dnnl_status_t st = key->algorithm == CPU_CONV_WINOGRAD ? new_plan(key, dnnl_convolution_winograd, &p)
+                                                            : dnnl_unimplemented;
+    if (st == dnnl_unimplemented) /* no Winograd kernel for this shape on this CPU */
+        st = new_plan(key, dnnl_convolution_direct, &p);
+    if (st != dnnl_success)
+        return fl_backend_error(st == dnnl_out_of_memory ? FL_ERR_MEMORY : FL_ERR_BACKEND,
+                                "oneDNN cannot build a %s (status %d)", pass_names[key->pass], (int)st);
     pthread_mutex_lock(&plan_lock);
     int slot = -1;
     for (int i = 0; i < PLAN_CACHE_SIZE; i++) {
@@ -284,6 +308,21 @@ static int run_plan(const conv_plan *p, const void *in0, const void *in1, void *
     return 0;
 }
 
+static int algorithm = -1; /* a cpu_conv_algorithm; -1 until read from the environment */
+
+void cpu_conv_set_algorithm(cpu_conv_algorithm a) { __atomic_store_n(&algorithm, (int)a, __ATOMIC_RELAXED); }
+
+cpu_conv_algorithm cpu_conv_get_algorithm(void)
+{
+    int a = __atomic_load_n(&algorithm, __ATOMIC_RELAXED);
+    if (a < 0) {
+        const char *env = getenv("FLARE_CONV_ALGORITHM");
+        a = env && strcmp(env, "direct") == 0 ? CPU_CONV_DIRECT : CPU_CONV_WINOGRAD;
+        __atomic_store_n(&algorithm, a, __ATOMIC_RELAXED);
+    }
+    return (cpu_conv_algorithm)a;
+}
+
 static int convolve_f32(conv_pass pass, const conv_shapes *shapes, const fl_conv2d_desc *d, const void *in0,
                         const void *in1, void *out)
 {
@@ -293,6 +332,7 @@ static int convolve_f32(conv_pass pass, const conv_shapes *shapes, const fl_conv
     conv_key key;
     memset(&key, 0, sizeof key); /* the key is compared bytewise, padding included */
     key.pass = pass;
+    key.algorithm = cpu_conv_get_algorithm();
     key.threads = cpu_threads();
     key.shapes = *shapes;
     key.desc = *d;

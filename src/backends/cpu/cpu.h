@@ -76,6 +76,13 @@ void cpu_scratch_free(void *scratch);
 
 /* The thread count for kernels, applied to OpenMP (and so to oneDNN) when it changes. */
 int cpu_threads(void);
+
+/* conv.c: the algorithm of f32 convolutions. Winograd (the default) where oneDNN has a
+ * kernel for the shape, direct elsewhere; FLARE_CONV_ALGORITHM=direct sets direct. */
+typedef enum cpu_conv_algorithm { CPU_CONV_DIRECT, CPU_CONV_WINOGRAD } cpu_conv_algorithm;
+void cpu_conv_set_algorithm(cpu_conv_algorithm a);
+cpu_conv_algorithm cpu_conv_get_algorithm(void);
+
 /* Below this many elements an elementwise kernel runs on one thread: waking the
  * team costs more than the work. */
 #define CPU_PARALLEL_GRAIN 32768
