@@ -180,6 +180,46 @@ static void unimplemented_primitive_is_a_clear_error(void **state)
     backend->full = saved;
 }
 
+/* Philox-4x32-10 written out once more, independently of the backend's two versions
+ * (one block at a time, and batches of blocks for uniform f32). */
+static void philox_reference(uint64_t counter, uint64_t key, uint32_t out[4])
+{
+    uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0}, k[2] = {(uint32_t)key, (uint32_t)(key >> 32)};
+    for (int round = 0; round < 10; round++) {
+        uint64_t lo = (uint64_t)0xD2511F53u * c[0], hi = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t next[4] = {(uint32_t)(hi >> 32) ^ c[1] ^ k[0], (uint32_t)hi, (uint32_t)(lo >> 32) ^ c[3] ^ k[1],
+                            (uint32_t)lo};
+        memcpy(c, next, sizeof c);
+        k[0] += 0x9E3779B9u;
+        k[1] += 0xBB67AE85u;
+    }
+    memcpy(out, c, sizeof c);
+}
+
+/* Element i of a uniform f32 draw is the top 24 bits of lane i % 4 of the block at
+ * counter offset + i / 4, whatever the size (whole batches and a ragged end). */
+static void uniform_draws_are_philox_4x32_10(void **state)
+{
+    uint32_t known[4], expected_known[4] = {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8};
+    philox_reference(0, 0, known); /* Random123's known answer for a zero counter and key */
+    assert_memory_equal(known, expected_known, sizeof known);
+    const uint64_t seed = 0x0123456789abcdefu, offset = (1ull << 32) - 7; /* counters cross 2^32 */
+    for (int64_t n = 1; n <= 1000; n = n * 3 + 1) {
+        fl_backend *backend = fl_default_backend();
+        fl_tensor *t = fl_tensor_alloc(backend, FL_F32, 1, &n);
+        assert_int_equal(backend->random(t, FL_RANDOM_UNIFORM, seed, offset), 0);
+        float *got = malloc((size_t)n * sizeof *got);
+        assert_int_equal(fl_to_host(t, got, (size_t)n * sizeof *got), FL_OK);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t block[4];
+            philox_reference(offset + (uint64_t)(i / 4), seed, block);
+            assert_true(got[i] == (float)(block[i % 4] >> 8) * 0x1p-24f);
+        }
+        free(got);
+        fl_release(t);
+    }
+}
+
 static void random_numbers_do_not_depend_on_threads(void **state)
 {
     enum { N = 100003 };
@@ -290,6 +330,7 @@ int main(void)
         scoped_test(scopes_release_temporaries),
         scoped_test(registry_and_primitive_count),
         scoped_test(unimplemented_primitive_is_a_clear_error),
+        scoped_test(uniform_draws_are_philox_4x32_10),
         scoped_test(random_numbers_do_not_depend_on_threads),
         scoped_test(the_generator_state_restores_the_stream),
         scoped_test(the_profile_counts_and_times_operations),
