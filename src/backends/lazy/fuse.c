@@ -14,9 +14,15 @@
  *
  * Which intermediate values are written out: the root, and every pending node that
  * something outside the graph holds (its reference count exceeds its uses in the
- * graph). Such a node will most likely be read later (an optimizer's new moments
- * next to the new weights), and writing it now, while its tile is in cache, saves
- * a second pass that would read all of its inputs again.
+ * graph) and would cost more to compute again than to read back (worth_keeping).
+ * Such a node will most likely be read later (an optimizer's new moments next to the
+ * new weights), and writing it now, while its tile is in cache, saves a second pass
+ * that would read all of its inputs again. But a held node computed cheaply from
+ * one narrow input (bools or bytes) and scalars stays pending: a later pass reads
+ * that input, a quarter of the stored values (a dropout mask, kept for the backward
+ * pass, is read there as its 1-byte comparison, never written as 4-byte floats).
+ * The same rule for f32 inputs measured slower on a training step: a held value that
+ * a matmul reads later costs a pass of its own instead of a write in this one.
  *
  * A reduction writes nothing out at first: its input is often a temporary (the
  * squares of a variance). But a held node that an earlier pass already computed is
@@ -408,19 +414,23 @@ static int store_slot(program *p, int i)
  * evaluates a transcendental function. Recomputing a bias-added product reads one
  * input, as reading it back would, and writing it out would cost memory and a pass's
  * worth of writes (the 120 MB of a vocabulary's logits). */
-static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *costly)
+static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *costly, bool *narrow)
 {
     const slot *s = &p->slots[i];
     inputs[i][0] = inputs[i][1] = 0;
     costly[i] = false;
+    narrow[i] = true;
     if (s->op == LAZY_VALUE || s->op == LAZY_CAST) {
-        if (s->distinct * 2 > p->numel)
+        if (s->distinct * 2 > p->numel) {
             inputs[i][i / 64] = 1ull << (i % 64);
+            narrow[i] = fl_dtype_size(s->dtype) < sizeof(float);
+        }
     } else if (s->op != LAZY_CONSTANT) {
         for (int k = 0; k < 2 && s->arg[k] >= 0; k++) {
             inputs[i][0] |= inputs[s->arg[k]][0];
             inputs[i][1] |= inputs[s->arg[k]][1];
             costly[i] |= costly[s->arg[k]];
+            narrow[i] &= narrow[s->arg[k]];
         }
         costly[i] |= s->op >= LAZY_EXP && s->op <= LAZY_GELU_TANH && s->op != LAZY_SQRT && s->op != LAZY_RSQRT;
         costly[i] |= s->op == LAZY_POW || s->op == LAZY_GELU_GRAD || s->op == LAZY_GELU_TANH_GRAD;
@@ -429,21 +439,22 @@ static bool worth_keeping(const program *p, int i, uint64_t (*inputs)[2], bool *
 }
 
 /* Gives memory to the slots whose values the pass writes out: in an elementwise pass
- * the root and every node held from outside the graph; in a reduction (which writes
- * out no root) a held node that an earlier pass computed too, if computing it a third
- * time would cost more than reading it. */
+ * the root and every node held from outside the graph but one of a narrow input; in a
+ * reduction (which writes out no root) a held node that an earlier pass computed too,
+ * if computing it a third time would cost more than reading it. */
 static int choose_stores(program *p, bool reduction)
 {
     uint64_t inputs[MAX_SLOTS][2];
-    bool costly[MAX_SLOTS];
+    bool costly[MAX_SLOTS], narrow[MAX_SLOTS];
     _Static_assert(MAX_SLOTS <= 128, "a slot's inputs are a 128-bit set");
     for (int i = 0; i < p->count; i++) {
         slot *s = &p->slots[i];
-        bool worth = worth_keeping(p, i, inputs, costly);
+        bool worth = worth_keeping(p, i, inputs, costly, narrow);
         if (s->op <= LAZY_CONSTANT)
             continue;
         bool held = __atomic_load_n(&s->node->refcount, __ATOMIC_RELAXED) > s->uses;
-        bool store = reduction ? held && lazy_impl(s->node)->passes > 0 && worth : held || i == p->count - 1;
+        bool store = reduction ? held && lazy_impl(s->node)->passes > 0 && worth
+                               : i == p->count - 1 || (held && (worth || !narrow[i]));
         int rc = store ? store_slot(p, i) : 0;
         if (rc)
             return rc;
