@@ -9,15 +9,15 @@
  * and gemm) or on NHWC. Building a primitive costs far more than running a small one,
  * so plans are cached by shape, parameters, thread count and algorithm.
  *
- * The algorithm: Winograd's F(4x4, 3x3) where oneDNN implements it (3x3 kernels,
- * stride 1, no dilation, one group, channels in multiples of its vector width),
- * direct convolution elsewhere. Winograd does 2.25x fewer multiplications by
- * transforming tiles of the input, the weight and the output; on this machine the
- * three passes of bench-ops' 64-channel 56x56 layer run 1.7-1.8x faster with it
- * (docs/ARCHITECTURE.md has the command). It rounds differently: against the exact result its errors are
- * 1.1-1.4e-6 of the largest output where direct convolution's are 0.4-1.0e-6
- * (test_linalg). FLARE_CONV_ALGORITHM=direct, or cpu_conv_set_algorithm, restores the
- * direct kernels everywhere.
+ * The algorithm: Winograd's F(4x4, 3x3) wherever oneDNN has a kernel for the shape
+ * (3x3 kernels and stride 1 among its conditions; it answers "unimplemented"
+ * otherwise), direct convolution elsewhere. Winograd does 2.25x fewer
+ * multiplications by transforming tiles of the input, the weight and the output; the
+ * three passes of bench-ops' 64-channel 56x56 layer run 1.7-1.8x faster with it here
+ * (docs/ARCHITECTURE.md has the command). It rounds differently: against the exact
+ * result its errors are 1.1-1.4e-6 of the largest output where direct convolution's
+ * are 0.4-1.0e-6 (test_linalg). FLARE_CONV_ALGORITHM=direct, or
+ * cpu_conv_set_algorithm, restores the direct kernels everywhere.
  */
 #include <cblas.h>
 #include <dnnl.h>

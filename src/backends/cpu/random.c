@@ -61,7 +61,11 @@ static inline void multiply_halves(__m512i a, __m512i m, __m512i *hi, __m512i *l
     *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
-static inline __m512 unit_f32(__m512i x) { return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 8)), _mm512_set1_ps(0x1p-24f)); }
+/* unit(x, true) on 16 lanes */
+static inline __m512 unit_f32(__m512i x)
+{
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 8)), _mm512_set1_ps(0x1p-24f));
+}
 
 static void uniform_f32_batch(uint64_t counter, uint64_t seed, float *out)
 {
@@ -93,36 +97,41 @@ static void uniform_f32_batch(uint64_t counter, uint64_t seed, float *out)
     __m512 r1 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
     __m512 r2 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c), _mm512_castps_pd(d)));
     __m512 r3 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c), _mm512_castps_pd(d)));
-    __m512 t0 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0)), t1 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
-    __m512 t2 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2)), t3 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 t0 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 t1 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 t2 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 t3 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
     _mm512_storeu_ps(out, _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
     _mm512_storeu_ps(out + 16, _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
     _mm512_storeu_ps(out + 32, _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));
     _mm512_storeu_ps(out + 48, _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
 }
-#else
+#endif
+
+/* n uniform f32 values, one block at a time from counter on. */
+static void uniform_f32_blocks(uint64_t counter, uint64_t seed, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 4) {
+        philox_block b = philox(counter + (uint64_t)(i / 4), seed);
+        for (int l = 0; l < 4 && i + l < n; l++)
+            out[i + l] = (float)unit(b.lane[l], true);
+    }
+}
+
+#if !defined(__AVX512F__)
 static void uniform_f32_batch(uint64_t counter, uint64_t seed, float *out)
 {
-    for (int j = 0; j < BATCH; j++) {
-        philox_block b = philox(counter + (uint64_t)j, seed);
-        for (int l = 0; l < 4; l++)
-            out[4 * j + l] = (float)(b.lane[l] >> 8) * 0x1p-24f;
-    }
+    uniform_f32_blocks(counter, seed, out, 4 * BATCH);
 }
 #endif
 
 static void uniform_f32(float *out, int64_t n, uint64_t seed, uint64_t offset, int threads)
 {
-    int64_t batches = n / (4 * BATCH);
+    int64_t batches = n / (4 * BATCH), done = batches * 4 * BATCH;
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
     for (int64_t b = 0; b < batches; b++)
         uniform_f32_batch(offset + (uint64_t)(b * BATCH), seed, out + b * 4 * BATCH);
-    for (int64_t i = batches * 4 * BATCH; i < n; i += 4) { /* the last partial batch */
-        double v[4];
-        draw_block(philox(offset + (uint64_t)(i / 4), seed), FL_RANDOM_UNIFORM, true, v);
-        for (int j = 0; j < 4 && i + j < n; j++)
-            out[i + j] = (float)v[j];
-    }
+    uniform_f32_blocks(offset + (uint64_t)(done / 4), seed, out + done, n - done); /* a partial batch */
 }
 
 static int cpu_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
