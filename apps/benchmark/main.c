@@ -40,6 +40,7 @@
 #include "flare/optim.h"
 #include "flare/profile.h"
 #include "models.h"
+#include "../../src/backends/lazy/lazy.h" /* fl_lazy_traffic: the fused passes' bytes */
 
 typedef struct options {
     const char *model;
@@ -389,8 +390,10 @@ int main(int argc, char **argv)
         step_times *times = calloc((size_t)o.iters, sizeof *times);
         double *column = calloc((size_t)o.iters, sizeof *column);
         for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
-            if (i == o.warmup) /* FLARE_PROFILE=1: profile the timed steps only */
+            if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
                 fl_profile_reset();
+                fl_lazy_traffic_reset();
+            }
             step_times t;
             if (train_step(bm, model, opt, dp, &o, batch, NULL, NULL, &t, NULL) != FL_OK)
                 status = fail("training");
@@ -438,6 +441,12 @@ int main(int argc, char **argv)
                 printf("  %.2f samples/s, peak RSS %.1f MiB%s, %.2f GFLOP/s = %.1f%% of the sgemm peak (%.2f)\n",
                        (double)samples / med.total, (double)peak_rss() / (1 << 20), ranks > 1 ? " (rank 0)" : "",
                        gflops, 100 * gflops / peak, peak);
+                fl_lazy_traffic t = fl_lazy_traffic_get();
+                if (t.passes > 0) /* the lazy backend: what its fused passes moved, a step's share */
+                    printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
+                           "(%.1f and %.1f MB one operation at a time)\n",
+                           (double)t.passes / o.iters, t.fused_read / 1e6 / o.iters, t.fused_written / 1e6 / o.iters,
+                           t.unfused_read / 1e6 / o.iters, t.unfused_written / 1e6 / o.iters);
             }
         }
         free(times);
