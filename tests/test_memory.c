@@ -9,6 +9,10 @@
 
 #include "support.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
@@ -281,6 +285,44 @@ static void every_block_is_aligned_and_usable(void **state)
             stats_of(m);
         m->destroy(m);
     }
+}
+
+/* Segments start at a 2 MiB boundary, where a transparent huge page can back them. */
+static void segments_start_at_huge_page_boundaries(void **state)
+{
+    fl_memory_manager *m = fl_memory_caching(SIZE_MAX, SIZE_MAX);
+    size_t sizes[] = {100, 3 * MiB, 40 * MiB};
+    void *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = m->alloc(m, sizes[i]); /* each the first block of a new segment */
+        assert_non_null(p[i]);
+        assert_int_equal((uintptr_t)p[i] % (2 * MiB), 0);
+        memset(p[i], 1, sizes[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        m->free(m, p[i], sizes[i]);
+    m->trim(m);
+    assert_int_equal(stats_of(m).reserved, 0);
+    m->destroy(m);
+}
+
+/* Under AddressSanitizer, only the bytes of live blocks are addressable. */
+static void the_sanitizer_sees_block_bounds(void **state)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    fl_memory_manager *m = fl_memory_caching(SIZE_MAX, SIZE_MAX);
+    char *a = m->alloc(m, 100), *b = m->alloc(m, 2 * MiB + 1);
+    assert_false(__asan_address_is_poisoned(a + 99));
+    assert_true(__asan_address_is_poisoned(a + 100)); /* the block's rounding */
+    assert_false(__asan_address_is_poisoned(b + 2 * MiB));
+    assert_true(__asan_address_is_poisoned(b + 2 * MiB + 1));
+    m->free(m, a, 100);
+    assert_true(__asan_address_is_poisoned(a)); /* freed, cached */
+    m->free(m, b, 2 * MiB + 1);
+    m->destroy(m);
+#else
+    skip();
+#endif
 }
 
 static void zero_bytes_and_impossible_requests(void **state)
@@ -633,6 +675,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(the_cache_limit_returns_idle_segments),
         cmocka_unit_test(trim_returns_idle_segments),
         cmocka_unit_test(every_block_is_aligned_and_usable),
+        cmocka_unit_test(segments_start_at_huge_page_boundaries),
+        cmocka_unit_test(the_sanitizer_sees_block_bounds),
         cmocka_unit_test(zero_bytes_and_impossible_requests),
         cmocka_unit_test(destroy_keeps_a_manager_with_live_blocks),
         cmocka_unit_test(threads_allocate_and_free_concurrently),

@@ -22,6 +22,10 @@
  *  - A new large segment is 20 MiB for requests under 10 MiB (so that several share
  *    it), else the request rounded up to 2 MiB; never above max_split_bytes unless the
  *    request itself is, so that new segments stay splittable.
+ *  - Segments come from mmap, aligned to 2 MiB and marked for transparent huge pages
+ *    (where the kernel offers them): a tensor of tens of megabytes then needs a few
+ *    dozen TLB entries instead of thousands, which passes that stream from memory
+ *    measure (docs/ARCHITECTURE.md, "The memory manager").
  *  - Freed blocks merge with free neighbours in their segment. A segment that is wholly
  *    free is "idle": idle segments go back to the system, oldest first, whenever cached
  *    bytes exceed cache_limit_bytes, on trim, and when the system refuses a new segment.
@@ -32,11 +36,25 @@
  * two atomic read-modify-writes where this costs one (a third of an alloc + free pair).
  */
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "flare/memory.h"
+
+/* Under AddressSanitizer, memory outside live blocks (free blocks, and each block's
+ * rounding beyond the bytes asked for) is poisoned, so an overrun of a tensor is
+ * reported even though its neighbours come from the same segment. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -48,6 +66,7 @@
 #define LARGE_SEGMENT (20 * MiB)
 #define LARGE_SHARED_BELOW (10 * MiB)
 #define LARGE_ROUND (2 * MiB)
+#define HUGE_PAGE (2 * MiB) /* x86-64's and arm64's (4 KiB granule) */
 
 /* Bins: one per 512-byte size up to 1 MiB, then SUB_BINS per power of two. */
 #define EXACT_BINS (SMALL_REQUEST_LIMIT / SMALL_GRAIN)
@@ -330,12 +349,34 @@ static size_t large_segment_size(size_t size, size_t max_split)
     return segment;
 }
 
+/* bytes of fresh memory at a HUGE_PAGE boundary, or NULL. Over-allocating by a huge
+ * page and unmapping the ends costs only address space. bytes is a multiple of 64 KiB
+ * (LARGE_GRAIN, SMALL_SEGMENT), so of the page size. */
+static char *system_map(size_t bytes)
+{
+    size_t span = bytes + HUGE_PAGE;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *memory = (char *)round_up((uintptr_t)raw, HUGE_PAGE);
+    size_t head = (size_t)(memory - raw), tail = span - head - bytes;
+    if (head)
+        munmap(raw, head);
+    if (tail)
+        munmap(memory + bytes, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(memory, bytes, MADV_HUGEPAGE); /* advice: without huge pages it still works */
+#endif
+    return memory;
+}
+
 static void segment_release(caching *c, block *b)
 {
     pool_remove(c, b);
     c->cached -= b->size;
     c->reserved -= b->size;
-    free(b->ptr);
+    UNPOISON(b->ptr, b->size); /* the addresses may come back from another mmap */
+    munmap(b->ptr, b->size);
     record_recycle(c, b);
 }
 
@@ -351,15 +392,16 @@ static block *segment_new(caching *c, pool *p, size_t bytes)
     block *b = record_new(c);
     if (!b)
         return NULL;
-    char *memory = aligned_alloc(FL_MEMORY_ALIGNMENT, bytes);
+    char *memory = system_map(bytes);
     if (!memory) {
         release_idle(c, 0); /* what is cached may be what the system is missing */
-        memory = aligned_alloc(FL_MEMORY_ALIGNMENT, bytes);
+        memory = system_map(bytes);
     }
     if (!memory) {
         record_recycle(c, b);
         return NULL;
     }
+    POISON(memory, bytes);
     *b = (block){.ptr = memory, .size = bytes, .pool = p};
     c->reserved += bytes;
     c->system_allocations++;
@@ -433,6 +475,7 @@ static void *caching_alloc(fl_memory_manager *m, size_t bytes)
     if (c->in_use > c->peak)
         c->peak = c->in_use;
     c->allocations++;
+    UNPOISON(b->ptr, bytes);
     unlock(c);
     return b->ptr;
 }
@@ -449,6 +492,7 @@ static void caching_free(fl_memory_manager *m, void *ptr, size_t bytes)
         return;
     }
     b->allocated = false;
+    POISON(b->ptr, b->size);
     c->in_use -= b->size;
     c->cached += b->size;
     c->frees++;
