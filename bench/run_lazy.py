@@ -5,13 +5,14 @@ writes the median of the rounds as rows of build/bench-ops.json's form with a co
 per backend, plus the lazy backend's memory traffic fused and unfused.
 
 Then the training steps of the BERT-like and ViT models (apps/benchmark, the same
-model code on both Flare backends, and bench/torch/harness.py): each round runs the
-three sides in a fresh process each, in an order that rotates from round to round;
-a side reports the median of its timed iterations, and a row keeps the median of
-the rounds.
+model code on both Flare backends, and bench/torch/harness.py): each round runs Flare
+(one process training a copy of the model on each backend, step for step) and
+PyTorch, in an order that alternates from round to round; a side reports the median
+of its timed iterations, and a row keeps the median of the rounds and, pooled over
+the rounds, the cpu/lazy ratio of every pair of steps.
 
     python bench/run_lazy.py --flare build/bench_lazy [--benchmark build/benchmark] [--threads 2]
-                             [--rounds 3] [--models "bert vit"] [--model-rounds 5] [--model-iters 5] [--model-warmup 2]
+                             [--rounds 3] [--models "bert vit"] [--model-rounds 3] [--model-iters 8] [--model-warmup 2]
                              [--no-torch-models] [--out FILE]
 """
 
@@ -34,41 +35,51 @@ def run(command, env):
 
 def model_rows(args, env):
     """Seconds per training step of each model on Flare's cpu and lazy backends (and
-    PyTorch), one row per model."""
+    PyTorch), one row per model. Flare trains the model on both backends in one process,
+    step for step (benchmark --against), so that the ratio of each pair of steps is
+    taken under the same load: on a shared machine the load drifts between processes by
+    more than the few percent the backends differ by."""
     common = ["--size", "cpu", "--iters", str(args.model_iters), "--warmup", str(args.model_warmup),
               "--threads", str(args.threads)]
     # The GFLOP/s fraction is not reported here, so the sgemm peak is not measured.
-    flare = [args.benchmark, "--json", "--peak-gflops", "1"] + common
-    sides = [("cpu", flare), ("lazy", flare)]
+    sides = [("flare", [args.benchmark, "--json", "--peak-gflops", "1", "--against", "lazy"] + common)]
     if not args.no_torch_models:
         sides.append(("torch", [sys.executable, str(HERE / "torch" / "harness.py")] + common))
+    flare_env = dict(env, FLARE_BACKEND="cpu")
     rows = []
     for name in args.models.split():
-        seconds = {side: [] for side, _ in sides}
+        seconds = {"cpu": [], "lazy": [], "torch": []}
+        ratios = []
         for round_ in range(args.model_rounds):
             shift = round_ % len(sides)
             for side, command in sides[shift:] + sides[:shift]:
-                side_env = dict(env, FLARE_BACKEND=side) if side != "torch" else env
-                result = run(command + ["--model", name], side_env)[-1]
-                seconds[side].append(result["seconds"])
+                results = run(command + ["--model", name], flare_env if side == "flare" else env)
+                if side == "torch":
+                    seconds["torch"].append(results[-1]["seconds"])
+                    continue
+                for result in results:
+                    if "pair" in result:
+                        ratios += result["ratios"]
+                    else:
+                        seconds[result["backend"]].append(result["seconds"])
         row = {"name": f"{name} training step", "model": name, "iters": args.model_iters,
                "rounds": args.model_rounds}
         for side, values in seconds.items():
-            row[f"{side}_s"] = statistics.median(values)
-            row[f"{side}_rounds_s"] = values
+            if values:
+                row[f"{side}_s"] = statistics.median(values)
+                row[f"{side}_rounds_s"] = values
         row["cpu_over_lazy"] = row["cpu_s"] / row["lazy_s"]
-        # The margin over cpu is a few percent, near the spread between rounds, so each
-        # round's own ratio (the two ran within a minute of each other) is kept too.
-        row["cpu_over_lazy_rounds"] = [c / l for c, l in zip(seconds["cpu"], seconds["lazy"])]
-        row["rounds_lazy_faster"] = sum(r > 1 for r in row["cpu_over_lazy_rounds"])
+        row["cpu_over_lazy_steps"] = ratios
+        row["cpu_over_lazy_steps_median"] = statistics.median(ratios)
+        row["steps_lazy_faster"] = sum(r > 1 for r in ratios)
         if "torch_s" in row:
             row["torch_over_lazy"] = row["torch_s"] / row["lazy_s"]
         rows.append(row)
         print(f"{row['name']:<26}{row['cpu_s'] * 1e3:>8.0f}ms{row['lazy_s'] * 1e3:>8.0f}ms"
               + (f"{row['torch_s'] * 1e3:>8.0f}ms{row['torch_over_lazy']:>11.2f}x" if "torch_s" in row else
                  f"{'n/a':>10}{'n/a':>12}")
-              + f"{row['cpu_over_lazy']:>9.2f}x   per round "
-              + " ".join(f"{r:.2f}" for r in row["cpu_over_lazy_rounds"]), flush=True)
+              + f"{row['cpu_over_lazy']:>9.2f}x   step by step: median {row['cpu_over_lazy_steps_median']:.3f}, "
+              + f"lazy faster in {row['steps_lazy_faster']} of {len(ratios)}", flush=True)
     return rows
 
 
@@ -80,8 +91,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--benchmark", help="apps/benchmark's executable (default: next to --flare)")
     parser.add_argument("--models", default="bert vit", help="space-separated model names, or empty for none")
-    parser.add_argument("--model-rounds", type=int, default=5)
-    parser.add_argument("--model-iters", type=int, default=5)
+    parser.add_argument("--model-rounds", type=int, default=3)
+    parser.add_argument("--model-iters", type=int, default=8)
     parser.add_argument("--model-warmup", type=int, default=2)
     parser.add_argument("--no-torch-models", action="store_true", help="time the models on Flare only")
     parser.add_argument("--out")
@@ -149,8 +160,9 @@ def main():
               "lazy_compile": "sync: fused kernels compiled (or loaded from the cache) during warm-up, not timed",
               "models": {"size": "cpu", "warmup": args.model_warmup, "iters": args.model_iters,
                          "rounds": args.model_rounds,
-                         "statistic": "median over rounds of each process's median seconds per training step "
-                                      "(forward, backward, SGD with momentum); the three sides rotate their order"},
+                         "statistic": "median over rounds of each side's median seconds per training step "
+                                      "(forward, backward, SGD with momentum); Flare's cpu and lazy steps "
+                                      "alternate in one process, and each pair's ratio is kept"},
               "rows": rows}
     if args.out:
         write_report(report, args.out)

@@ -8,9 +8,16 @@
  *
  *     benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]
  *               [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]
+ *     benchmark --model NAME --against BACKEND [...]
  *     benchmark --model NAME --train-check STEPS [--size tiny] ...
  *     benchmark --sgemm-peak [--threads T]
  *     benchmark --list
+ *
+ * --against trains a second copy of the model (the same initial weights) on another
+ * backend in the same process, alternating steps between the two (and which goes
+ * first), and reports each one's times and, step by step, the ratio of the first's
+ * time to the second's: both then run under the same load, which on a shared machine
+ * drifts by more than the few percent two backends differ by (bench/run_lazy.py).
  *
  * --train-check trains on one fixed batch (memorizing it) and prints the loss as it
  * goes, failing unless the mean of the last five losses is under 3/4 of the first. --sgemm-peak prints the
@@ -44,6 +51,7 @@
 
 typedef struct options {
     const char *model;
+    const char *against; /* a second backend, trained alongside step for step */
     model_size size;
     int64_t batch;
     int warmup, iters, threads, train_check;
@@ -58,6 +66,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]\n"
                  "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
+                 "       benchmark --model NAME --against BACKEND [...]\n"
                  "       benchmark --model NAME --train-check STEPS [...]\n"
                  "       benchmark --sgemm-peak [--threads T]\n"
                  "       benchmark --list\n");
@@ -102,6 +111,8 @@ static bool parse_args(int argc, char **argv, options *o)
 #undef NUMBER
         if (strcmp(a, "--model") == 0 && value) {
             o->model = argv[++i];
+        } else if (strcmp(a, "--against") == 0 && value) {
+            o->against = argv[++i];
         } else if (strcmp(a, "--size") == 0 && value) {
             int s = 0;
             while (s < MODEL_SIZES && strcmp(size_names[s], value) != 0)
@@ -129,6 +140,10 @@ static bool parse_args(int argc, char **argv, options *o)
     }
     if (!o->model && !o->sgemm_peak && !o->list)
         return fprintf(stderr, "benchmark: which model? (--model NAME; --list names them)\n"), false;
+    if (o->against && (o->distributed || o->train_check))
+        return fprintf(stderr, "benchmark: --against times training steps in one process; not with --%s\n",
+                       o->distributed ? "distributed" : "train-check"),
+               false;
     return true;
 }
 
@@ -311,6 +326,123 @@ static bool ranks_agree(const fl_parameters *params, fl_status *status)
     return agree;
 }
 
+/* A copy of the model in training on one backend, and its timed steps. */
+typedef struct trainee {
+    const char *backend;
+    fl_module *model;
+    fl_parameters *params;
+    fl_optimizer *opt;
+    step_times *times;
+} trainee;
+
+/* Builds the model on the named backend (made the default backend) from the seed, so
+ * that every trainee starts from the same weights. */
+static bool trainee_init(trainee *t, const benchmark_model *bm, const options *o, const char *backend)
+{
+    *t = (trainee){.backend = backend};
+    if (fl_set_default_backend(backend) != FL_OK)
+        return false;
+    fl_manual_seed(o->seed);
+    t->model = bm->build(o->size);
+    t->params = t->model ? fl_module_parameters(t->model) : NULL;
+    t->opt = t->params ? fl_sgd(t->params->items, t->params->count,
+                                &(fl_sgd_options){.lr = o->lr, .momentum = o->momentum})
+                       : NULL;
+    t->times = calloc((size_t)o->iters, sizeof *t->times);
+    return t->opt && t->times;
+}
+
+static void trainee_free(trainee *t)
+{
+    fl_optimizer_free(t->opt);
+    fl_parameters_free(t->params);
+    fl_module_release(t->model);
+    free(t->times);
+}
+
+/* Prints one trainee's median step (and its phases), as text or a JSON line. */
+static void report(const benchmark_model *bm, const options *o, const trainee *t, int count, int64_t batch,
+                   int64_t parameter_count, double peak)
+{
+    int ranks = fl_distributed_size();
+    double *column = calloc((size_t)o->iters, sizeof *column);
+    if (!column)
+        return;
+    step_times med;
+#define MEDIAN_OF(field) \
+    do { \
+        for (int i = 0; i < o->iters; i++) \
+            column[i] = t->times[i].field; \
+        med.field = median(column, o->iters); \
+    } while (0)
+    MEDIAN_OF(data);
+    MEDIAN_OF(forward);
+    MEDIAN_OF(backward);
+    MEDIAN_OF(sync);
+    MEDIAN_OF(step);
+    MEDIAN_OF(total); /* last: column stays sorted by total */
+#undef MEDIAN_OF
+    double fastest = column[0], slowest = column[o->iters - 1];
+    free(column);
+    int64_t samples = batch * ranks;
+    double flops = bm->flops_per_sample(o->size) * (double)samples;
+    double gflops = flops / med.total / 1e9;
+    if (o->json) {
+        printf("{\"name\": \"%s\", \"backend\": \"%s\", \"size\": \"%s\", \"params\": %" PRId64 ", \"batch\": %" PRId64
+               ", \"threads\": %d, \"ranks\": %d, \"warmup\": %d, \"iters\": %d, \"seconds\": %.6f, "
+               "\"fastest\": %.6f, \"slowest\": %.6f, \"data_s\": %.6f, \"forward_s\": %.6f, "
+               "\"backward_s\": %.6f, \"sync_s\": %.6f, \"step_s\": %.6f, \"samples_per_s\": %.3f, "
+               "\"peak_rss\": %" PRId64 ", \"flops_per_iter\": %.6g, \"gflops\": %.3f, "
+               "\"sgemm_gflops\": %.3f, \"peak_fraction\": %.4f}\n",
+               bm->name, t->backend, size_names[o->size], parameter_count, batch, fl_num_threads(), ranks, o->warmup,
+               o->iters, med.total, fastest, slowest, med.data, med.forward, med.backward, med.sync, med.step,
+               (double)samples / med.total, peak_rss(), flops, gflops, peak, gflops / peak);
+        return;
+    }
+    if (count > 1)
+        printf("%s backend: ", t->backend);
+    printf("%d iterations after %d of warm-up: median %.4f s (fastest %.4f, slowest %.4f)%s\n", o->iters, o->warmup,
+           med.total, fastest, slowest, ranks > 1 ? ", the slowest rank's" : "");
+    printf("  data %.4f s, forward %.4f s, backward %.4f s, ", med.data, med.forward, med.backward);
+    if (o->distributed)
+        printf("gradient sync %.4f s, ", med.sync);
+    printf("optimizer %.4f s\n", med.step);
+    printf("  %.2f samples/s, peak RSS %.1f MiB%s, %.2f GFLOP/s = %.1f%% of the sgemm peak (%.2f)\n",
+           (double)samples / med.total, (double)peak_rss() / (1 << 20),
+           ranks > 1 ? " (rank 0)" : count > 1 ? " (the process's)" : "", gflops, 100 * gflops / peak, peak);
+}
+
+/* With --against: each step's time on the first backend over the second's, their
+ * median, and how many steps the second was faster in. */
+static void report_pairs(const benchmark_model *bm, const options *o, const trainee *t)
+{
+    double *ratio = calloc((size_t)o->iters, sizeof *ratio), *sorted = calloc((size_t)o->iters, sizeof *sorted);
+    if (!ratio || !sorted) {
+        free(ratio);
+        free(sorted);
+        return;
+    }
+    int faster = 0;
+    for (int i = 0; i < o->iters; i++) {
+        ratio[i] = sorted[i] = t[0].times[i].total / t[1].times[i].total;
+        faster += ratio[i] > 1;
+    }
+    double mid = median(sorted, o->iters);
+    if (o->json) {
+        printf("{\"name\": \"%s\", \"pair\": [\"%s\", \"%s\"], \"median_ratio\": %.4f, \"second_faster\": %d, "
+               "\"ratios\": [",
+               bm->name, t[0].backend, t[1].backend, mid, faster);
+        for (int i = 0; i < o->iters; i++)
+            printf("%s%.4f", i ? ", " : "", ratio[i]);
+        printf("]}\n");
+    } else {
+        printf("step by step, %s time / %s time: median %.3f; %s faster in %d of %d steps\n", t[0].backend,
+               t[1].backend, mid, t[1].backend, faster, o->iters);
+    }
+    free(ratio);
+    free(sorted);
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -349,13 +481,17 @@ int main(int argc, char **argv)
     }
     int64_t batch = o.batch ? o.batch : bm->batch[o.size];
 
-    fl_module *model = bm->build(o.size);
-    fl_parameters *params = model ? fl_module_parameters(model) : NULL;
-    fl_optimizer *opt = params ? fl_sgd(params->items, params->count,
-                                        &(fl_sgd_options){.lr = o.lr, .momentum = o.momentum})
-                               : NULL;
-    if (!opt)
-        return fail("building the model");
+    trainee trainees[2];
+    int count = o.against ? 2 : 1;
+    const char *backends[2] = {fl_default_backend()->name, o.against};
+    for (int k = 0; k < count; k++)
+        if (!trainee_init(&trainees[k], bm, &o, backends[k])) {
+            for (int j = 0; j <= k; j++)
+                trainee_free(&trainees[j]);
+            return fail("building the model");
+        }
+    fl_module *model = trainees[0].model;
+    fl_optimizer *opt = trainees[0].opt;
     /* Rank 0's parameters on every rank; then each rank draws its own batches. */
     fl_data_parallel *dp = NULL;
     if (o.distributed) {
@@ -370,6 +506,8 @@ int main(int argc, char **argv)
         if (o.distributed)
             printf(", data-parallel over %d process%s (%" PRId64 " samples per step)", ranks, ranks > 1 ? "es" : "",
                    batch * ranks);
+        if (o.against)
+            printf(", on the %s and %s backends step by step", backends[0], backends[1]);
         printf("\n");
     }
 
@@ -387,82 +525,46 @@ int main(int argc, char **argv)
             if (isnan(peak))
                 status = fail("adding up the ranks' peaks");
         }
-        step_times *times = calloc((size_t)o.iters, sizeof *times);
-        double *column = calloc((size_t)o.iters, sizeof *column);
         for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
             if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
                 fl_profile_reset();
                 fl_lazy_traffic_reset();
             }
-            step_times t;
-            if (train_step(bm, model, opt, dp, &o, batch, NULL, NULL, &t, NULL) != FL_OK)
-                status = fail("training");
-            else if (i >= o.warmup)
-                times[i - o.warmup] = t;
-        }
-        if (status == 0 && slowest_rank_times(times, o.iters) != FL_OK)
-            status = fail("gathering the ranks' times");
-        if (status == 0 && leader) {
-            step_times med;
-#define MEDIAN_OF(field) \
-    do { \
-        for (int i = 0; i < o.iters; i++) \
-            column[i] = times[i].field; \
-        med.field = median(column, o.iters); \
-    } while (0)
-            MEDIAN_OF(data);
-            MEDIAN_OF(forward);
-            MEDIAN_OF(backward);
-            MEDIAN_OF(sync);
-            MEDIAN_OF(step);
-            MEDIAN_OF(total); /* last: column stays sorted by total */
-#undef MEDIAN_OF
-            double fastest = column[0], slowest = column[o.iters - 1];
-            int64_t samples = batch * ranks;
-            double flops = bm->flops_per_sample(o.size) * (double)samples;
-            double gflops = flops / med.total / 1e9;
-            if (o.json) {
-                printf("{\"name\": \"%s\", \"size\": \"%s\", \"params\": %" PRId64 ", \"batch\": %" PRId64
-                       ", \"threads\": %d, \"ranks\": %d, \"warmup\": %d, \"iters\": %d, \"seconds\": %.6f, "
-                       "\"fastest\": %.6f, \"slowest\": %.6f, \"data_s\": %.6f, \"forward_s\": %.6f, "
-                       "\"backward_s\": %.6f, \"sync_s\": %.6f, \"step_s\": %.6f, \"samples_per_s\": %.3f, "
-                       "\"peak_rss\": %" PRId64 ", \"flops_per_iter\": %.6g, \"gflops\": %.3f, "
-                       "\"sgemm_gflops\": %.3f, \"peak_fraction\": %.4f}\n",
-                       bm->name, size_names[o.size], parameter_count, batch, fl_num_threads(), ranks, o.warmup,
-                       o.iters, med.total, fastest, slowest, med.data, med.forward, med.backward, med.sync, med.step,
-                       (double)samples / med.total, peak_rss(), flops, gflops, peak, gflops / peak);
-            } else {
-                printf("%d iterations after %d of warm-up: median %.4f s (fastest %.4f, slowest %.4f)%s\n", o.iters,
-                       o.warmup, med.total, fastest, slowest, ranks > 1 ? ", the slowest rank's" : "");
-                printf("  data %.4f s, forward %.4f s, backward %.4f s, ", med.data, med.forward, med.backward);
-                if (o.distributed)
-                    printf("gradient sync %.4f s, ", med.sync);
-                printf("optimizer %.4f s\n", med.step);
-                printf("  %.2f samples/s, peak RSS %.1f MiB%s, %.2f GFLOP/s = %.1f%% of the sgemm peak (%.2f)\n",
-                       (double)samples / med.total, (double)peak_rss() / (1 << 20), ranks > 1 ? " (rank 0)" : "",
-                       gflops, 100 * gflops / peak, peak);
-                fl_lazy_traffic t = fl_lazy_traffic_get();
-                if (t.passes > 0) /* the lazy backend: what its fused passes moved, a step's share */
-                    printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
-                           "(%.1f and %.1f MB one operation at a time)\n",
-                           (double)t.passes / o.iters, t.fused_read / 1e6 / o.iters, t.fused_written / 1e6 / o.iters,
-                           t.unfused_read / 1e6 / o.iters, t.unfused_written / 1e6 / o.iters);
+            for (int k = 0; status == 0 && k < count; k++) {
+                trainee *t = &trainees[(i + k) % count]; /* who goes first alternates */
+                step_times times;
+                fl_set_default_backend(t->backend);
+                if (train_step(bm, t->model, t->opt, dp, &o, batch, NULL, NULL, &times, NULL) != FL_OK)
+                    status = fail("training");
+                else if (i >= o.warmup)
+                    t->times[i - o.warmup] = times;
             }
         }
-        free(times);
-        free(column);
+        if (status == 0 && slowest_rank_times(trainees[0].times, o.iters) != FL_OK)
+            status = fail("gathering the ranks' times");
+        if (status == 0 && leader) {
+            for (int k = 0; k < count; k++)
+                report(bm, &o, &trainees[k], count, batch, parameter_count, peak);
+            if (count == 2)
+                report_pairs(bm, &o, trainees);
+            fl_lazy_traffic t = fl_lazy_traffic_get();
+            if (t.passes > 0 && !o.json) /* the lazy backend: what its fused passes moved, a step's share */
+                printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
+                       "(%.1f and %.1f MB one operation at a time)\n",
+                       (double)t.passes / o.iters, t.fused_read / 1e6 / o.iters, t.fused_written / 1e6 / o.iters,
+                       t.unfused_read / 1e6 / o.iters, t.unfused_written / 1e6 / o.iters);
+        }
     }
     if (status == 0 && o.distributed) {
         fl_status agreement;
-        if (!ranks_agree(params, &agreement))
+        if (!ranks_agree(trainees[0].params, &agreement))
             status = agreement != FL_OK ? fail("comparing the ranks' parameters") : 1;
         else if (leader && !o.json && ranks > 1)
             printf("parameters identical on all %d ranks\n", ranks);
     }
     fl_data_parallel_free(dp);
-    fl_optimizer_free(opt);
-    fl_parameters_free(params);
-    fl_module_release(model);
+    for (int k = 0; k < count; k++)
+        trainee_free(&trainees[k]);
     fl_distributed_shutdown();
     return status;
 }
