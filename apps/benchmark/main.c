@@ -366,8 +366,10 @@ static void report(const benchmark_model *bm, const options *o, const trainee *t
 {
     int ranks = fl_distributed_size();
     double *column = calloc((size_t)o->iters, sizeof *column);
-    if (!column)
+    if (!column) {
+        fprintf(stderr, "benchmark: no memory to report %d steps\n", o->iters);
         return;
+    }
     step_times med;
 #define MEDIAN_OF(field) \
     do { \
@@ -418,6 +420,7 @@ static void report_pairs(const benchmark_model *bm, const options *o, const trai
 {
     double *ratio = calloc((size_t)o->iters, sizeof *ratio), *sorted = calloc((size_t)o->iters, sizeof *sorted);
     if (!ratio || !sorted) {
+        fprintf(stderr, "benchmark: no memory to compare %d steps\n", o->iters);
         free(ratio);
         free(sorted);
         return;
