@@ -64,6 +64,19 @@ static void norm_grad(fl_grad *g)
         g->input_grads[next] = sum_outside(dy, c);
 }
 
+/* The variables a normalization's gradient node depends on: x, then the weight and
+ * the bias where the layer has them. Returns how many. */
+static int gradient_inputs(fl_variable *inputs[3], fl_variable *x, fl_variable *weight, fl_variable *bias)
+{
+    int n = 0;
+    inputs[n++] = x;
+    if (weight)
+        inputs[n++] = weight;
+    if (bias)
+        inputs[n++] = bias;
+    return n;
+}
+
 /* mean and var (spread over x's axes) given, or NULL for x's own; batch_mean and
  * batch_var (may be NULL) receive x's statistics. */
 static fl_variable *normalize(norm_context *c, fl_variable *x, fl_variable *weight, fl_variable *bias,
@@ -94,12 +107,8 @@ static fl_variable *normalize(norm_context *c, fl_variable *x, fl_variable *weig
         y = fl_add(y, fl_reshape(fl_v_value(bias), c->ndim, spread));
     c->weight = weight != NULL;
     c->bias = bias != NULL;
-    fl_variable *inputs[3] = {x};
-    int ninputs = 1;
-    if (weight)
-        inputs[ninputs++] = weight;
-    if (bias)
-        inputs[ninputs++] = bias;
+    fl_variable *inputs[3];
+    int ninputs = gradient_inputs(inputs, x, weight, bias);
     const fl_tensor *saved[3] = {xhat, invstd, w};
     fl_variable *result = fl_v_record(y, inputs, ninputs, norm_grad, saved, weight ? 3 : 2, c, sizeof *c);
     return fl_v_scope_return(scope, result);
@@ -199,12 +208,8 @@ static fl_variable *fused_batch_norm(fl_variable *x, const fl_tensor *running_me
             *batch_var = fl_keep(fl_mul_scalar(var, (double)n / (double)(n - 1)));
     }
     fused_context c = {training, weight != NULL, bias != NULL};
-    fl_variable *inputs[3] = {x};
-    int ninputs = 1;
-    if (weight)
-        inputs[ninputs++] = weight;
-    if (bias)
-        inputs[ninputs++] = bias;
+    fl_variable *inputs[3];
+    int ninputs = gradient_inputs(inputs, x, weight, bias);
     const fl_tensor *saved[4] = {xv, mean, fl_rsqrt(fl_add_scalar(var, eps)), w};
     fl_variable *result = fl_v_record(y, inputs, ninputs, fused_batch_norm_grad, saved, weight ? 4 : 3, &c, sizeof c);
     return fl_v_scope_return(scope, result);
