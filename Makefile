@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo tour bench-ops bench-models bench-mnist bench-lazy bench-dist complexity \
+.PHONY: all deps build test test-asan demo tour bench-ops bench-ceiling bench-models bench-mnist bench-lazy bench-dist complexity \
         fixtures venv install clean
 
 all: build
@@ -72,6 +72,11 @@ fixtures: venv
 bench-ops: build venv
 	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
 	    $(if $(FILTER),--filter '$(FILTER)')
+
+# Flare's memory-bound operations against the bare OpenMP loops that do the same work,
+# in one process (bench/ceiling.c): how far from the machine's limit they are.
+bench-ceiling: build
+	$(BUILD)/bench_ceiling --threads $(THREADS)
 
 # The models of the paper's Table 3, a training step of each timed side by side with
 # PyTorch at the same thread count (bench/run_models.py); MODELS="resnet50 mnist" runs

@@ -10,8 +10,8 @@
  * where seconds is the median time of one operation over the repeats and fastest the
  * smallest; a case whose operation fails
  * prints "seconds": null and the error instead. With --serve the program first prints
- * {"cases": [...], "threads": N}, then runs the cases named on stdin, one per line,
- * so that a driver can alternate it with PyTorch case by case.
+ * {"cases": [...], "threads": N}, then answers requests on stdin (see answer()), so
+ * that a driver can alternate its timed batches with PyTorch's one by one.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -148,15 +148,20 @@ static int compare_doubles(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A case's batch: iterations per timed batch, and how many batches to time. */
+typedef struct plan {
+    int64_t iterations;
+    int repeats;
+} plan;
+
 /* One warm-up run; then a batch size n that takes min_time / repeats (grown until a
- * batch takes half of that, so that tiny operations are timed over many runs);
- * then the median of the repeats' times per operation, with as many repeats as fit
- * in MAX_CASE_TIME. ops_torch.py does exactly the same. */
-static measurement measure(const bench_case *c, fl_tensor *const *in, const options *o)
+ * batch takes half of that, so that tiny operations are timed over many runs), and as
+ * many repeats as fit in MAX_CASE_TIME. Returns false if the operation failed.
+ * ops_torch.py plans exactly the same way. */
+static bool plan_case(const bench_case *c, fl_tensor *const *in, const options *o, plan *p)
 {
-    measurement m = {NAN, NAN, 0, 0};
     if (time_batch(c, in, 1) < 0)
-        return m;
+        return false;
     double batch_time = o->min_time / o->repeats;
     int64_t n = c->iterations;
     double t;
@@ -164,29 +169,40 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
         n = 1;
         while ((t = time_batch(c, in, n)) < batch_time / 2) {
             if (t < 0)
-                return m;
+                return false;
             n = t < batch_time / 100 ? 10 * n : (int64_t)ceil(n * batch_time / t);
         }
         double per_operation = t / (double)n;
         n = (int64_t)ceil(batch_time / per_operation);
         t = per_operation * (double)n;
     } else if ((t = time_batch(c, in, n)) < 0) {
-        return m;
+        return false;
     }
-    int repeats = (int)fmax(1, fmin(o->repeats, floor(MAX_CASE_TIME / t)));
+    p->iterations = n;
+    p->repeats = (int)fmax(1, fmin(o->repeats, floor(MAX_CASE_TIME / t)));
+    return true;
+}
 
-    double samples[repeats];
-    for (int r = 0; r < repeats; r++) {
-        double elapsed = time_batch(c, in, n);
+/* The median over the planned repeats of the time per operation. */
+static measurement measure(const bench_case *c, fl_tensor *const *in, const options *o)
+{
+    measurement m = {NAN, NAN, 0, 0};
+    plan p;
+    if (!plan_case(c, in, o, &p))
+        return m;
+    double samples[p.repeats];
+    for (int r = 0; r < p.repeats; r++) {
+        double elapsed = time_batch(c, in, p.iterations);
         if (elapsed < 0)
             return m;
-        samples[r] = elapsed / (double)n;
+        samples[r] = elapsed / (double)p.iterations;
     }
-    qsort(samples, (size_t)repeats, sizeof *samples, compare_doubles);
-    m.seconds = repeats % 2 ? samples[repeats / 2] : 0.5 * (samples[repeats / 2 - 1] + samples[repeats / 2]);
+    qsort(samples, (size_t)p.repeats, sizeof *samples, compare_doubles);
+    int r = p.repeats;
+    m.seconds = r % 2 ? samples[r / 2] : 0.5 * (samples[r / 2 - 1] + samples[r / 2]);
     m.fastest = samples[0];
-    m.iterations = n;
-    m.repeats = repeats;
+    m.iterations = p.iterations;
+    m.repeats = r;
     return m;
 }
 
@@ -216,13 +232,19 @@ static void print_error(const char *name, const char *message)
     printf("}\n");
 }
 
-static void run_case(const bench_case *c, const options *o)
+/* A case's N(0, 1) inputs, the same for every run of it (seed 0). */
+static void make_inputs(const bench_case *c, fl_tensor **in)
 {
     fl_clear_error();
     fl_manual_seed(0);
-    fl_tensor *in[2] = {NULL, NULL};
-    for (int i = 0; i < 2 && c->inputs[i].ndim; i++)
-        in[i] = fl_randn(FL_F32, c->inputs[i].ndim, c->inputs[i].dims);
+    for (int i = 0; i < 2; i++)
+        in[i] = c->inputs[i].ndim ? fl_randn(FL_F32, c->inputs[i].ndim, c->inputs[i].dims) : NULL;
+}
+
+static void run_case(const bench_case *c, const options *o)
+{
+    fl_tensor *in[2];
+    make_inputs(c, in);
     measurement m = measure(c, in, o);
     if (isnan(m.seconds)) {
         print_error(c->name, fl_last_error());
@@ -244,7 +266,60 @@ static const bench_case *find_case(const char *name)
     return NULL;
 }
 
-/* Runs the cases named on stdin, one per line, after announcing the selected ones. */
+/* One request of the serve protocol:
+ *   plan NAME      -> {"name", "iterations", "repeats"}: the case's batch, planned
+ *   time NAME N    -> {"name", "seconds"}: one batch of N runs, time per operation
+ * A case's inputs are made once and kept until another case is named, so that a
+ * driver can alternate single batches of the two programs. */
+typedef struct loaded_case {
+    const bench_case *c;
+    fl_tensor *in[2];
+} loaded_case;
+
+static void unload(loaded_case *l)
+{
+    fl_release(l->in[0]);
+    fl_release(l->in[1]);
+    *l = (loaded_case){0};
+}
+
+static void answer(const char *request, const options *o, loaded_case *l)
+{
+    char verb[8], name[128];
+    long long n = 0;
+    int fields = sscanf(request, "%7s %127s %lld", verb, name, &n);
+    bool planning = fields == 2 && strcmp(verb, "plan") == 0;
+    bool timing = fields == 3 && strcmp(verb, "time") == 0 && n > 0;
+    if (!planning && !timing) {
+        print_error(request, "expected 'plan NAME' or 'time NAME ITERATIONS'");
+        return;
+    }
+    const bench_case *c = find_case(name);
+    if (!c) {
+        print_error(name, "no such case");
+        return;
+    }
+    if (c != l->c) {
+        unload(l);
+        make_inputs(c, l->in);
+        l->c = c;
+    }
+    fl_clear_error();
+    plan p;
+    double elapsed = 0;
+    if (planning ? !plan_case(c, l->in, o, &p) : (elapsed = time_batch(c, l->in, n)) < 0) {
+        print_error(name, fl_last_error());
+        return;
+    }
+    printf("{\"name\": ");
+    print_json_string(name);
+    if (planning)
+        printf(", \"iterations\": %lld, \"repeats\": %d}\n", (long long)p.iterations, p.repeats);
+    else
+        printf(", \"seconds\": %.6e}\n", elapsed / (double)n);
+}
+
+/* Announces the selected cases, then answers the requests on stdin, one per line. */
 static void serve(const bool *selected, const options *o)
 {
     printf("{\"cases\": [");
@@ -258,16 +333,14 @@ static void serve(const bool *selected, const options *o)
     printf("], \"threads\": %d}\n", fl_num_threads());
     fflush(stdout);
 
+    loaded_case loaded = {0};
     char line[256];
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\r\n")] = '\0';
-        const bench_case *c = find_case(line);
-        if (c)
-            run_case(c, o);
-        else
-            print_error(line, "no such case");
+        answer(line, o, &loaded);
         fflush(stdout);
     }
+    unload(&loaded);
 }
 
 static void usage(void)

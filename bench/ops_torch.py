@@ -6,7 +6,7 @@ side by side (docs/BENCHMARKS.md).
 
 Each case prints one JSON line {"name", "seconds", "fastest", "iterations", "repeats"}, or
 "seconds": null and "error". With --serve it first prints {"cases": [...], "version": ...}
-and then runs the cases named on stdin, one per line.
+and then answers the requests on stdin (see Server), as bench_ops does.
 """
 
 import argparse
@@ -80,10 +80,9 @@ CASES = [
 ]
 
 
-def measure(case, options):
-    """One warm-up run; a batch size that takes min_time / repeats (grown until a batch
-    takes half of that); the median time per operation over the repeats, with as many
-    repeats as fit in MAX_CASE_TIME. The same method as measure() in ops.c."""
+def make_timer(case):
+    """A timer running the case's statement on its inputs, the same for every run of
+    it (seed 0)."""
     torch.manual_seed(0)
     variables = {"torch": torch, "F": F, "aten": aten, "conv_backward": conv_backward}
     inputs = {name: torch.randn(shape) for name, shape in case.inputs.items()}
@@ -92,8 +91,13 @@ def measure(case, options):
     variables.update(inputs)
     # timeit compiles the statement into its loop, so a batch costs no function calls
     # beyond the statement's own.
-    timer = timeit.Timer(case.statement, timer=time.perf_counter, globals=variables)
+    return timeit.Timer(case.statement, timer=time.perf_counter, globals=variables)
 
+
+def plan(case, timer, options):
+    """One warm-up run; a batch size that takes min_time / repeats (grown until a batch
+    takes half of that), and as many repeats as fit in MAX_CASE_TIME. plan_case() in
+    ops.c does exactly the same. Returns (iterations, repeats)."""
     timer.timeit(1)
     batch_time = options.min_time / options.repeats
     n = case.iterations
@@ -106,17 +110,61 @@ def measure(case, options):
         t = per_operation * n
     else:
         t = timer.timeit(n)
-    repeats = int(max(1, min(options.repeats, math.floor(MAX_CASE_TIME / t))))
+    return n, int(max(1, min(options.repeats, math.floor(MAX_CASE_TIME / t))))
+
+
+def measure(case, options):
+    """The median over the planned repeats of the time per operation."""
+    timer = make_timer(case)
+    n, repeats = plan(case, timer, options)
     samples = [timer.timeit(n) / n for _ in range(repeats)]
     return {"name": case.name, "seconds": statistics.median(samples), "fastest": min(samples), "iterations": n,
             "repeats": repeats}
 
 
+def failure(name, error):
+    """A failing case is reported, as in ops.c."""
+    return {"name": name, "seconds": None, "error": f"{type(error).__name__}: {error}"}
+
+
 def run_case(case, options):
     try:
         return measure(case, options)
-    except Exception as error:  # a failing case is reported, as in ops.c
-        return {"name": case.name, "seconds": None, "error": f"{type(error).__name__}: {error}"}
+    except Exception as error:
+        return failure(case.name, error)
+
+
+class Server:
+    """Answers the requests of the serve protocol, as answer() in ops.c:
+        plan NAME     -> {"name", "iterations", "repeats"}
+        time NAME N   -> {"name", "seconds"}: one batch of N runs, time per operation
+    keeping one case's inputs until another case is named."""
+
+    def __init__(self, options):
+        self.options = options
+        self.by_name = {case.name: case for case in CASES}
+        self.case, self.timer = None, None
+
+    def answer(self, request):
+        words = request.split()
+        planning = len(words) == 2 and words[0] == "plan"
+        timing = len(words) == 3 and words[0] == "time" and words[2].isdigit() and int(words[2]) > 0
+        if not planning and not timing:
+            return {"name": request, "seconds": None, "error": "expected 'plan NAME' or 'time NAME ITERATIONS'"}
+        name = words[1]
+        case = self.by_name.get(name)
+        if case is None:
+            return {"name": name, "seconds": None, "error": "no such case"}
+        try:
+            if case is not self.case:
+                self.case, self.timer = case, make_timer(case)
+            if planning:
+                n, repeats = plan(case, self.timer, self.options)
+                return {"name": name, "iterations": n, "repeats": repeats}
+            n = int(words[2])
+            return {"name": name, "seconds": self.timer.timeit(n) / n}
+        except Exception as error:
+            return failure(name, error)
 
 
 def emit(record):
@@ -142,11 +190,9 @@ def main():
     if options.serve:
         emit({"cases": [case.name for case in selected], "threads": torch.get_num_threads(),
               "version": torch.__version__})
-        by_name = {case.name: case for case in CASES}
+        server = Server(options)
         for line in sys.stdin:
-            name = line.strip()
-            case = by_name.get(name)
-            emit(run_case(case, options) if case else {"name": name, "seconds": None, "error": "no such case"})
+            emit(server.answer(line.strip()))
         return
     for case in selected:
         if options.list:

@@ -5,9 +5,11 @@ means Flare is faster). docs/BENCHMARKS.md explains the method.
 
     python bench/run_ops.py --flare build/bench_ops [--threads 2] [--filter REGEX] [--out FILE]
 
-Both programs stay running in --serve mode and the driver hands them one case at a
-time, alternating which of the two goes first, so that whatever else loads the
-machine weighs on both alike.
+Both programs stay running in --serve mode. For each case the driver has both plan
+their batch size, then alternates their timed batches one by one (Flare, PyTorch,
+PyTorch, Flare, ...), so that whatever else loads the machine weighs on both alike;
+each round's pair of batches gives one ratio, and the row keeps how many rounds
+Flare won besides the ratio of the two medians.
 """
 
 import argparse
@@ -15,6 +17,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -92,12 +95,12 @@ class Side:
         self.hello = json.loads(line)
         return self.hello
 
-    def run(self, name):
-        """The result line for one case; a crash becomes the case's error and the
-        program is started again for the cases after it."""
+    def request(self, name, request):
+        """The answer to one request about case `name`; a crash becomes the case's
+        error and the program is started again for the requests after it."""
         if self.process is None:
             self.start()
-        self.process.stdin.write(name + "\n")
+        self.process.stdin.write(request + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if line:
@@ -114,6 +117,42 @@ class Side:
             self.process = None
 
 
+def compare(name, sides):
+    """One row: both sides plan the case, then time one batch each per round, the
+    side that goes first alternating from round to round."""
+    plans = {side: side.request(name, f"plan {name}") for side in sides}
+    errors = {side: plans[side]["error"] for side in sides if "error" in plans[side]}
+    working = [side for side in sides if side not in errors]
+    rounds = min((plans[side]["repeats"] for side in working), default=0)
+    samples = {side: [] for side in sides}
+    for r in range(rounds):
+        for side in (working if r % 2 == 0 else working[::-1]):
+            if side in errors:
+                continue
+            result = side.request(name, f"time {name} {plans[side]['iterations']}")
+            if "error" in result:
+                errors[side] = result["error"]
+            else:
+                samples[side].append(result["seconds"])
+    return samples, errors
+
+
+def make_row(name, flare, torch, samples, errors):
+    row = {"name": name}
+    for key, side in (("flare", flare), ("torch", torch)):
+        done = samples[side] and side not in errors
+        row[f"{key}_s"] = statistics.median(samples[side]) if done else None
+        row[f"{key}_fastest_s"] = min(samples[side]) if done else None
+        if side in errors:
+            row[f"{key}_error"] = errors[side]
+    both = row["flare_s"] is not None and row["torch_s"]
+    row["ratio"] = row["flare_s"] / row["torch_s"] if both else None
+    round_ratios = [f / t for f, t in zip(samples[flare], samples[torch])] if both else []
+    row["round_ratios"] = [round(r, 4) for r in round_ratios]
+    row["flare_faster_rounds"] = sum(r < 1 for r in round_ratios)
+    return row
+
+
 def format_seconds(seconds):
     if seconds is None:
         return "n/a"
@@ -124,10 +163,11 @@ def format_seconds(seconds):
 
 
 def print_table(rows):
-    header = ("case", "Flare", "PyTorch", "Flare/PyTorch")
+    header = ("case", "Flare", "PyTorch", "Flare/PyTorch", "Flare faster")
     lines = [(row["name"], format_seconds(row["flare_s"]), format_seconds(row["torch_s"]),
-              "n/a" if row["ratio"] is None else f"{row['ratio']:.3g}") for row in rows]
-    widths = [max(len(line[i]) for line in lines + [header]) for i in range(4)]
+              "n/a" if row["ratio"] is None else f"{row['ratio']:.3g}",
+              f"{row['flare_faster_rounds']} of {len(row['round_ratios'])}") for row in rows]
+    widths = [max(len(line[i]) for line in lines + [header]) for i in range(len(header))]
     for i, line in enumerate([header] + lines):
         print(f"{line[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{width}}" for cell, width in zip(line[1:], widths[1:])))
         if i == 0:
@@ -146,8 +186,9 @@ def main():
     parser.add_argument("--torch-script", default=str(HERE / "ops_torch.py"))
     parser.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
     parser.add_argument("--filter", default=None, help="run the cases whose name matches this regex")
-    parser.add_argument("--min-time", type=float, default=0.3, help="timed seconds per case and side")
-    parser.add_argument("--repeats", type=int, default=5, help="timed batches per case; the median is kept")
+    parser.add_argument("--min-time", type=float, default=0.45, help="timed seconds per case and side")
+    parser.add_argument("--repeats", type=int, default=9,
+                        help="rounds per case, one timed batch of each side; the medians are kept")
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     if args.threads < 1 or args.min_time <= 0 or args.repeats < 1:
@@ -171,17 +212,9 @@ def main():
             parser.error(f"no case matches --filter {args.filter!r}")
         rows = []
         for i, name in enumerate(names):
-            order = (flare, torch) if i % 2 == 0 else (torch, flare)
-            results = {side.label: side.run(name) for side in order}
-            row = {"name": name, "flare_s": results["Flare"]["seconds"], "torch_s": results["PyTorch"]["seconds"]}
-            both = row["flare_s"] is not None and row["torch_s"]
-            row["ratio"] = row["flare_s"] / row["torch_s"] if both else None
-            row["flare_fastest_s"] = results["Flare"].get("fastest")
-            row["torch_fastest_s"] = results["PyTorch"].get("fastest")
-            for key, label in (("flare", "Flare"), ("torch", "PyTorch")):
-                if "error" in results[label]:
-                    row[f"{key}_error"] = results[label]["error"]
-            rows.append(row)
+            order = [flare, torch] if i % 2 == 0 else [torch, flare]
+            samples, errors = compare(name, order)
+            rows.append(make_row(name, flare, torch, samples, errors))
             print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr, flush=True)
     finally:
         flare.stop()
@@ -196,7 +229,7 @@ def main():
         "load_average": round(load_average, 2),  # the 1-minute one, as the run began
         "environment": {variable: env.get(variable) for variable in RECORDED_VARIABLES},
         "method": {"min_time_s": args.min_time, "repeats": args.repeats, "statistic": "median",
-                   "order": "case by case, alternating which side goes first"},
+                   "order": "batch by batch within a case, alternating which side goes first"},
         "elapsed_s": round(elapsed, 1),
         "rows": rows,
     }

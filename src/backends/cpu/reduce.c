@@ -32,9 +32,11 @@ typedef struct kernels {
     column_kernel columns;
 } kernels;
 
-/* 256 bytes of accumulators: four AVX-512 registers hide the latency of the adds,
- * and folding them at the end of a row stays cheap for rows of a few hundred. */
-#define LANES(type) (256 / (int)sizeof(type))
+/* 128 bytes of accumulators: two AVX-512 registers. Four were no faster on rows in
+ * cache, slower to fold at the end of short rows, and slower on rows streamed from
+ * memory: bench_ceiling's 4096x4096 row sums took 0.97 of a bare loop's time with
+ * two and 1.05 with four (medians of five alternated runs). */
+#define LANES(type) (128 / (int)sizeof(type))
 /* The width of a column tile: a few kilobytes of outputs stay in L1 while the
  * input rows stream past. */
 #define TILE_BYTES 1024

@@ -1,0 +1,242 @@
+/*
+ * How close Flare's memory-bound operations come to what the machine allows: each case
+ * times a Flare operation against the bare OpenMP loop a C programmer would write for
+ * it, with the same threads and the same memory manager, batch against batch in one
+ * process, and prints the ratio and the bandwidth both reach. Where the ratio is about
+ * 1, no framework can be much faster here: the loop does nothing but move the bytes.
+ *
+ *   bench_ceiling [--threads N] [--rounds R] [--min-time S]
+ *
+ * Rounds alternate which side goes first; each side's time is its median round.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flare/memory.h"
+#include "flare/tensor.h"
+
+/* The bare loops, on plain float arrays. Each allocates its result from the memory
+ * manager and frees it, as the Flare operation does. */
+typedef struct arrays {
+    const float *x, *y;
+    int64_t rows, cols; /* x is rows x cols (a vector: 1 x n); y, if used, the same */
+} arrays;
+
+static float *result(size_t count, fl_memory_manager **owner)
+{
+    return fl_memory_alloc(count * sizeof(float), owner);
+}
+
+static void bare_add(const arrays *a)
+{
+    fl_memory_manager *owner;
+    int64_t n = a->rows * a->cols;
+    float *restrict z = result((size_t)n, &owner);
+    if (!z)
+        return;
+    const float *restrict x = a->x, *restrict y = a->y;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        z[i] = x[i] + y[i];
+    fl_memory_free(owner, z, (size_t)n * sizeof(float));
+}
+
+static void bare_mul(const arrays *a)
+{
+    fl_memory_manager *owner;
+    int64_t n = a->rows * a->cols;
+    float *restrict z = result((size_t)n, &owner);
+    if (!z)
+        return;
+    const float *restrict x = a->x, *restrict y = a->y;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        z[i] = x[i] * y[i];
+    fl_memory_free(owner, z, (size_t)n * sizeof(float));
+}
+
+static void bare_row_sums(const arrays *a)
+{
+    fl_memory_manager *owner;
+    float *z = result((size_t)a->rows, &owner);
+    if (!z)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < a->rows; r++) {
+        const float *row = a->x + r * a->cols;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < a->cols; i++)
+            s += row[i];
+        z[r] = s;
+    }
+    fl_memory_free(owner, z, (size_t)a->rows * sizeof(float));
+}
+
+static fl_tensor *flare_add(fl_tensor *const *in) { return fl_add(in[0], in[1]); }
+static fl_tensor *flare_mul(fl_tensor *const *in) { return fl_mul(in[0], in[1]); }
+static fl_tensor *flare_row_sums(fl_tensor *const *in) { return fl_sum(in[0], FL_AXES(1), false); }
+
+typedef struct ceiling_case {
+    const char *name; /* as in bench/ops.c */
+    fl_tensor *(*flare)(fl_tensor *const *in);
+    void (*bare)(const arrays *a);
+    int64_t rows, cols;
+    int inputs;
+    int bytes_per_element; /* moved to or from memory per element of x */
+} ceiling_case;
+
+static const ceiling_case cases[] = {
+    {"add_1e6", flare_add, bare_add, 1, 1000000, 2, 12},
+    {"mul_1e6", flare_mul, bare_mul, 1, 1000000, 2, 12},
+    {"add_1e7", flare_add, bare_add, 1, 10000000, 2, 12},
+    {"sum_dim1_4096x4096", flare_row_sums, bare_row_sums, 4096, 4096, 1, 4},
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds per operation over a batch of n; negative if Flare's operation failed. */
+static double time_flare(const ceiling_case *c, fl_tensor *const *in, int64_t n)
+{
+    double start = now();
+    for (int64_t i = 0; i < n; i++) {
+        fl_tensor *y = c->flare(in);
+        if (!y)
+            return -1;
+        fl_release(y);
+    }
+    return (now() - start) / (double)n;
+}
+
+static double time_bare(const ceiling_case *c, const arrays *a, int64_t n)
+{
+    double start = now();
+    for (int64_t i = 0; i < n; i++)
+        c->bare(a);
+    return (now() - start) / (double)n;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* A copy of t's values in memory from the manager, for the bare loop. */
+static float *host_copy(const fl_tensor *t, size_t count, fl_memory_manager **owner)
+{
+    float *p = fl_memory_alloc(count * sizeof(float), owner);
+    if (p && fl_to_host(t, p, count * sizeof(float)) != FL_OK) {
+        fl_memory_free(*owner, p, count * sizeof(float));
+        return NULL;
+    }
+    return p;
+}
+
+/* Times the case in paired rounds and prints its row; false if Flare's operation failed. */
+static bool compare(const ceiling_case *c, fl_tensor *const *in, const arrays *a, int rounds, double min_time)
+{
+    /* The batch that takes min_time / rounds on Flare, after a warm-up of each side. */
+    time_bare(c, a, 1);
+    double t = time_flare(c, in, 1);
+    if (t < 0)
+        return false;
+    int64_t n = 1;
+    while ((t = time_flare(c, in, n)) >= 0 && t * (double)n < min_time / rounds / 10)
+        n *= 10;
+    if (t < 0)
+        return false;
+    n = (int64_t)ceil(min_time / rounds / t);
+
+    double flare[rounds], bare[rounds], ratio[rounds];
+    int flare_faster = 0;
+    for (int r = 0; r < rounds; r++) {
+        if (r % 2 == 0) {
+            flare[r] = time_flare(c, in, n);
+            bare[r] = time_bare(c, a, n);
+        } else {
+            bare[r] = time_bare(c, a, n);
+            flare[r] = time_flare(c, in, n);
+        }
+        if (flare[r] < 0)
+            return false;
+        ratio[r] = flare[r] / bare[r];
+        flare_faster += ratio[r] < 1;
+    }
+    double f = median(flare, rounds), b = median(bare, rounds);
+    double bytes = (double)(a->rows * a->cols) * c->bytes_per_element;
+    printf("%-20s %9.1f us %9.1f us %10.3f %10.3f %6d of %-3d %7.0f %7.0f\n", c->name, f * 1e6, b * 1e6, f / b,
+           median(ratio, rounds), flare_faster, rounds, bytes / f * 1e-9, bytes / b * 1e-9);
+    return true;
+}
+
+static int run_case(const ceiling_case *c, int rounds, double min_time)
+{
+    size_t count = (size_t)(c->rows * c->cols);
+    fl_manual_seed(0);
+    fl_tensor *in[2] = {NULL, NULL};
+    float *copies[2] = {NULL, NULL};
+    fl_memory_manager *owners[2] = {NULL, NULL};
+    bool ready = true;
+    for (int i = 0; i < c->inputs && ready; i++) {
+        in[i] = c->rows == 1 ? fl_randn(FL_F32, 1, (int64_t[]){c->cols})
+                             : fl_randn(FL_F32, 2, (int64_t[]){c->rows, c->cols});
+        copies[i] = in[i] ? host_copy(in[i], count, &owners[i]) : NULL;
+        ready = copies[i] != NULL;
+    }
+    arrays a = {copies[0], copies[1], c->rows, c->cols};
+    bool ok = ready && compare(c, in, &a, rounds, min_time);
+    if (!ok)
+        fprintf(stderr, "bench_ceiling: %s: %s\n", c->name, fl_last_status() ? fl_last_error() : "out of memory");
+    for (int i = 0; i < 2; i++) {
+        fl_release(in[i]);
+        if (copies[i])
+            fl_memory_free(owners[i], copies[i], count * sizeof(float));
+    }
+    return !ok;
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = 15;
+    double min_time = 0.5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--threads") == 0)
+            fl_set_num_threads(atoi(argv[i + 1]));
+        else if (strcmp(argv[i], "--rounds") == 0)
+            rounds = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--min-time") == 0)
+            min_time = atof(argv[i + 1]);
+        else
+            break;
+    }
+    if (argc % 2 == 0 || rounds < 1 || rounds > 1000 || !(min_time > 0) || fl_last_status() != FL_OK) {
+        fprintf(stderr, "usage: bench_ceiling [--threads N] [--rounds R (1-1000)] [--min-time SECONDS]\n");
+        return 2;
+    }
+    /* The bare loops use OpenMP's default team, which Flare's thread count sets too. */
+    printf("%d threads, %d rounds; time per operation (median round) and bandwidth in GB/s\n\n", fl_num_threads(),
+           rounds);
+    printf("%-20s %12s %12s %10s %10s %12s %7s %7s\n", "case", "Flare", "bare loop", "ratio", "per round",
+           "Flare faster", "Flare", "bare");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        failed |= run_case(&cases[i], rounds, min_time);
+    return failed;
+}
