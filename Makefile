@@ -68,9 +68,11 @@ fixtures: venv
 	for script in tests/fixtures/gen_*.py; do $(PYTHON) $$script || exit 1; done
 
 # Operator benchmarks, side by side with PyTorch at the same thread count
-# (docs/BENCHMARKS.md); FILTER=REGEX runs the matching cases only.
+# (docs/BENCHMARKS.md); FILTER=REGEX runs the matching cases only; CONTROL=1 times
+# Flare against a second Flare process instead, the noise of the machine.
 bench-ops: build venv
-	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops --out $(BUILD)/bench-ops.json \
+	$(PYTHON) bench/run_ops.py --threads $(THREADS) --flare $(BUILD)/bench_ops \
+	    --out $(BUILD)/bench-ops$(if $(CONTROL),-control).json $(if $(CONTROL),--control) \
 	    $(if $(FILTER),--filter '$(FILTER)')
 
 # Flare's memory-bound operations against the bare OpenMP loops that do the same work,

@@ -162,8 +162,8 @@ def format_seconds(seconds):
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def print_table(rows):
-    header = ("case", "Flare", "PyTorch", "Flare/PyTorch", "Flare faster")
+def print_table(rows, other="PyTorch"):
+    header = ("case", "Flare", other, f"Flare/{other}", "Flare faster")
     lines = [(row["name"], format_seconds(row["flare_s"]), format_seconds(row["torch_s"]),
               "n/a" if row["ratio"] is None else f"{row['ratio']:.3g}",
               f"{row['flare_faster_rounds']} of {len(row['round_ratios'])}") for row in rows]
@@ -177,7 +177,7 @@ def print_table(rows):
     if errors:
         print("\nnot available:")
         for name, side, message in errors:
-            print(f"  {name} ({'Flare' if side == 'flare' else 'PyTorch'}): {message}")
+            print(f"  {name} ({'Flare' if side == 'flare' else other}): {message}")
 
 
 def main():
@@ -190,6 +190,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=9,
                         help="rounds per case, one timed batch of each side; the medians are kept")
     parser.add_argument("--out", default=None, help="write the results here as JSON")
+    parser.add_argument("--control", action="store_true",
+                        help="time Flare against a second Flare process instead of PyTorch: the spread "
+                             "of these ratios is the noise of the machine")
     args = parser.parse_args()
     if args.threads < 1 or args.min_time <= 0 or args.repeats < 1:
         parser.error("--threads, --min-time and --repeats must be positive")
@@ -199,7 +202,10 @@ def main():
         common += ["--filter", args.filter]
     env = benchmark_environment(args.threads)
     flare = Side("Flare", [args.flare] + common, env)
-    torch = Side("PyTorch", [sys.executable, args.torch_script] + common, env)
+    if args.control:
+        torch = Side("Flare again", [args.flare] + common, env)
+    else:
+        torch = Side("PyTorch", [sys.executable, args.torch_script] + common, env)
 
     load_average = os.getloadavg()[0]
     started = time.monotonic()
@@ -223,6 +229,8 @@ def main():
 
     report = {
         "torch_version": torch.hello.get("version"),
+        # With --control the torch_ keys of the rows hold the second Flare process.
+        "control": args.control,
         "threads": args.threads,
         "machine": machine_name(),
         "cores": os.cpu_count(),
@@ -233,10 +241,11 @@ def main():
         "elapsed_s": round(elapsed, 1),
         "rows": rows,
     }
+    against = "a second Flare process (--control)" if args.control else f"PyTorch {report['torch_version']}"
     print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, "
-          f"PyTorch {report['torch_version']}; load average {load_average:.1f} on {os.cpu_count()} cores "
+          f"{against}; load average {load_average:.1f} on {os.cpu_count()} cores "
           f"at the start; {elapsed:.0f} s\n")
-    print_table(rows)
+    print_table(rows, torch.label)
     if args.out:
         write_report(report, args.out)
         print(f"\nwrote {args.out}")

@@ -1,0 +1,88 @@
+"""Flare and PyTorch in one process: libflare through ctypes beside torch, their
+batches alternated, so that both share the process's threads (one libgomp), its
+memory and every load spike. A diagnostic for rows of `make bench-ops` that are close,
+where two processes differ by more than the frameworks do (docs/BENCHMARKS.md).
+
+    python bench/same_process.py [--lib build/libflare.so] [--threads 2] [--rounds 40]
+                                 [--batch 300] [CASE ...]
+
+CASE is add_1e6, mul_1e6 or sum_dim1_4096x4096 (default: all three).
+"""
+
+import argparse
+import ctypes
+import statistics
+import time
+
+import torch
+
+F32 = 5  # fl_dtype's FL_F32 (include/flare/tensor.h)
+
+
+def flare_library(path, threads):
+    lib = ctypes.CDLL(path)
+    pointer = ctypes.c_void_p
+    for name in ("fl_randn", "fl_add", "fl_mul", "fl_sum"):
+        getattr(lib, name).restype = pointer
+    lib.fl_randn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+    lib.fl_add.argtypes = lib.fl_mul.argtypes = [pointer, pointer]
+    lib.fl_sum.argtypes = [pointer, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_bool]
+    lib.fl_release.argtypes = [pointer]
+    lib.fl_set_num_threads(threads)
+    return lib
+
+
+def make_case(lib, name):
+    """(flare, torch): two callables that run the case once and drop the result."""
+    def randn(*shape):
+        t = lib.fl_randn(F32, len(shape), (ctypes.c_int64 * len(shape))(*shape))
+        if not t:
+            raise RuntimeError(f"fl_randn{shape} failed")
+        return t
+    if name in ("add_1e6", "mul_1e6"):
+        fx, fy, tx, ty = randn(10**6), randn(10**6), torch.randn(10**6), torch.randn(10**6)
+        if name == "add_1e6":
+            return (lambda: lib.fl_release(lib.fl_add(fx, fy))), (lambda: tx + ty)
+        return (lambda: lib.fl_release(lib.fl_mul(fx, fy))), (lambda: tx * ty)
+    if name == "sum_dim1_4096x4096":
+        fx, tx, axis = randn(4096, 4096), torch.randn(4096, 4096), (ctypes.c_int * 1)(1)
+        return (lambda: lib.fl_release(lib.fl_sum(fx, axis, 1, False))), (lambda: tx.sum(1))
+    raise SystemExit(f"unknown case {name}")
+
+
+def per_operation(run, n):
+    start = time.perf_counter()
+    for _ in range(n):
+        run()
+    return (time.perf_counter() - start) / n
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lib", default="build/libflare.so")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=300, help="operations per timed batch")
+    parser.add_argument("cases", nargs="*", default=["add_1e6", "mul_1e6", "sum_dim1_4096x4096"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    lib = flare_library(args.lib, args.threads)
+    print(f"PyTorch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of {args.batch} operations")
+    for name in args.cases:
+        flare, reference = make_case(lib, name)
+        per_operation(flare, 3), per_operation(reference, 3)
+        ratios, flare_times, torch_times = [], [], []
+        for r in range(args.rounds):
+            order = (flare, reference) if r % 2 == 0 else (reference, flare)
+            times = {run: per_operation(run, args.batch) for run in order}
+            flare_times.append(times[flare])
+            torch_times.append(times[reference])
+            ratios.append(times[flare] / times[reference])
+        print(f"{name:20s} Flare {statistics.median(flare_times) * 1e6:8.1f} us  "
+              f"PyTorch {statistics.median(torch_times) * 1e6:8.1f} us  "
+              f"median round ratio {statistics.median(ratios):.3f}  "
+              f"Flare faster in {sum(r < 1 for r in ratios)} of {args.rounds}")
+
+
+if __name__ == "__main__":
+    main()
