@@ -16,9 +16,6 @@ import time
 
 import torch
 
-F32 = 5  # fl_dtype's FL_F32 (include/flare/tensor.h)
-
-
 def flare_library(path, threads):
     lib = ctypes.CDLL(path)
     pointer = ctypes.c_void_p
@@ -29,13 +26,24 @@ def flare_library(path, threads):
     lib.fl_sum.argtypes = [pointer, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_bool]
     lib.fl_release.argtypes = [pointer]
     lib.fl_set_num_threads(threads)
+    lib.fl_dtype_name.restype = ctypes.c_char_p
     return lib
+
+
+def f32(lib):
+    """fl_dtype's FL_F32, found by name rather than by its place in the enum."""
+    for code in range(16):
+        if lib.fl_dtype_name(code) == b"f32":
+            return code
+    raise RuntimeError("libflare has no dtype named f32")
 
 
 def make_case(lib, name):
     """(flare, torch): two callables that run the case once and drop the result."""
+    dtype = f32(lib)
+
     def randn(*shape):
-        t = lib.fl_randn(F32, len(shape), (ctypes.c_int64 * len(shape))(*shape))
+        t = lib.fl_randn(dtype, len(shape), (ctypes.c_int64 * len(shape))(*shape))
         if not t:
             raise RuntimeError(f"fl_randn{shape} failed")
         return t
