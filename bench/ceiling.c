@@ -32,33 +32,24 @@ static float *result(size_t count, fl_memory_manager **owner)
     return fl_memory_alloc(count * sizeof(float), owner);
 }
 
-static void bare_add(const arrays *a)
-{
-    fl_memory_manager *owner;
-    int64_t n = a->rows * a->cols;
-    float *restrict z = result((size_t)n, &owner);
-    if (!z)
-        return;
-    const float *restrict x = a->x, *restrict y = a->y;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        z[i] = x[i] + y[i];
-    fl_memory_free(owner, z, (size_t)n * sizeof(float));
-}
+/* z = x OP y over the whole vector. */
+#define BARE_ELEMENTWISE(name, OP)                                            \
+    static void name(const arrays *a)                                         \
+    {                                                                         \
+        fl_memory_manager *owner;                                             \
+        int64_t n = a->rows * a->cols;                                        \
+        float *restrict z = result((size_t)n, &owner);                        \
+        if (!z)                                                               \
+            return;                                                           \
+        const float *restrict x = a->x, *restrict y = a->y;                   \
+        _Pragma("omp parallel for schedule(static)")                          \
+        for (int64_t i = 0; i < n; i++)                                       \
+            z[i] = x[i] OP y[i];                                              \
+        fl_memory_free(owner, z, (size_t)n * sizeof(float));                  \
+    }
 
-static void bare_mul(const arrays *a)
-{
-    fl_memory_manager *owner;
-    int64_t n = a->rows * a->cols;
-    float *restrict z = result((size_t)n, &owner);
-    if (!z)
-        return;
-    const float *restrict x = a->x, *restrict y = a->y;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        z[i] = x[i] * y[i];
-    fl_memory_free(owner, z, (size_t)n * sizeof(float));
-}
+BARE_ELEMENTWISE(bare_add, +)
+BARE_ELEMENTWISE(bare_mul, *)
 
 static void bare_row_sums(const arrays *a)
 {
