@@ -76,7 +76,7 @@ bench-ops: build venv
 	    $(if $(FILTER),--filter '$(FILTER)')
 
 # Flare's memory-bound operations against the bare OpenMP loops that do the same work,
-# in one process (bench/ceiling.c): how far from the machine's limit they are.
+# in one process (bench/ceiling.c): what Flare costs over plain C on them.
 bench-ceiling: build
 	$(BUILD)/bench_ceiling --threads $(THREADS)
 

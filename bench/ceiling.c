@@ -1,9 +1,9 @@
 /*
- * How close Flare's memory-bound operations come to what the machine allows: each case
- * times a Flare operation against the bare OpenMP loop a C programmer would write for
- * it, with the same threads and the same memory manager, batch against batch in one
- * process, and prints the ratio and the bandwidth both reach. Where the ratio is about
- * 1, no framework can be much faster here: the loop does nothing but move the bytes.
+ * Flare's memory-bound operations against the bare OpenMP loop a C programmer would
+ * write for each: the same threads and the same memory manager, batch against batch in
+ * one process; it prints the ratio and the bandwidth both reach. A ratio of about 1
+ * says Flare's dispatch, allocation and kernel cost nothing over that loop; it does not
+ * say that no loop can be faster (docs/BENCHMARKS.md: PyTorch is, on two of these).
  *
  *   bench_ceiling [--threads N] [--rounds R] [--min-time S]
  *
@@ -42,7 +42,8 @@ static float *result(size_t count, fl_memory_manager **owner)
         if (!z)                                                               \
             return;                                                           \
         const float *restrict x = a->x, *restrict y = a->y;                   \
-        _Pragma("omp parallel for schedule(static)")                          \
+        int threads = fl_num_threads();                                       \
+        _Pragma("omp parallel for num_threads(threads) schedule(static)")     \
         for (int64_t i = 0; i < n; i++)                                       \
             z[i] = x[i] OP y[i];                                              \
         fl_memory_free(owner, z, (size_t)n * sizeof(float));                  \
@@ -57,7 +58,8 @@ static void bare_row_sums(const arrays *a)
     float *z = result((size_t)a->rows, &owner);
     if (!z)
         return;
-#pragma omp parallel for schedule(static)
+    int threads = fl_num_threads();
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < a->rows; r++) {
         const float *row = a->x + r * a->cols;
         float s = 0;
@@ -207,7 +209,8 @@ int main(int argc, char **argv)
 {
     int rounds = 15;
     double min_time = 0.5;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    bool usage = argc % 2 == 0; /* every option takes a value */
+    for (int i = 1; i + 1 < argc && !usage; i += 2) {
         if (strcmp(argv[i], "--threads") == 0)
             fl_set_num_threads(atoi(argv[i + 1]));
         else if (strcmp(argv[i], "--rounds") == 0)
@@ -215,13 +218,12 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--min-time") == 0)
             min_time = atof(argv[i + 1]);
         else
-            break;
+            usage = true;
     }
-    if (argc % 2 == 0 || rounds < 1 || rounds > 1000 || !(min_time > 0) || fl_last_status() != FL_OK) {
+    if (usage || rounds < 1 || rounds > 1000 || !(min_time > 0) || fl_last_status() != FL_OK) {
         fprintf(stderr, "usage: bench_ceiling [--threads N] [--rounds R (1-1000)] [--min-time SECONDS]\n");
         return 2;
     }
-    /* The bare loops use OpenMP's default team, which Flare's thread count sets too. */
     printf("%d threads, %d rounds; time per operation (median round) and bandwidth in GB/s\n\n", fl_num_threads(),
            rounds);
     printf("%-20s %12s %12s %10s %10s %12s %7s %7s\n", "case", "Flare", "bare loop", "ratio", "per round",

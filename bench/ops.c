@@ -287,9 +287,10 @@ static void answer(const char *request, const options *o, loaded_case *l)
 {
     char verb[8], name[128];
     long long n = 0;
-    int fields = sscanf(request, "%7s %127s %lld", verb, name, &n);
-    bool planning = fields == 2 && strcmp(verb, "plan") == 0;
-    bool timing = fields == 3 && strcmp(verb, "time") == 0 && n > 0;
+    int end = 0; /* where the request's words ended: anything after them is an error */
+    bool planning = sscanf(request, "plan %127s %n", name, &end) == 1 && request[end] == '\0';
+    bool timing = !planning && sscanf(request, "%7s %127s %lld %n", verb, name, &n, &end) == 3 &&
+                  strcmp(verb, "time") == 0 && n > 0 && request[end] == '\0';
     if (!planning && !timing) {
         print_error(request, "expected 'plan NAME' or 'time NAME ITERATIONS'");
         return;

@@ -27,6 +27,7 @@ def flare_library(path, threads):
     lib.fl_release.argtypes = [pointer]
     lib.fl_set_num_threads(threads)
     lib.fl_dtype_name.restype = ctypes.c_char_p
+    lib.fl_last_error.restype = ctypes.c_char_p
     return lib
 
 
@@ -47,14 +48,19 @@ def make_case(lib, name):
         if not t:
             raise RuntimeError(f"fl_randn{shape} failed")
         return t
+    def release(result):
+        if not result:  # a failed operation must not be timed as a fast one
+            raise RuntimeError(f"{name}: {lib.fl_last_error().decode()}")
+        lib.fl_release(result)
+
     if name in ("add_1e6", "mul_1e6"):
         fx, fy, tx, ty = randn(10**6), randn(10**6), torch.randn(10**6), torch.randn(10**6)
         if name == "add_1e6":
-            return (lambda: lib.fl_release(lib.fl_add(fx, fy))), (lambda: tx + ty)
-        return (lambda: lib.fl_release(lib.fl_mul(fx, fy))), (lambda: tx * ty)
+            return (lambda: release(lib.fl_add(fx, fy))), (lambda: tx + ty)
+        return (lambda: release(lib.fl_mul(fx, fy))), (lambda: tx * ty)
     if name == "sum_dim1_4096x4096":
         fx, tx, axis = randn(4096, 4096), torch.randn(4096, 4096), (ctypes.c_int * 1)(1)
-        return (lambda: lib.fl_release(lib.fl_sum(fx, axis, 1, False))), (lambda: tx.sum(1))
+        return (lambda: release(lib.fl_sum(fx, axis, 1, False))), (lambda: tx.sum(1))
     raise SystemExit(f"unknown case {name}")
 
 
@@ -78,7 +84,8 @@ def main():
     print(f"PyTorch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of {args.batch} operations")
     for name in args.cases:
         flare, reference = make_case(lib, name)
-        per_operation(flare, 3), per_operation(reference, 3)
+        per_operation(flare, 3)  # warm-up
+        per_operation(reference, 3)
         ratios, flare_times, torch_times = [], [], []
         for r in range(args.rounds):
             order = (flare, reference) if r % 2 == 0 else (reference, flare)
