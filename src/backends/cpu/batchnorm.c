@@ -126,6 +126,17 @@ static bool dense_all(int count, const fl_tensor *const *t, const void **data, v
     return true;
 }
 
+/* Allocates each of the outputs that is not NULL. */
+static int alloc_all(int count, fl_tensor *const *outs)
+{
+    for (int i = 0; i < count; i++) {
+        int rc = outs[i] ? cpu_alloc(outs[i]) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static void free_all(int count, void **scratch)
 {
     for (int i = 0; i < count; i++)
@@ -242,11 +253,8 @@ static int cpu_batch_norm(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_va
     if (x->dtype != FL_F32 && x->dtype != FL_F64)
         return fl_backend_error(FL_ERR_DTYPE, "batch_norm takes f32 or f64, not %s", fl_dtype_name(x->dtype));
     bool training = !running_mean;
-    int rc = cpu_alloc(y);
-    if (!rc && training)
-        rc = cpu_alloc(save_mean);
-    if (!rc && training)
-        rc = cpu_alloc(save_var);
+    fl_tensor *outs[3] = {y, training ? save_mean : NULL, training ? save_var : NULL};
+    int rc = alloc_all(3, outs);
     if (rc)
         return rc;
     enum { X, WEIGHT, BIAS, RUNNING_MEAN, RUNNING_VAR, INPUTS };
@@ -285,11 +293,9 @@ static int cpu_batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor 
         return fl_backend_error(FL_ERR_DTYPE, "batch_norm_backward takes f32 or f64, not %s",
                                 fl_dtype_name(x->dtype));
     fl_tensor *outs[3] = {dx, dweight, dbias};
-    for (int i = 0; i < 3; i++) {
-        int rc = outs[i] ? cpu_alloc(outs[i]) : 0;
-        if (rc)
-            return rc;
-    }
+    int rc = alloc_all(3, outs);
+    if (rc)
+        return rc;
     enum { DY, X, MEAN, INVSTD, WEIGHT, INPUTS };
     const fl_tensor *inputs[INPUTS] = {dy, x, mean, invstd, weight};
     const void *d[INPUTS];
