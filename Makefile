@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo tour bench-ops bench-ceiling bench-models bench-mnist bench-lazy bench-dist complexity \
+.PHONY: all deps build test test-asan demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist complexity \
         fixtures venv install clean
 
 all: build
@@ -79,6 +79,12 @@ bench-ops: build venv
 # in one process (bench/ceiling.c): what Flare costs over plain C on them.
 bench-ceiling: build
 	$(BUILD)/bench_ceiling --threads $(THREADS)
+
+# One add over arrays at several spacings, as a memory manager lays out tensors of one
+# size (bench/layout.c): why the caching manager rounds to 512 bytes. SPACINGS="0x..."
+# times those instead of the default list.
+bench-layout: build
+	$(BUILD)/bench_layout --threads $(THREADS) $(SPACINGS)
 
 # The models of the paper's Table 3, a training step of each timed side by side with
 # PyTorch at the same thread count (bench/run_models.py); MODELS="resnet50 mnist" runs

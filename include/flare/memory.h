@@ -29,7 +29,7 @@ extern "C" {
 
 typedef struct fl_memory_stats {
     size_t in_use;         /* bytes handed out and not yet freed (caching: whole blocks,
-                              requests rounded up to 512 bytes or 64 KiB) */
+                              requests rounded up to 512 bytes) */
     size_t peak_in_use;    /* the high-water mark of in_use */
     size_t cached;         /* bytes held by the manager and free for reuse */
     size_t reserved;       /* bytes obtained from the system: in_use + cached */
@@ -58,10 +58,10 @@ struct fl_memory_manager {
 };
 
 fl_memory_manager *fl_memory_plain(void);
-/* max_split_bytes: blocks of the large pool (requests over 1 MiB) larger than this are
- * never split; they are handed out whole, only to requests over max_split_bytes that
- * leave at most 20 MiB of them unused (SIZE_MAX splits everything, as PyTorch does by
- * default). cache_limit_bytes: when cached bytes exceed it, wholly free segments go
+/* max_split_bytes (rounded down to 64 KiB): blocks of the large pool (requests over
+ * 1 MiB) larger than this are never split; they are handed out whole, only to
+ * requests over max_split_bytes that leave at most 20 MiB of them unused (SIZE_MAX
+ * splits everything, as PyTorch does by default). cache_limit_bytes: when cached bytes exceed it, wholly free segments go
  * back to the system, oldest first (SIZE_MAX keeps everything; free space inside a
  * segment that is partly in use cannot be returned). NULL if out of memory. Its
  * destroy keeps the manager, reporting on stderr, while blocks are still in use.

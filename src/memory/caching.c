@@ -5,10 +5,18 @@
  * handed out again, whole or split.
  *
  * Rules (each one a constant or a test below):
- *  - Requests up to SMALL_REQUEST_LIMIT (1 MiB) are rounded up to 512 bytes and served
- *    by the small pool, from 2 MiB segments; larger requests are rounded up to 64 KiB
- *    and served by the large pool. The pools never lend to each other, so small,
- *    short-lived tensors cannot cut up the blocks that large ones need.
+ *  - Requests are rounded up to 512 bytes. Those up to SMALL_REQUEST_LIMIT (1 MiB) are
+ *    served by the small pool, from 2 MiB segments; larger ones by the large pool. The
+ *    pools never lend to each other, so small, short-lived tensors cannot cut up the
+ *    blocks that large ones need.
+ *  - The grain is fine on purpose. Tensors of one size carved one after another from a
+ *    segment sit the rounded size apart, and some spacings are slow: at the coarser
+ *    64 KiB grain this manager had, arrays of 1e6 floats were 0x3e0000 bytes apart, and
+ *    `make bench-layout` timed their add 9-16% slower there than at 0x3d0a00, their
+ *    spacing at 512 bytes, on this project's machine. Which spacings are slow depends
+ *    on how the machine maps addresses to cache slices and memory channels, which no
+ *    allocator can know; a fine grain at least does not make round sizes rounder.
+ *    Segments keep a 64 KiB grain (SEGMENT_GRAIN).
  *  - A request takes the smallest fitting free block of its pool (best fit; exact-size
  *    bins below 1 MiB, eight bins per power of two above).
  *  - Small-pool blocks are always split when the rest is at least 512 bytes.
@@ -59,17 +67,17 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-#define SMALL_GRAIN (512 * (size_t)1)
+#define GRAIN (512 * (size_t)1)
 #define SMALL_REQUEST_LIMIT (1 * MiB)
 #define SMALL_SEGMENT (2 * MiB)
-#define LARGE_GRAIN (64 * KiB)
+#define SEGMENT_GRAIN (64 * KiB) /* a multiple of every page size */
 #define LARGE_SEGMENT (20 * MiB)
 #define LARGE_SHARED_BELOW (10 * MiB)
 #define LARGE_ROUND (2 * MiB)
 #define HUGE_PAGE (2 * MiB) /* x86-64's and arm64's (4 KiB granule) */
 
 /* Bins: one per 512-byte size up to 1 MiB, then SUB_BINS per power of two. */
-#define EXACT_BINS (SMALL_REQUEST_LIMIT / SMALL_GRAIN)
+#define EXACT_BINS (SMALL_REQUEST_LIMIT / GRAIN)
 #define SUB_BITS 3
 #define SUB_BINS (1u << SUB_BITS)
 #define FIRST_LOG 20 /* log2(SMALL_REQUEST_LIMIT) */
@@ -136,7 +144,7 @@ static size_t round_up(size_t n, size_t grain) { return (n + grain - 1) / grain 
 static unsigned bin_index(size_t size)
 {
     if (size <= SMALL_REQUEST_LIMIT)
-        return (unsigned)((size - 1) / SMALL_GRAIN);
+        return (unsigned)((size - 1) / GRAIN);
     unsigned log = 63u - (unsigned)__builtin_clzll(size);
     unsigned sub = (unsigned)(size >> (log - SUB_BITS)) & (SUB_BINS - 1);
     return (unsigned)EXACT_BINS + (log - FIRST_LOG) * SUB_BINS + sub;
@@ -146,7 +154,7 @@ static unsigned bin_index(size_t size)
 static size_t bin_floor(unsigned bin)
 {
     if (bin < EXACT_BINS)
-        return (bin + 1) * SMALL_GRAIN;
+        return (bin + 1) * GRAIN;
     unsigned log = (bin - (unsigned)EXACT_BINS) / SUB_BINS + FIRST_LOG;
     unsigned sub = (bin - (unsigned)EXACT_BINS) % SUB_BINS;
     return (size_t)(SUB_BINS + sub) << (log - SUB_BITS);
@@ -341,17 +349,17 @@ static block *table_remove(caching *c, const void *ptr)
 
 static size_t large_segment_size(size_t size, size_t max_split)
 {
-    if (size > max_split)
-        return size; /* handed out whole: room beyond the request would be wasted */
+    if (size > max_split) /* handed out whole: room beyond the request would be wasted */
+        return round_up(size, SEGMENT_GRAIN);
     size_t segment = size < LARGE_SHARED_BELOW ? LARGE_SEGMENT : round_up(size, LARGE_ROUND);
-    if (segment > max_split)
-        segment = max_split / LARGE_GRAIN * LARGE_GRAIN > size ? max_split / LARGE_GRAIN * LARGE_GRAIN : size;
+    if (segment > max_split) /* max_split is a multiple of SEGMENT_GRAIN (fl_memory_caching) */
+        segment = max_split;
     return segment;
 }
 
 /* bytes of fresh memory at a HUGE_PAGE boundary, or NULL. Over-allocating by a huge
- * page and unmapping the ends costs only address space. bytes is a multiple of 64 KiB
- * (LARGE_GRAIN, SMALL_SEGMENT), so of the page size. */
+ * page and unmapping the ends costs only address space. bytes is a multiple of
+ * SEGMENT_GRAIN, so of the page size. */
 static char *system_map(size_t bytes)
 {
     size_t span = bytes + HUGE_PAGE;
@@ -427,7 +435,7 @@ static bool should_split(const caching *c, const block *b, size_t size)
 {
     size_t rest = b->size - size;
     if (b->pool == &c->small)
-        return rest >= SMALL_GRAIN;
+        return rest >= GRAIN;
     return b->size <= c->max_split && rest > SMALL_REQUEST_LIMIT;
 }
 
@@ -449,7 +457,7 @@ static void *caching_alloc(fl_memory_manager *m, size_t bytes)
     if (bytes > SIZE_MAX / 2)
         return NULL; /* no system has it, and rounding would overflow */
     bool small = bytes <= SMALL_REQUEST_LIMIT;
-    size_t size = small ? round_up(bytes ? bytes : 1, SMALL_GRAIN) : round_up(bytes, LARGE_GRAIN);
+    size_t size = round_up(bytes ? bytes : 1, GRAIN);
     lock(c);
     pool *p = small ? &c->small : &c->large;
     size_t max_split = small ? SIZE_MAX : c->max_split;
@@ -584,7 +592,7 @@ fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_
         free(c);
         return NULL;
     }
-    c->max_split = max_split_bytes;
+    c->max_split = max_split_bytes / SEGMENT_GRAIN * SEGMENT_GRAIN; /* so a segment can be exactly that */
     c->cache_limit = cache_limit_bytes;
     *m = (fl_memory_manager){
         .name = "caching",

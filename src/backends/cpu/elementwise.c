@@ -150,9 +150,14 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 
 /* ---- row functions ---- */
 
+/* Each row function carries a mark: CPU_STREAMING (cpu.h) where the operation is
+ * cheap enough per element that the loop waits on memory, FULL_WIDTH where it has
+ * arithmetic to do. */
+#define FULL_WIDTH
+
 /* y[i] = expr of x = x[i * sx]: a dense loop and a strided one. */
-#define UNARY_ROW(fn, in_type, out_type, expr)                                            \
-    static void fn(void *restrict y_, const void *x_, int64_t sx, int64_t n)              \
+#define UNARY_ROW(mark, fn, in_type, out_type, expr)                                      \
+    mark static void fn(void *restrict y_, const void *x_, int64_t sx, int64_t n)         \
     {                                                                                     \
         out_type *restrict y = y_;                                                        \
         const in_type *px = x_;                                                           \
@@ -169,13 +174,17 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
     }
 
 /* y[i] = expr of a = a[i * sa] and b = b[i * sb]: dense with dense, dense with a
- * broadcast value on either side, and the general strided loop. */
+ * broadcast value on either side, and the general strided loop. Every binary
+ * operation here is cheap per element and streams (pow's common case is x * x; its
+ * libm calls do not vectorize at any width). The dense loop takes two vectors per
+ * iteration, as PyTorch's does: 2-3% faster on add of 1e6 floats. */
 #define BINARY_ROW(fn, in_type, out_type, expr)                                                \
-    static void fn(void *restrict y_, const void *a_, int64_t sa, const void *b_, int64_t sb, int64_t n) \
+    CPU_STREAMING static void fn(void *restrict y_, const void *a_, int64_t sa, const void *b_, int64_t sb, int64_t n) \
     {                                                                                          \
         out_type *restrict y = y_;                                                             \
         const in_type *pa = a_, *pb = b_;                                                      \
         if (sa == 1 && sb == 1)                                                                \
+            _Pragma("GCC unroll 2")                                                            \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 in_type a = pa[i], b = pb[i];                                                  \
                 y[i] = (out_type)(expr);                                                       \
@@ -208,26 +217,26 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 /* Each operation defines its row functions and a table of them by dtype; a missing
  * entry is a dtype the operation does not accept. Signed integer expressions are
  * macros of (type, utype); u8 has its own, as NumPy's: -x wraps, abs(x) is x. */
-#define UNARY_FLOAT_ROWS(name, fexpr, dexpr)                 \
-    UNARY_ROW(name##_f32, float, float, fexpr)               \
-    UNARY_ROW(name##_f64, double, double, dexpr)
-#define UNARY_INT_ROWS(name, EXPR, uexpr)                             \
-    UNARY_ROW(name##_u8, uint8_t, uint8_t, uexpr)                     \
-    UNARY_ROW(name##_i32, int32_t, int32_t, EXPR(int32_t, uint32_t))  \
-    UNARY_ROW(name##_i64, int64_t, int64_t, EXPR(int64_t, uint64_t))
+#define UNARY_FLOAT_ROWS(mark, name, fexpr, dexpr)           \
+    UNARY_ROW(mark, name##_f32, float, float, fexpr)         \
+    UNARY_ROW(mark, name##_f64, double, double, dexpr)
+#define UNARY_INT_ROWS(mark, name, EXPR, uexpr)                             \
+    UNARY_ROW(mark, name##_u8, uint8_t, uint8_t, uexpr)                     \
+    UNARY_ROW(mark, name##_i32, int32_t, int32_t, EXPR(int32_t, uint32_t))  \
+    UNARY_ROW(mark, name##_i64, int64_t, int64_t, EXPR(int64_t, uint64_t))
 #define FLOAT_ENTRIES(name) [FL_F32] = name##_f32, [FL_F64] = name##_f64
 #define INT_ENTRIES(name) [FL_U8] = name##_u8, [FL_I32] = name##_i32, [FL_I64] = name##_i64
 
 #define UNARY_FLOAT_OP(name, fexpr, dexpr)                                                    \
-    UNARY_FLOAT_ROWS(name, fexpr, dexpr)                                                      \
+    UNARY_FLOAT_ROWS(FULL_WIDTH, name, fexpr, dexpr)                                          \
     static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
     {                                                                                         \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};                  \
         return run_unary(out, a, rows, #name);                                                \
     }
 #define UNARY_NUMERIC_OP(name, fexpr, dexpr, IEXPR, uexpr)                                    \
-    UNARY_FLOAT_ROWS(name, fexpr, dexpr)                                                      \
-    UNARY_INT_ROWS(name, IEXPR, uexpr)                                                        \
+    UNARY_FLOAT_ROWS(CPU_STREAMING, name, fexpr, dexpr)                                       \
+    UNARY_INT_ROWS(CPU_STREAMING, name, IEXPR, uexpr)                                         \
     static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
     {                                                                                         \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name)}; \
@@ -258,7 +267,7 @@ UNARY_FLOAT_OP(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode:
  * exactly (huge, inf, nan). The check is a second pass over the input, which is in
  * cache. */
 #define TRIG_OP(name)                                                                    \
-    UNARY_ROW(name##_vector_f32, float, float, vm_##name##f(x))                          \
+    UNARY_ROW(FULL_WIDTH, name##_vector_f32, float, float, vm_##name##f(x))              \
     static void name##_f32(void *restrict y_, const void *x_, int64_t sx, int64_t n)     \
     {                                                                                    \
         name##_vector_f32(y_, x_, sx, n);                                                \
@@ -272,7 +281,7 @@ UNARY_FLOAT_OP(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode:
                 if (!vm_trig_in_range(x[i * sx]))                                        \
                     y[i] = name##f(x[i * sx]);                                           \
     }                                                                                    \
-    UNARY_ROW(name##_f64, double, double, name(x))                                       \
+    UNARY_ROW(FULL_WIDTH, name##_f64, double, double, name(x))                           \
     static int cpu_##name(fl_tensor *out, const fl_tensor *a)                            \
     {                                                                                    \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};             \
@@ -282,11 +291,11 @@ UNARY_FLOAT_OP(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode:
 TRIG_OP(sin)
 TRIG_OP(cos)
 
-UNARY_ROW(isnan_f32, float, _Bool, x != x)
-UNARY_ROW(isnan_f64, double, _Bool, x != x)
-UNARY_ROW(isinf_f32, float, _Bool, fabsf(x) == INFINITY)
-UNARY_ROW(isinf_f64, double, _Bool, fabs(x) == INFINITY)
-UNARY_ROW(logical_not_bool, _Bool, _Bool, !x)
+UNARY_ROW(CPU_STREAMING, isnan_f32, float, _Bool, x != x)
+UNARY_ROW(CPU_STREAMING, isnan_f64, double, _Bool, x != x)
+UNARY_ROW(CPU_STREAMING, isinf_f32, float, _Bool, fabsf(x) == INFINITY)
+UNARY_ROW(CPU_STREAMING, isinf_f64, double, _Bool, fabs(x) == INFINITY)
+UNARY_ROW(CPU_STREAMING, logical_not_bool, _Bool, _Bool, !x)
 
 static int cpu_isnan(fl_tensor *out, const fl_tensor *a)
 {

@@ -32,10 +32,11 @@ typedef struct kernels {
     column_kernel columns;
 } kernels;
 
-/* 128 bytes of accumulators: two AVX-512 registers. Four were no faster on rows in
- * cache, slower to fold at the end of short rows, and slower on rows streamed from
- * memory: bench_ceiling's 4096x4096 row sums took 0.97 of a bare loop's time with
- * two and 1.05 with four (medians of five alternated runs). */
+/* 128 bytes of accumulators: four 256-bit registers, since the row kernels stream
+ * (CPU_STREAMING). With 512-bit registers, two were better than four: bench_ceiling's
+ * 4096x4096 row sums took 0.97 of a bare loop's time with two and 1.05 with four
+ * (medians of five alternated runs). At 256 bits, 64, 128 and 256 bytes were within
+ * 1% of each other on the same sums (40 alternated rounds in one process). */
 #define LANES(type) (128 / (int)sizeof(type))
 /* The width of a column tile: a few kilobytes of outputs stay in L1 while the
  * input rows stream past. */
@@ -55,7 +56,7 @@ typedef struct kernels {
 #define REDUCE_KERNELS(name, type, identity, COMBINE)                                                  \
     static inline type name##_combine(type a, type b) { return (type)(COMBINE(a, b)); }                \
                                                                                                        \
-    static void name##_row(const void *src, int64_t length, void *out)                                 \
+    CPU_STREAMING static void name##_row(const void *src, int64_t length, void *out)                   \
     {                                                                                                  \
         const type *x = src;                                                                           \
         type acc[LANES(type)];                                                                         \
