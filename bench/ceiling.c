@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flare/memory.h"
 #include "flare/tensor.h"
+#include "timing.h"
 
 /* The bare loops, on plain float arrays. Each allocates its result from the memory
  * manager and frees it, as the Flare operation does. */
@@ -91,44 +91,25 @@ static const ceiling_case cases[] = {
     {"sum_dim1_4096x4096", flare_row_sums, bare_row_sums, 4096, 4096, 1, 4},
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Seconds per operation over a batch of n; negative if Flare's operation failed. */
 static double time_flare(const ceiling_case *c, fl_tensor *const *in, int64_t n)
 {
-    double start = now();
+    double start = bench_now();
     for (int64_t i = 0; i < n; i++) {
         fl_tensor *y = c->flare(in);
         if (!y)
             return -1;
         fl_release(y);
     }
-    return (now() - start) / (double)n;
+    return (bench_now() - start) / (double)n;
 }
 
 static double time_bare(const ceiling_case *c, const arrays *a, int64_t n)
 {
-    double start = now();
+    double start = bench_now();
     for (int64_t i = 0; i < n; i++)
         c->bare(a);
-    return (now() - start) / (double)n;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return (bench_now() - start) / (double)n;
 }
 
 /* A copy of t's values in memory from the manager, for the bare loop. */
@@ -172,10 +153,10 @@ static bool compare(const ceiling_case *c, fl_tensor *const *in, const arrays *a
         ratio[r] = flare[r] / bare[r];
         flare_faster += ratio[r] < 1;
     }
-    double f = median(flare, rounds), b = median(bare, rounds);
+    double f = bench_median(flare, rounds), b = bench_median(bare, rounds);
     double bytes = (double)(a->rows * a->cols) * c->bytes_per_element;
     printf("%-20s %9.1f us %9.1f us %10.3f %10.3f %6d of %-3d %7.0f %7.0f\n", c->name, f * 1e6, b * 1e6, f / b,
-           median(ratio, rounds), flare_faster, rounds, bytes / f * 1e-9, bytes / b * 1e-9);
+           bench_median(ratio, rounds), flare_faster, rounds, bytes / f * 1e-9, bytes / b * 1e-9);
     return true;
 }
 

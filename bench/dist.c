@@ -15,31 +15,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flare/distributed.h"
+#include "timing.h"
 
 enum { FLARE, RAW_BLOCKING, RAW_NONBLOCKING, WAYS };
 static const char *const way_names[WAYS] = {"flare", "mpi", "mpi_nonblocking"};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Seconds per all-reduce over a batch of iterations, the slowest rank's. */
 static double batch(int way, fl_tensor *x, float *send, float *recv, int count, long iterations)
 {
     MPI_Barrier(MPI_COMM_WORLD);
-    double start = now();
+    double start = bench_now();
     for (long i = 0; i < iterations; i++) {
         if (way == FLARE) {
             fl_tensor *y = fl_all_reduce(x, FL_DIST_SUM);
@@ -56,7 +43,7 @@ static double batch(int way, fl_tensor *x, float *send, float *recv, int count, 
             MPI_Wait(&request, MPI_STATUS_IGNORE);
         }
     }
-    double seconds = (now() - start) / (double)iterations, slowest;
+    double seconds = (bench_now() - start) / (double)iterations, slowest;
     MPI_Allreduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return slowest;
 }
@@ -119,7 +106,7 @@ int main(int argc, char **argv)
             }
         double median[WAYS], fastest[WAYS];
         for (int way = 0; way < WAYS; way++) {
-            qsort(times[way], (size_t)repeats, sizeof(double), compare);
+            qsort(times[way], (size_t)repeats, sizeof(double), bench_compare_doubles);
             median[way] = times[way][repeats / 2];
             fastest[way] = times[way][0];
         }

@@ -19,10 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flare/memory.h"
 #include "flare/tensor.h"
+#include "timing.h"
 
 #define MAX_LAYOUTS 16
 #define BATCH_SECONDS 0.02
@@ -33,13 +33,6 @@ typedef struct layout {
     fl_memory_manager *owner;
     double *times; /* seconds per operation, one per round */
 } layout;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void add(const layout *l, int64_t n, int threads)
 {
@@ -52,22 +45,10 @@ static void add(const layout *l, int64_t n, int threads)
 
 static double time_batch(const layout *l, int64_t n, int threads, int64_t batch)
 {
-    double start = now();
+    double start = bench_now();
     for (int64_t i = 0; i < batch; i++)
         add(l, n, threads);
-    return (now() - start) / (double)batch;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return (bench_now() - start) / (double)batch;
 }
 
 static bool parse_size(const char *text, size_t *out)
@@ -148,13 +129,13 @@ int main(int argc, char **argv)
            threads, rounds, (long long)batch);
     printf("%-12s %12s %14s\n", "spacing d", "time", "ratio to first");
     double ratio[rounds], ratio_median[MAX_LAYOUTS];
-    for (int k = 0; k < count; k++) { /* before median() sorts the times */
+    for (int k = 0; k < count; k++) { /* before bench_median() sorts the times */
         for (int r = 0; r < rounds; r++)
             ratio[r] = layouts[k].times[r] / layouts[0].times[r];
-        ratio_median[k] = median(ratio, rounds);
+        ratio_median[k] = bench_median(ratio, rounds);
     }
     for (int k = 0; k < count; k++)
-        printf("%#-12zx %9.1f us %14.3f\n", layouts[k].spacing, median(layouts[k].times, rounds) * 1e6,
+        printf("%#-12zx %9.1f us %14.3f\n", layouts[k].spacing, bench_median(layouts[k].times, rounds) * 1e6,
                ratio_median[k]);
     for (int k = 0; k < count; k++) {
         fl_memory_free(layouts[k].owner, layouts[k].region, layouts[k].bytes);

@@ -15,28 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../src/backends/lazy/lazy.h"
 #include "flare/tensor.h"
+#include "timing.h"
 
 /* 1e7 floats as rows of 1024 features. */
 #define ROWS 9766
 #define FEATURES 1024
 #define PARAMETERS 10000000
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* ---- the cases: model code as a user writes it ---- */
 
@@ -125,7 +112,7 @@ static void teardown(state *s)
 /* One timed run: the model code in a scope, then its results materialized. */
 static double run_once(const bench_case *c, state *s)
 {
-    double start = now();
+    double start = bench_now();
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_keep(c->run(s));
     fl_scope_end(scope);
@@ -134,7 +121,7 @@ static double run_once(const bench_case *c, state *s)
         fl_eval(s->m);
         fl_eval(s->v);
     }
-    double seconds = now() - start;
+    double seconds = bench_now() - start;
     fl_release(y);
     return seconds;
 }
@@ -163,7 +150,7 @@ int main(int argc, char **argv)
                 teardown(&s);
                 continue;
             }
-            qsort(times, (size_t)repeats, sizeof *times, compare);
+            qsort(times, (size_t)repeats, sizeof *times, bench_compare_doubles);
             printf("{\"name\": \"%s\", \"backend\": \"%s\", \"seconds\": %.6g, \"fastest\": %.6g", cases[c].name,
                    backends[k], times[repeats / 2], times[0]);
             if (k == 1)

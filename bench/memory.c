@@ -4,52 +4,45 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "flare/memory.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "timing.h"
 
 /* Keeps the compiler from dropping an allocation it can see is unused. */
 static void use(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
 static double manager_pair_ns(fl_memory_manager *m, size_t bytes, long pairs)
 {
-    double start = now();
+    double start = bench_now();
     for (long i = 0; i < pairs; i++) {
         void *p = m->alloc(m, bytes);
         use(p);
         m->free(m, p, bytes);
     }
-    return (now() - start) / pairs * 1e9;
+    return (bench_now() - start) / pairs * 1e9;
 }
 
 static double front_door_pair_ns(size_t bytes, long pairs)
 {
-    double start = now();
+    double start = bench_now();
     for (long i = 0; i < pairs; i++) {
         fl_memory_manager *owner;
         void *p = fl_memory_alloc(bytes, &owner);
         use(p);
         fl_memory_free(owner, p, bytes);
     }
-    return (now() - start) / pairs * 1e9;
+    return (bench_now() - start) / pairs * 1e9;
 }
 
 static double malloc_pair_ns(size_t bytes, long pairs, int aligned)
 {
-    double start = now();
+    double start = bench_now();
     for (long i = 0; i < pairs; i++) {
         void *p = aligned ? aligned_alloc(FL_MEMORY_ALIGNMENT, (bytes + 63) & ~(size_t)63) : malloc(bytes);
         use(p);
         free(p);
     }
-    return (now() - start) / pairs * 1e9;
+    return (bench_now() - start) / pairs * 1e9;
 }
 
 int main(int argc, char **argv)

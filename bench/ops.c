@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flare/tensor.h"
+#include "timing.h"
 
 /* ---- the cases ---------------------------------------------------------------- */
 
@@ -121,17 +121,10 @@ typedef struct measurement {
     int repeats;
 } measurement;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Runs the operation n times; returns the elapsed seconds, or -1 if it failed. */
 static double time_batch(const bench_case *c, fl_tensor *const *in, int64_t n)
 {
-    double start = now();
+    double start = bench_now();
     for (int64_t i = 0; i < n; i++) {
         fl_tensor *y = c->run(in);
         bool failed = !y || fl_eval(y) != FL_OK;
@@ -139,13 +132,7 @@ static double time_batch(const bench_case *c, fl_tensor *const *in, int64_t n)
         if (failed)
             return -1;
     }
-    return now() - start;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_now() - start;
 }
 
 /* A case's batch: iterations per timed batch, and how many batches to time. */
@@ -197,7 +184,7 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
             return m;
         samples[r] = elapsed / (double)p.iterations;
     }
-    qsort(samples, (size_t)p.repeats, sizeof *samples, compare_doubles);
+    qsort(samples, (size_t)p.repeats, sizeof *samples, bench_compare_doubles);
     int r = p.repeats;
     m.seconds = r % 2 ? samples[r / 2] : 0.5 * (samples[r / 2 - 1] + samples[r / 2]);
     m.fastest = samples[0];
