@@ -175,9 +175,11 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 
 /* y[i] = expr of a = a[i * sa] and b = b[i * sb]: dense with dense, dense with a
  * broadcast value on either side, and the general strided loop. Every binary
- * operation here is cheap per element and streams (pow's common case is x * x; its
- * libm calls do not vectorize at any width). The dense loop takes two vectors per
- * iteration, as PyTorch's does: 2-3% faster on add of 1e6 floats. */
+ * operation here is cheap enough per element to stream: even div of 1e6 floats took
+ * 0.96-0.97 of its time at full width (an observation, two in-process A/B runs);
+ * pow's common case is x * x, and its libm calls do not vectorize at any width. The
+ * dense loop takes two vectors per iteration, as PyTorch's does: 1.5-2.5% faster on
+ * add and mul of 1e6 floats (an observation, /tmp builds A/B'd in one process). */
 #define BINARY_ROW(fn, in_type, out_type, expr)                                                \
     CPU_STREAMING static void fn(void *restrict y_, const void *a_, int64_t sa, const void *b_, int64_t sb, int64_t n) \
     {                                                                                          \
