@@ -3,7 +3,9 @@
  * write for each: the same threads and the same memory manager, batch against batch in
  * one process; it prints the ratio and the bandwidth both reach. A ratio of about 1
  * says Flare's dispatch, allocation and kernel cost nothing over that loop; it does not
- * say that no loop can be faster (docs/BENCHMARKS.md: PyTorch is, on two of these).
+ * say that no loop can be faster. Both sides take their memory from the same manager,
+ * so a layout that slows both is invisible here (docs/BENCHMARKS.md, "Where the data
+ * lies": it once kept both behind PyTorch on add and mul).
  *
  *   bench_ceiling [--threads N] [--rounds R] [--min-time S]
  *

@@ -84,9 +84,10 @@ int main(int argc, char **argv)
         for (; count < (int)(sizeof defaults / sizeof defaults[0]); count++)
             layouts[count].spacing = defaults[count];
     }
-    size_t bytes = (size_t)elements * sizeof(float);
-    for (int k = 0; k < count && !usage; k++)
-        usage = layouts[k].spacing < bytes;
+    usage |= elements < 1 || elements > (int64_t)(SIZE_MAX / 8 / sizeof(float));
+    size_t bytes = usage ? 0 : (size_t)elements * sizeof(float);
+    for (int k = 0; k < count && !usage; k++) /* the region is 2d + bytes long */
+        usage = layouts[k].spacing < bytes || layouts[k].spacing > (SIZE_MAX - bytes) / 2;
     if (usage || rounds < 1 || rounds > 1000 || elements < 1 || fl_last_status() != FL_OK) {
         fprintf(stderr, "usage: bench_layout [--threads N] [--rounds R (1-1000)] [--elements N] "
                         "[SPACING (bytes, at least 4 * N) ...] (at most %d)\n",

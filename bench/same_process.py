@@ -93,7 +93,8 @@ def main():
     libs = [flare_library(path, args.threads) for path in paths]
     print(f"PyTorch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of {args.batch} operations")
     for name in args.cases:
-        runs = [make_case(lib, name)[0] for lib in libs] + [make_case(libs[0], name)[1]]
+        cases = [make_case(lib, name) for lib in libs]  # once each: inputs placed as in bench-ops
+        runs = [flare for flare, _ in cases] + [cases[0][1]]
         for run in runs:
             per_operation(run, 3)  # warm-up
         times = [[] for _ in runs]
