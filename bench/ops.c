@@ -184,12 +184,10 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
             return m;
         samples[r] = elapsed / (double)p.iterations;
     }
-    qsort(samples, (size_t)p.repeats, sizeof *samples, bench_compare_doubles);
-    int r = p.repeats;
-    m.seconds = r % 2 ? samples[r / 2] : 0.5 * (samples[r / 2 - 1] + samples[r / 2]);
+    m.seconds = bench_median(samples, p.repeats); /* sorts them */
     m.fastest = samples[0];
     m.iterations = p.iterations;
-    m.repeats = r;
+    m.repeats = p.repeats;
     return m;
 }
 
@@ -220,19 +218,23 @@ static void print_error(const char *name, const char *message)
 }
 
 /* A case's N(0, 1) inputs, the same for every run of it (seed 0). */
-static void make_inputs(const bench_case *c, fl_tensor **in)
+/* false, with the error set, if an input could not be made (out of memory). */
+static bool make_inputs(const bench_case *c, fl_tensor **in)
 {
-    fl_clear_error();
     fl_manual_seed(0);
-    for (int i = 0; i < 2; i++)
+    bool made = true;
+    for (int i = 0; i < 2; i++) {
         in[i] = c->inputs[i].ndim ? fl_randn(FL_F32, c->inputs[i].ndim, c->inputs[i].dims) : NULL;
+        made &= in[i] || !c->inputs[i].ndim;
+    }
+    return made;
 }
 
 static void run_case(const bench_case *c, const options *o)
 {
     fl_tensor *in[2];
-    make_inputs(c, in);
-    measurement m = measure(c, in, o);
+    fl_clear_error();
+    measurement m = make_inputs(c, in) ? measure(c, in, o) : (measurement){NAN, NAN, 0, 0};
     if (isnan(m.seconds)) {
         print_error(c->name, fl_last_error());
     } else {
@@ -287,12 +289,16 @@ static void answer(const char *request, const options *o, loaded_case *l)
         print_error(name, "no such case");
         return;
     }
+    fl_clear_error();
     if (c != l->c) {
         unload(l);
-        make_inputs(c, l->in);
+        if (!make_inputs(c, l->in)) {
+            print_error(name, fl_last_error());
+            unload(l);
+            return;
+        }
         l->c = c;
     }
-    fl_clear_error();
     plan p;
     double elapsed = 0;
     if (planning ? !plan_case(c, l->in, o, &p) : (elapsed = time_batch(c, l->in, n)) < 0) {

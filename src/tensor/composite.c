@@ -32,8 +32,7 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         }
         /* The kernel declined this call: compose instead. */
         fl__take_backend_error(NULL, 0);
-        fl_memory_set_operation(NULL);
-        fl__profile_end();
+        fl__end();
         fl_release(y);
     }
     fl_tensor *shifted = fl_sub(x, fl_max(x, &a, 1, true));

@@ -237,8 +237,7 @@ fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
     if (!to_host)
         return fl_last_status();
     int rc = to_host(t, dst);
-    fl_memory_set_operation(NULL);
-    fl__profile_end();
+    fl__end();
     if (rc) {
         char message[512];
         fl_status status = fl__take_backend_error(message, sizeof message);

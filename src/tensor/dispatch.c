@@ -73,10 +73,15 @@ void fl__begin(const char *operation)
     fl__profile_begin(operation);
 }
 
-fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
+void fl__end(void)
 {
     fl_memory_set_operation(NULL); /* later frees belong to no operation */
     fl__profile_end();
+}
+
+fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
+{
+    fl__end();
     if (rc == 0)
         return out;
     char message[512], described[4 * FL_DESC_SIZE] = "", buf[FL_DESC_SIZE];

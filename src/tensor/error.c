@@ -24,8 +24,7 @@ void fl_clear_error(void)
     last_message[0] = '\0';
     /* A backend's detail not yet taken would otherwise be reported as the cause of the
      * next, unrelated failure (first error wins). */
-    backend_status = FL_OK;
-    backend_message[0] = '\0';
+    fl__take_backend_error(NULL, 0);
 }
 
 void fl_set_error_handler(fl_error_handler handler, void *user)

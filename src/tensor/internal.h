@@ -59,8 +59,10 @@ bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
 /* Names the operation now running, for memory telemetry and the profile (fl__primitive
- * does this; a fused kernel called directly does it itself); fl__finish ends it. */
+ * does this; a fused kernel called directly does it itself); fl__end ends it
+ * (fl__finish calls it). */
 void fl__begin(const char *operation);
+void fl__end(void);
 /* profile.c: a primitive's frame in the operation profile. */
 void fl__profile_begin(const char *primitive);
 void fl__profile_end(void);

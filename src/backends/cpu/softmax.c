@@ -42,10 +42,10 @@ static float row_max_f32(const float *restrict x, int64_t n)
 
 /* e^x for x <= 0 (or nan), the only arguments softmax has once the row's maximum is
  * subtracted: vm_expf's reduction and polynomial without its overflow handling, and
- * with 2^n applied in one step because n >= -126. Results below FLT_MIN (x < -87.3)
- * flush to zero where vm_expf would give a subnormal: probabilities under 1.2e-38,
- * which no sum or product of a softmax can tell from zero. A third fewer
- * instructions, and softmax is bound by them. */
+ * with 2^n applied in one step because n >= -126. Arguments below -87 flush to zero
+ * where vm_expf gives under 1.65e-38 (the smallest normal floats, and the subnormals
+ * below them; FLT_MIN is e^-87.34): probabilities no sum or product of a softmax can
+ * tell from zero. A third fewer instructions, and softmax is bound by them. */
 static inline float exp_nonpositive(float x)
 {
     int32_t n;
