@@ -68,14 +68,15 @@ int main(int argc, char **argv)
     bool usage = false;
     for (int i = 1; i < argc && !usage; i++) {
         bool option = strncmp(argv[i], "--", 2) == 0;
-        if (option && i + 1 == argc)
-            usage = true;
+        size_t value = 0;
+        if (option && (i + 1 == argc || !parse_size(argv[i + 1], &value) || value > 1000000000))
+            usage = true; /* every option takes a whole number */
         else if (strcmp(argv[i], "--threads") == 0)
-            fl_set_num_threads(atoi(argv[++i]));
+            fl_set_num_threads((int)value), i++;
         else if (strcmp(argv[i], "--rounds") == 0)
-            rounds = atoi(argv[++i]);
+            rounds = (int)value, i++;
         else if (strcmp(argv[i], "--elements") == 0)
-            elements = atoll(argv[++i]);
+            elements = (int64_t)value, i++;
         else if (option || count == MAX_LAYOUTS || !parse_size(argv[i], &layouts[count++].spacing))
             usage = true;
     }
@@ -84,8 +85,7 @@ int main(int argc, char **argv)
         for (; count < (int)(sizeof defaults / sizeof defaults[0]); count++)
             layouts[count].spacing = defaults[count];
     }
-    usage |= elements < 1 || elements > (int64_t)(SIZE_MAX / 8 / sizeof(float));
-    size_t bytes = usage ? 0 : (size_t)elements * sizeof(float);
+    size_t bytes = (size_t)elements * sizeof(float); /* elements <= 1e9 */
     for (int k = 0; k < count && !usage; k++) /* the region is 2d + bytes long */
         usage = layouts[k].spacing < bytes || layouts[k].spacing > (SIZE_MAX - bytes) / 2;
     if (usage || rounds < 1 || rounds > 1000 || elements < 1 || fl_last_status() != FL_OK) {

@@ -44,33 +44,42 @@ def f32(lib):
     raise RuntimeError("libflare has no dtype named f32")
 
 
-def make_case(lib, name):
-    """(flare, torch): two callables that run the case once and drop the result."""
-    dtype = f32(lib)
+# Each case: its input shapes and what it does, in Flare (lib, inputs) and in PyTorch.
+CASES = {
+    "add_1e6": ([(10**6,), (10**6,)], lambda lib, x, y: lib.fl_add(x, y), lambda x, y: x + y),
+    "mul_1e6": ([(10**6,), (10**6,)], lambda lib, x, y: lib.fl_mul(x, y), lambda x, y: x * y),
+    "exp_1e6": ([(10**6,)], lambda lib, x: lib.fl_exp(x), lambda x: x.exp()),
+    "sum_dim0_4096x4096": ([(4096, 4096)], lambda lib, x: lib.fl_sum(x, (ctypes.c_int * 1)(0), 1, False),
+                           lambda x: x.sum(0)),
+    "sum_dim1_4096x4096": ([(4096, 4096)], lambda lib, x: lib.fl_sum(x, (ctypes.c_int * 1)(1), 1, False),
+                           lambda x: x.sum(1)),
+}
 
-    def randn(*shape):
+
+def flare_case(lib, name):
+    """(run, inputs): a callable that runs the case once in lib and drops the result,
+    and the Flare inputs it holds, for the caller to release after the case."""
+    shapes, operation, _ = CASES[name]
+    dtype = f32(lib)
+    inputs = []
+    for shape in shapes:
         t = lib.fl_randn(dtype, len(shape), (ctypes.c_int64 * len(shape))(*shape))
         if not t:
             raise RuntimeError(f"fl_randn{shape} failed")
-        return t
-    def release(result):
+        inputs.append(t)
+
+    def run():
+        result = operation(lib, *inputs)
         if not result:  # a failed operation must not be timed as a fast one
             raise RuntimeError(f"{name}: {lib.fl_last_error().decode()}")
         lib.fl_release(result)
+    return run, inputs
 
-    if name in ("add_1e6", "mul_1e6"):
-        fx, fy, tx, ty = randn(10**6), randn(10**6), torch.randn(10**6), torch.randn(10**6)
-        if name == "add_1e6":
-            return (lambda: release(lib.fl_add(fx, fy))), (lambda: tx + ty)
-        return (lambda: release(lib.fl_mul(fx, fy))), (lambda: tx * ty)
-    if name == "exp_1e6":
-        fx, tx = randn(10**6), torch.randn(10**6)
-        return (lambda: release(lib.fl_exp(fx))), (lambda: tx.exp())
-    if name in ("sum_dim0_4096x4096", "sum_dim1_4096x4096"):
-        dim = int(name[7])
-        fx, tx, axis = randn(4096, 4096), torch.randn(4096, 4096), (ctypes.c_int * 1)(dim)
-        return (lambda: release(lib.fl_sum(fx, axis, 1, False))), (lambda: tx.sum(dim))
-    raise SystemExit(f"unknown case {name}")
+
+def torch_case(name):
+    shapes, _, operation = CASES[name]
+    inputs = [torch.randn(*shape) for shape in shapes]
+    return lambda: operation(*inputs)
 
 
 def per_operation(run, n):
@@ -93,8 +102,10 @@ def main():
     libs = [flare_library(path, args.threads) for path in paths]
     print(f"PyTorch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of {args.batch} operations")
     for name in args.cases:
-        cases = [make_case(lib, name) for lib in libs]  # once each: inputs placed as in bench-ops
-        runs = [flare for flare, _ in cases] + [cases[0][1]]
+        if name not in CASES:
+            raise SystemExit(f"unknown case {name}; the cases are {', '.join(CASES)}")
+        cases = [flare_case(lib, name) for lib in libs]  # once each: inputs placed as in bench-ops
+        runs = [run for run, _ in cases] + [torch_case(name)]
         for run in runs:
             per_operation(run, 3)  # warm-up
         times = [[] for _ in runs]
@@ -117,6 +128,9 @@ def main():
             if len(libs) > 1:
                 line += f"  ratio to the first build {statistics.median(a / b for a, b in zip(flare, times[0])):.3f}"
             print(line)
+        for lib, (_, inputs) in zip(libs, cases):  # the next case starts from the same memory
+            for t in inputs:
+                lib.fl_release(t)
 
 
 if __name__ == "__main__":
