@@ -205,3 +205,21 @@ int support_scope_teardown(void **state)
     fl_clear_error();
     return 0;
 }
+
+fl_backend support_derive(const char *name)
+{
+    const fl_backend *base = fl_backend_find(name);
+    assert_non_null(base);
+    fl_backend derived;
+    fl_backend_derive(&derived, base, base->name);
+    return derived;
+}
+
+fl_backend support_override(const fl_backend *table)
+{
+    const fl_backend *registered = fl_backend_find(table->name);
+    assert_non_null(registered);
+    fl_backend replaced = *registered;
+    assert_int_equal(fl_backend_register(table), FL_OK);
+    return replaced;
+}

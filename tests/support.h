@@ -35,6 +35,11 @@ void support_assert_shape(const fl_tensor *t, int ndim, const int64_t *shape, co
                           (int64_t)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), rtol, atol, __FILE__, __LINE__)
 void support_assert_values(const fl_tensor *t, const double *expected, int64_t count, double rtol, double atol,
                            const char *file, int line);
+/* Derives a table from the one registered as name, under the same name, for a test to
+ * override entries of and then register with support_override, which returns a copy
+ * of what the name held: support_override(&copy) puts it back. */
+fl_backend support_derive(const char *name);
+fl_backend support_override(const fl_backend *table);
 /* Compares two tensors of equal shape element by element, as assert_values. */
 #define assert_close(t, expected, rtol, atol) support_assert_close((t), (expected), rtol, atol, __FILE__, __LINE__)
 void support_assert_close(const fl_tensor *t, const fl_tensor *expected, double rtol, double atol, const char *file,

@@ -19,8 +19,66 @@
  * out->impl and compute only when to_host or eval asks for values.
  *
  * A NULL entry means "not implemented": the tensor layer reports FL_ERR_UNSUPPORTED
- * naming the backend and the primitive. Entries may be replaced at run time
- * (fl_backend_find("cpu")->add = my_add) and every layer above uses the replacement.
+ * naming the backend and the primitive.
+ *
+ * The contract of the table itself:
+ *
+ *  - Versioned and append-only. A table says which FL_BACKEND_VERSION it was written
+ *    against and its size; registration copies it, so a table of an older version
+ *    registers and reads its later entries as NULL, and a size that does not match
+ *    its version (a table compiled against a modified header) is refused.
+ *  - Registered tables are the registry's. fl_backend_find returns the registered
+ *    table, which lives as long as the process and which users never write: to
+ *    change an entry, derive a table (fl_backend_derive copies every entry and
+ *    records the base), override entries, and register it, under a new name or
+ *    under the base's name. Registered under the base's name it replaces the base
+ *    in place, for every tensor, those already made included: its entries are
+ *    written one by one, each store atomic, so a thread calling meanwhile gets the
+ *    old entry or the new one. A replacement must keep the release entry of the
+ *    table it replaces (tensors keep their storage), and its base becomes a
+ *    snapshot of what the name held before.
+ *  - Every entry receives self, the table the call went through, so an override can
+ *    wrap the entry it replaces: self->base->add(self->base, out, a, b).
+ *    docs/BACKENDS.md ("Replacing an entry") has the example and what a replaced
+ *    cpu entry means under the lazy backend.
+ *
+ * Fused kernels. softmax, batch_norm, batch_norm_backward and gelu compute what the
+ * tensor layer also composes from the primitives, in one pass instead of several. A
+ * backend may leave any of them NULL and the composition is used; the composition
+ * defines the semantics, and the tests check each fused kernel against it. They exist
+ * where a composition cannot come near a framework's fused kernel on speed (softmax:
+ * five passes over memory against one). A researcher who replaces exp and wants
+ * softmax to follow sets softmax to NULL.
+ *  - softmax: softmax, or log-softmax if logarithm, over a's last axis; f32 and f64.
+ *    It may decline a call by returning FL_ERR_UNSUPPORTED: the tensor layer
+ *    composes then.
+ *  - batch_norm: of x [N, C, *] per channel (axis 1), f32 and f64; weight and bias
+ *    are [C] or NULL (no affine), all of x's dtype. Training (running_mean and
+ *    running_var NULL): the statistics are x's own, over every axis but 1; save_mean
+ *    and save_var ([C], out) receive their mean and biased variance. Inference: the
+ *    running statistics [C] are used and save_mean and save_var are NULL.
+ *    y = (x - mean) / sqrt(var + eps) weight + bias.
+ *  - batch_norm_backward: the gradients of batch_norm from dy (x's shape): mean and
+ *    invstd = 1 / sqrt(var + eps) are [C], of the batch statistics (training: the
+ *    gradient also flows through them) or of the running ones (not training). dx
+ *    (x's shape), dweight and dbias ([C]) are outputs, each NULL when not wanted;
+ *    weight may be NULL (as 1).
+ *  - gelu: GELU of a (dy NULL), or its gradient dy * GELU'(a); the erf form, or the
+ *    tanh approximation if approximate; f32 and f64, dy of a's shape and dtype.
+ *
+ * Host access (version 2), for layers that hand memory to code outside Flare (the
+ * MPI engine of the distributed layer), so that they never look inside a backend:
+ *  - empty: out gets storage whose values are unspecified, to be written through
+ *    host_data before anything else reads it.
+ *  - host_data: *data = the address of t's values, row-major and dense, in memory
+ *    the host can read (and, for a tensor just made by empty and not yet shared,
+ *    write), valid while t lives; or FL_ERR_UNSUPPORTED when there is none (device
+ *    memory, a strided view, deferred work). The caller then copies with to_host and
+ *    from_host. Both are optional.
+ *
+ * Thread safety: entries are called concurrently from any thread (data loaders build
+ * batches on worker threads); a backend's entries must be safe for that on distinct
+ * tensors, and on shared tensors where they only read them.
  */
 #ifndef FLARE_BACKEND_H
 #define FLARE_BACKEND_H
@@ -40,14 +98,9 @@ struct fl_tensor {
     int ndim;
     int64_t shape[FL_MAX_DIMS];
     int64_t numel;
-    fl_backend *backend;
+    const fl_backend *backend;
     void *impl; /* the backend's state: storage, strides, a pending expression, ... */
 };
-
-typedef int (*fl_unary_fn)(fl_tensor *out, const fl_tensor *a);
-typedef int (*fl_binary_fn)(fl_tensor *out, const fl_tensor *a, const fl_tensor *b);
-/* axes is a bit mask of the axes to reduce (bit i for axis i). */
-typedef int (*fl_reduce_fn)(fl_tensor *out, const fl_tensor *a, unsigned axes);
 
 /* Convolution parameters with defaults resolved (all strides and dilations >= 1). */
 typedef struct fl_conv2d_desc {
@@ -63,117 +116,147 @@ typedef struct fl_pool2d_desc {
 
 typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_kind;
 
+/* Every operation entry of the table, in table order: X(version, name, parameters).
+ * One list makes the struct, the names (fl_backend_primitive_name) and the count, so
+ * they cannot drift apart. Each entry is `int (*name)(const fl_backend *self, ...)`:
+ * self is the table the call went through, so one table can wrap another (see
+ * fl_backend_derive). version is the FL_BACKEND_VERSION that appended the entry.
+ * Entries are appended, never reordered or removed. */
+#define FL_BACKEND_OPERATIONS(X)                                                                                 \
+    /* -- data movement and creation -- */                                                                       \
+    X(1, from_host, (fl_tensor *out, const void *src)) /* src is row-major, out's dtype */                       \
+    X(1, to_host, (const fl_tensor *t, void *dst))                                                               \
+    X(1, full, (fl_tensor *out, double value))                                                                   \
+    X(1, arange, (fl_tensor *out, double start, double step)) /* out is 1-D */                                   \
+    /* Philox-4x32-10 keyed by seed: element i uses counter offset + i / 4, lane i % 4; normals come from      \
+     * Box-Muller on lanes (0,1) and (2,3). Uniform is [0, 1). */                                              \
+    X(1, random, (fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset))                          \
+    X(1, cast, (fl_tensor *out, const fl_tensor *a)) /* any dtype to any; a dense copy */                        \
+    /* -- layout: views where the backend can -- */                                                            \
+    X(1, reshape, (fl_tensor *out, const fl_tensor *a)) /* same numel, row-major order */                        \
+    X(1, permute, (fl_tensor *out, const fl_tensor *a, const int *axes))                                         \
+    X(1, expand, (fl_tensor *out, const fl_tensor *a)) /* a's size-1 axes broadcast; same ndim */                \
+    /* out[i...] = a[start + i * step ...]; steps may be negative, never zero. */                              \
+    X(1, slice, (fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step))                 \
+    /* out = base with base[start + i * step ...] replaced by src[i...]. */                                    \
+    X(1, update_slice,                                                                                           \
+      (fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start, const int64_t *step))  \
+    X(1, concat, (fl_tensor *out, const fl_tensor *const *inputs, int count, int axis))                          \
+    /* -- indexing (indices are i64, already checked to be in range) -- */                                     \
+    X(1, where, (fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b))                 \
+    X(1, gather, (fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index))                         \
+    X(1, scatter_add, (fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,                  \
+                       const fl_tensor *src))                                                                    \
+    X(1, index_select, (fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index))                   \
+    /* -- unary elementwise: exp to erf and floor to round take float dtypes; isnan and isinf take float     \
+     * and give bool; logical_not takes and gives bool -- */                                                   \
+    X(1, neg, FL_UNARY_PARAMS) X(1, abs, FL_UNARY_PARAMS) X(1, sign, FL_UNARY_PARAMS)                            \
+    X(1, exp, FL_UNARY_PARAMS) X(1, log, FL_UNARY_PARAMS) X(1, log1p, FL_UNARY_PARAMS)                           \
+    X(1, sqrt, FL_UNARY_PARAMS) X(1, rsqrt, FL_UNARY_PARAMS) X(1, sin, FL_UNARY_PARAMS)                          \
+    X(1, cos, FL_UNARY_PARAMS) X(1, tanh, FL_UNARY_PARAMS) X(1, sigmoid, FL_UNARY_PARAMS)                        \
+    X(1, erf, FL_UNARY_PARAMS) X(1, floor, FL_UNARY_PARAMS) X(1, ceil, FL_UNARY_PARAMS)                          \
+    X(1, round, FL_UNARY_PARAMS) X(1, isnan, FL_UNARY_PARAMS) X(1, isinf, FL_UNARY_PARAMS)                       \
+    X(1, logical_not, FL_UNARY_PARAMS)                                                                           \
+    /* -- binary elementwise: eq to le give bool (gt and ge swap the operands of lt and le); logical_and     \
+     * and logical_or take and give bool -- */                                                                 \
+    X(1, add, FL_BINARY_PARAMS) X(1, sub, FL_BINARY_PARAMS) X(1, mul, FL_BINARY_PARAMS)                          \
+    X(1, div, FL_BINARY_PARAMS) X(1, pow, FL_BINARY_PARAMS) X(1, minimum, FL_BINARY_PARAMS)                      \
+    X(1, maximum, FL_BINARY_PARAMS) X(1, eq, FL_BINARY_PARAMS) X(1, ne, FL_BINARY_PARAMS)                        \
+    X(1, lt, FL_BINARY_PARAMS) X(1, le, FL_BINARY_PARAMS) X(1, logical_and, FL_BINARY_PARAMS)                    \
+    X(1, logical_or, FL_BINARY_PARAMS)                                                                           \
+    /* -- reductions: out keeps reduced axes as size 1 and has a's dtype -- */                                 \
+    X(1, sum, FL_REDUCE_PARAMS) X(1, prod, FL_REDUCE_PARAMS) X(1, max, FL_REDUCE_PARAMS)                         \
+    X(1, min, FL_REDUCE_PARAMS)                                                                                  \
+    X(1, argmax, (fl_tensor *out, const fl_tensor *a, int axis)) /* out i64 */                                   \
+    X(1, argmin, (fl_tensor *out, const fl_tensor *a, int axis))                                                 \
+    X(1, cumsum, (fl_tensor *out, const fl_tensor *a, int axis))                                                 \
+    /* Stable; values has a's dtype, indices are i64; both have a's shape. */                                  \
+    X(1, sort, (fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending))           \
+    /* -- linear algebra, convolution, pooling (float dtypes) -- */                                            \
+    /* a [..., M, K] times b [..., K, N] with equal batch shapes (possibly expanded). */                       \
+    X(1, matmul, FL_BINARY_PARAMS)                                                                               \
+    X(1, conv2d, (fl_tensor *out, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d))              \
+    X(1, conv2d_backward_input, (fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, const fl_conv2d_desc *d)) \
+    X(1, conv2d_backward_weight,                                                                                 \
+      (fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy, const fl_conv2d_desc *d))                         \
+    X(1, pool2d, (fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d))                                  \
+    X(1, pool2d_backward, (fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d))     \
+    /* -- optional fused kernels (see "Fused kernels" above) -- */                                             \
+    X(1, softmax, (fl_tensor *out, const fl_tensor *a, bool logarithm))                                          \
+    X(1, batch_norm, (fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,               \
+                      const fl_tensor *weight, const fl_tensor *bias, const fl_tensor *running_mean,             \
+                      const fl_tensor *running_var, double eps))                                                 \
+    X(1, batch_norm_backward, (fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,         \
+                               const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,               \
+                               const fl_tensor *weight, bool training))                                          \
+    X(1, gelu, (fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate))                      \
+    /* -- version 2: host access (see "Host access" above) -- */                                               \
+    X(2, empty, (fl_tensor *out))                                                                                \
+    X(2, host_data, (const fl_tensor *t, void **data))
+
+#define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
+#define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+/* axes is a bit mask of the axes to reduce (bit i for axis i). */
+#define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
+
+/* The version of struct fl_backend this header declares. */
+#define FL_BACKEND_VERSION 2
+
+#define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
+/* The parameter list of an entry whose parameters after self are params. */
+#define FL_BACKEND_SIGNATURE(params) FL__BACKEND_SELF params
+#define FL__BACKEND_ENTRY(version, name, params) int(*name) FL_BACKEND_SIGNATURE(params);
+
 struct fl_backend {
+    /* What the table was written against: FL_BACKEND_VERSION and sizeof(fl_backend)
+     * of that header. Registration refuses a size that does not match its version. */
+    int version;
+    size_t size;
     const char *name;
     void *state; /* the backend's own, global state */
+    /* The table this one was derived from (fl_backend_derive), or NULL. */
+    const fl_backend *base;
+    void *user; /* free for whoever derives a table; NULL otherwise */
 
     /* -- housekeeping (not operations) -- */
-    void (*release)(fl_tensor *t); /* frees t->impl */
+    void (*release)(const fl_backend *self, fl_tensor *t); /* frees t->impl */
     /* Materializes deferred work; NULL for eager backends. */
-    int (*eval)(fl_tensor *t);
+    int (*eval)(const fl_backend *self, fl_tensor *t);
 
-    /* -- data movement and creation -- */
-    int (*from_host)(fl_tensor *out, const void *src); /* src is row-major, out's dtype */
-    int (*to_host)(const fl_tensor *t, void *dst);
-    int (*full)(fl_tensor *out, double value);
-    int (*arange)(fl_tensor *out, double start, double step); /* out is 1-D */
-    /* Philox-4x32-10 keyed by seed: element i uses counter offset + i / 4, lane i % 4;
-     * normals come from Box-Muller on lanes (0,1) and (2,3). Uniform is [0, 1). */
-    int (*random)(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset);
-    int (*cast)(fl_tensor *out, const fl_tensor *a); /* any dtype to any; a dense copy */
-
-    /* -- layout: views where the backend can -- */
-    int (*reshape)(fl_tensor *out, const fl_tensor *a); /* same numel, row-major order */
-    int (*permute)(fl_tensor *out, const fl_tensor *a, const int *axes);
-    int (*expand)(fl_tensor *out, const fl_tensor *a); /* a's size-1 axes broadcast; same ndim */
-    /* out[i...] = a[start + i * step ...]; steps may be negative, never zero. */
-    int (*slice)(fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step);
-    /* out = base with base[start + i * step ...] replaced by src[i...]. */
-    int (*update_slice)(fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
-                        const int64_t *step);
-    int (*concat)(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis);
-
-    /* -- indexing (indices are i64, already checked to be in range) -- */
-    int (*where)(fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b);
-    int (*gather)(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index);
-    int (*scatter_add)(fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
-                       const fl_tensor *src);
-    int (*index_select)(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index);
-
-    /* -- unary elementwise -- */
-    fl_unary_fn neg, abs, sign;
-    fl_unary_fn exp, log, log1p, sqrt, rsqrt, sin, cos, tanh, sigmoid, erf; /* float dtypes */
-    fl_unary_fn floor, ceil, round;                                          /* float dtypes */
-    fl_unary_fn isnan, isinf;     /* float in, bool out */
-    fl_unary_fn logical_not;      /* bool in, bool out */
-
-    /* -- binary elementwise -- */
-    fl_binary_fn add, sub, mul, div, pow, minimum, maximum;
-    fl_binary_fn eq, ne, lt, le;  /* bool out; gt and ge swap the operands of lt and le */
-    fl_binary_fn logical_and, logical_or; /* bool in, bool out */
-
-    /* -- reductions (out keeps reduced axes as size 1) -- */
-    fl_reduce_fn sum, prod, max, min; /* out dtype == a's dtype */
-    int (*argmax)(fl_tensor *out, const fl_tensor *a, int axis); /* out i64 */
-    int (*argmin)(fl_tensor *out, const fl_tensor *a, int axis);
-    int (*cumsum)(fl_tensor *out, const fl_tensor *a, int axis);
-    /* Stable; values has a's dtype, indices are i64; both have a's shape. */
-    int (*sort)(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending);
-
-    /* -- linear algebra, convolution, pooling (float dtypes) -- */
-    /* a [..., M, K] times b [..., K, N] with equal batch shapes (possibly expanded). */
-    fl_binary_fn matmul;
-    int (*conv2d)(fl_tensor *out, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d);
-    int (*conv2d_backward_input)(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, const fl_conv2d_desc *d);
-    int (*conv2d_backward_weight)(fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy,
-                                  const fl_conv2d_desc *d);
-    int (*pool2d)(fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d);
-    int (*pool2d_backward)(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d);
-
-    /* -- optional fused kernels --
-     * Each of these computes what the tensor layer also composes from the primitives
-     * above, in one pass instead of several. A backend may leave any of them NULL and
-     * the composition is used; the composition defines the semantics, and the tests
-     * check each fused kernel against it. They exist where a composition cannot come
-     * near a framework's fused kernel on speed (softmax: five passes over memory
-     * against one). A researcher who replaces exp and wants softmax to follow sets
-     * softmax to NULL. */
-    /* softmax, or log-softmax if logarithm, over a's last axis; f32 and f64. It may
-     * decline a call by returning FL_ERR_UNSUPPORTED: the tensor layer composes then. */
-    int (*softmax)(fl_tensor *out, const fl_tensor *a, bool logarithm);
-    /* Batch normalization of x [N, C, *] per channel (axis 1), f32 and f64; weight and
-     * bias are [C] or NULL (no affine), all of x's dtype.
-     * Training (running_mean and running_var NULL): the statistics are x's own, over
-     * every axis but 1; save_mean and save_var ([C], out) receive their mean and biased
-     * variance. Inference: the running statistics [C] are used and save_mean and
-     * save_var are NULL. y = (x - mean) / sqrt(var + eps) weight + bias. */
-    int (*batch_norm)(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,
-                      const fl_tensor *weight, const fl_tensor *bias, const fl_tensor *running_mean,
-                      const fl_tensor *running_var, double eps);
-    /* The gradients of batch_norm from dy (x's shape): mean and invstd = 1 / sqrt(var +
-     * eps) are [C], of the batch statistics (training: the gradient also flows through
-     * them) or of the running ones (not training). dx (x's shape), dweight and
-     * dbias ([C]) are outputs, each NULL when not wanted; weight may be NULL (as 1). */
-    int (*batch_norm_backward)(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
-                               const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
-                               const fl_tensor *weight, bool training);
-    /* GELU of a (dy NULL), or its gradient dy * GELU'(a); the erf form, or the tanh
-     * approximation if approximate; f32 and f64, dy of a's shape and dtype. */
-    int (*gelu)(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate);
+    FL_BACKEND_OPERATIONS(FL__BACKEND_ENTRY)
 };
+
+typedef int(*fl_unary_fn) FL_BACKEND_SIGNATURE(FL_UNARY_PARAMS);
+typedef int(*fl_binary_fn) FL_BACKEND_SIGNATURE(FL_BINARY_PARAMS);
+typedef int(*fl_reduce_fn) FL_BACKEND_SIGNATURE(FL_REDUCE_PARAMS);
 
 /* The number of operation entries in struct fl_backend (everything after eval). */
 int fl_backend_primitive_count(void);
 /* The name of operation entry i, in table order, or NULL past the end. */
 const char *fl_backend_primitive_name(int i);
+/* The FL_BACKEND_VERSION that appended operation entry i, or 0 past the end. */
+int fl_backend_primitive_version(int i);
+/* sizeof(fl_backend) as version declared it, or 0 for a version that does not exist. */
+size_t fl_backend_size(int version);
 
-/* Backends are registered by name; the first registered ("cpu") is the default
- * unless FLARE_BACKEND names another. Registration keeps the pointer: the table
- * must outlive its use, and replacing its entries changes every caller. */
-fl_status fl_backend_register(fl_backend *backend);
-fl_backend *fl_backend_find(const char *name);
-fl_backend *fl_default_backend(void);
+/* Registers a copy of table (see the contract above) under table->name, or replaces
+ * the table registered under that name. The built-in "cpu" (the default) and "lazy"
+ * are registered on first use; FLARE_BACKEND names another default. Thread-safe. */
+fl_status fl_backend_register(const fl_backend *table);
+/* The registered table of that name, or NULL. */
+const fl_backend *fl_backend_find(const char *name);
+const fl_backend *fl_default_backend(void);
 fl_status fl_set_default_backend(const char *name);
+
+/* Fills *out with a copy of base (every entry, its state) to override entries of:
+ * version and size are this header's, base points to base, user is NULL and name is
+ * the given one (kept as a pointer: it must outlive the table). */
+void fl_backend_derive(fl_backend *out, const fl_backend *base, const char *name);
+
+/* The built-in backends' tables, as they were first registered (not any
+ * replacement registered under their names since). */
+const fl_backend *fl_cpu_backend(void);
+const fl_backend *fl_lazy_backend(void);
 
 /* Records an error from inside a primitive; the tensor layer adds the operation,
  * shapes and dtypes. Returns status for convenience. */
@@ -181,7 +264,7 @@ int fl_backend_error(fl_status status, const char *fmt, ...) __attribute__((form
 
 /* A new tensor handle on backend with the given metadata and no impl: for backends
  * that build outputs of their own (a fallback to another backend, say). */
-fl_tensor *fl_tensor_alloc(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
+fl_tensor *fl_tensor_alloc(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
 
 /* IEEE half precision and bfloat16, rounding to nearest even; for casts. */
 float fl_half_to_float(uint16_t h);

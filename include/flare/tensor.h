@@ -317,6 +317,11 @@ fl_status fl_topk(const fl_tensor *t, int64_t k, int axis, bool largest, fl_tens
 
 fl_tensor *fl_softmax(const fl_tensor *t, int axis);
 fl_tensor *fl_log_softmax(const fl_tensor *t, int axis);
+/* GELU(x) = x Phi(x), or with approximate its tanh form 0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))), as PyTorch's gelu(approximate="none"/"tanh"); float x.
+ * fl_gelu_backward is dy GELU'(x), dy of x's shape and dtype. */
+fl_tensor *fl_gelu(const fl_tensor *x, bool approximate);
+fl_tensor *fl_gelu_backward(const fl_tensor *x, const fl_tensor *dy, bool approximate);
 
 /* ---- linear algebra and convolution --------------------------------------------- */
 

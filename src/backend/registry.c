@@ -6,112 +6,213 @@
 
 #include "../tensor/internal.h"
 
-/* The built-in backends, registered on first use (cpu first: it is the default;
- * lazy defers and fuses elementwise work, delegating the rest to cpu). */
-fl_backend *fl_cpu_backend(void);
-fl_backend *fl_lazy_backend(void);
+/* Every operation entry, from the one list in backend.h. */
+#define NAME_OF(version, name, params) #name,
+#define VERSION_OF(version, name, params) version,
+#define END_OF(version, name, params) offsetof(fl_backend, name) + sizeof(void *),
+static const char *const primitive_names[] = {FL_BACKEND_OPERATIONS(NAME_OF)};
+static const unsigned char primitive_versions[] = {FL_BACKEND_OPERATIONS(VERSION_OF)};
+static const size_t primitive_ends[] = {FL_BACKEND_OPERATIONS(END_OF)};
+#define PRIMITIVE_COUNT ((int)(sizeof primitive_names / sizeof primitive_names[0]))
 
+int fl_backend_primitive_count(void) { return PRIMITIVE_COUNT; }
+
+const char *fl_backend_primitive_name(int i) { return i >= 0 && i < PRIMITIVE_COUNT ? primitive_names[i] : NULL; }
+
+int fl_backend_primitive_version(int i) { return i >= 0 && i < PRIMITIVE_COUNT ? primitive_versions[i] : 0; }
+
+size_t fl_backend_size(int version)
+{
+    if (version < 1 || version > FL_BACKEND_VERSION)
+        return 0;
+    size_t size = 0;
+    for (int i = 0; i < PRIMITIVE_COUNT; i++)
+        if (primitive_versions[i] <= version)
+            size = primitive_ends[i];
+    return size;
+}
+
+/* A registered name owns a table in place, which tensors made on it point to and
+ * which lives as long as the process. Registering the name again writes the new
+ * entries into it one by one, each store atomic, so a thread calling through it
+ * meanwhile gets the old entry or the new one, both valid for its tensors: a
+ * replacement must release storage as the table it replaces does (be derived from
+ * it). What the name held before is kept as a snapshot, which becomes the new
+ * table's base, so a wrapper's self->base is the entry it replaced, never itself. */
 #define MAX_BACKENDS 16
 
-static fl_backend *backends[MAX_BACKENDS];
-static int backend_count;
-static fl_backend *default_backend;
+static fl_backend *slots[MAX_BACKENDS];
+static int slot_count;
+static int default_slot = -1;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static fl_backend *find_registered(const char *name)
+static int slot_named(const char *name)
 {
-    fl_backend *found = NULL;
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < backend_count && !found; i++)
-        if (strcmp(backends[i]->name, name) == 0)
-            found = backends[i];
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    for (int i = 0; i < slot_count; i++)
+        if (strcmp(slots[i]->name, name) == 0)
+            return i;
+    return -1;
 }
 
-/* Runs inside pthread_once, so it must not call fl_backend_find (which waits on the
- * same once). An unknown FLARE_BACKEND leaves cpu the default. */
-static void register_builtins(void)
+/* Checks table against the contract and returns a full-size copy (later entries
+ * NULL), or NULL after recording why. */
+static fl_backend *checked_copy(const fl_backend *table)
 {
-    fl_backend_register(fl_cpu_backend());
-    fl_backend_register(fl_lazy_backend());
-    const char *name = getenv("FLARE_BACKEND");
-    fl_backend *chosen = name && *name ? find_registered(name) : NULL;
-    if (chosen)
-        default_backend = chosen;
-}
-
-fl_status fl_backend_register(fl_backend *backend)
-{
-    if (!backend || !backend->name) {
-        fl__error(FL_ERR_NULL, "fl_backend_register", "the backend or its name is NULL");
-        return FL_ERR_NULL;
+    const char *fn = "fl_backend_register";
+    if (!table || !table->name || !*table->name)
+        return fl__error(FL_ERR_NULL, fn, "the table or its name is NULL or empty");
+    if (table->version < 1 || table->version > FL_BACKEND_VERSION)
+        return fl__error(FL_ERR_VALUE, fn,
+                         "backend '%s' was written against version %d of fl_backend; this library knows "
+                         "versions 1 to %d",
+                         table->name, table->version, FL_BACKEND_VERSION);
+    size_t expected = fl_backend_size(table->version);
+    if (table->size != expected)
+        return fl__error(FL_ERR_VALUE, fn,
+                         "backend '%s' says version %d with a table of %zu bytes, but version %d has %zu: it "
+                         "was compiled against a different backend.h",
+                         table->name, table->version, table->size, table->version, expected);
+    if (!table->release)
+        return fl__error(FL_ERR_VALUE, fn, "backend '%s' has no release entry", table->name);
+    fl_backend *copy = calloc(1, sizeof *copy);
+    char *name = strdup(table->name);
+    if (!copy || !name) {
+        free(copy);
+        free(name);
+        return fl__error(FL_ERR_MEMORY, fn, "no memory for a copy of backend '%s'", table->name);
     }
+    memcpy(copy, table, table->size);
+    copy->version = FL_BACKEND_VERSION;
+    copy->size = sizeof *copy;
+    copy->name = name; /* the copy outlives the caller's string */
+    return copy;
+}
+
+/* Writes copy's entries into the registered table t, each pointer atomically. */
+static void write_entries(fl_backend *t, const fl_backend *copy)
+{
+    void **to = (void **)&t->state, *const *from = (void *const *)&copy->state;
+    size_t count = (sizeof *t - offsetof(fl_backend, state)) / sizeof(void *);
+    _Static_assert(offsetof(fl_backend, state) % sizeof(void *) == 0 && sizeof(fl_backend) % sizeof(void *) == 0,
+                   "every field after name is a pointer");
+    for (size_t i = 0; i < count; i++)
+        __atomic_store_n(&to[i], from[i], __ATOMIC_RELEASE);
+}
+
+static fl_status register_table(const fl_backend *table)
+{
+    const char *fn = "fl_backend_register";
+    fl_backend *copy = checked_copy(table);
+    if (!copy)
+        return fl_last_status();
     fl_status status = FL_OK;
     pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < backend_count; i++)
-        if (strcmp(backends[i]->name, backend->name) == 0)
-            status = FL_ERR_VALUE;
-    if (status == FL_OK && backend_count == MAX_BACKENDS)
-        status = FL_ERR_MEMORY;
-    if (status == FL_OK) {
-        backends[backend_count++] = backend;
-        if (!default_backend)
-            default_backend = backend;
+    int i = slot_named(copy->name);
+    if (i < 0) {
+        if (slot_count < MAX_BACKENDS) {
+            slots[slot_count] = copy;
+            if (default_slot < 0)
+                default_slot = slot_count;
+            slot_count++;
+            copy = NULL;
+        } else {
+            status = FL_ERR_MEMORY;
+        }
+    } else if (copy->release != slots[i]->release) {
+        status = FL_ERR_VALUE;
+    } else {
+        fl_backend *snapshot = malloc(sizeof *snapshot);
+        if (snapshot) {
+            *snapshot = *slots[i];
+            if (copy->base == slots[i])
+                copy->base = snapshot;
+            write_entries(slots[i], copy);
+        } else {
+            status = FL_ERR_MEMORY;
+        }
     }
     pthread_mutex_unlock(&registry_lock);
-    if (status == FL_ERR_VALUE)
-        fl__error(status, "fl_backend_register", "a backend named '%s' is already registered", backend->name);
-    else if (status != FL_OK)
-        fl__error(status, "fl_backend_register", "at most %d backends can be registered", MAX_BACKENDS);
+    if (status == FL_ERR_MEMORY)
+        fl__error(status, fn, "cannot register backend '%s': out of memory or over %d names", copy->name,
+                  MAX_BACKENDS);
+    else if (status == FL_ERR_VALUE)
+        fl__error(status, fn,
+                  "backend '%s' is registered with another release entry: a replacement must be derived from "
+                  "the table it replaces (fl_backend_derive), since tensors made on it keep their storage",
+                  copy->name);
+    if (copy) {
+        free((char *)copy->name);
+        free(copy);
+    }
     return status;
 }
 
-fl_backend *fl_backend_find(const char *name)
+/* Runs inside pthread_once, so it must not call the public functions (which wait on
+ * the same once). An unknown FLARE_BACKEND leaves cpu the default. */
+static void register_builtins(void)
+{
+    register_table(fl_cpu_backend());
+    register_table(fl_lazy_backend());
+    const char *name = getenv("FLARE_BACKEND");
+    if (name && *name) {
+        pthread_mutex_lock(&registry_lock);
+        int i = slot_named(name);
+        if (i >= 0)
+            default_slot = i;
+        pthread_mutex_unlock(&registry_lock);
+    }
+}
+
+fl_status fl_backend_register(const fl_backend *table)
+{
+    pthread_once(&builtins_once, register_builtins);
+    return register_table(table);
+}
+
+const fl_backend *fl_backend_find(const char *name)
 {
     pthread_once(&builtins_once, register_builtins);
     if (!name)
         return NULL;
-    return find_registered(name);
+    pthread_mutex_lock(&registry_lock);
+    int i = slot_named(name);
+    const fl_backend *found = i >= 0 ? slots[i] : NULL;
+    pthread_mutex_unlock(&registry_lock);
+    return found;
 }
 
-fl_backend *fl_default_backend(void)
+const fl_backend *fl_default_backend(void)
 {
     pthread_once(&builtins_once, register_builtins);
-    return default_backend;
+    pthread_mutex_lock(&registry_lock);
+    const fl_backend *table = slots[default_slot];
+    pthread_mutex_unlock(&registry_lock);
+    return table;
 }
 
 fl_status fl_set_default_backend(const char *name)
 {
-    fl_backend *backend = fl_backend_find(name);
-    if (!backend) {
+    pthread_once(&builtins_once, register_builtins);
+    pthread_mutex_lock(&registry_lock);
+    int i = name ? slot_named(name) : -1;
+    if (i >= 0)
+        default_slot = i;
+    pthread_mutex_unlock(&registry_lock);
+    if (i < 0) {
         fl__error(FL_ERR_VALUE, "fl_set_default_backend", "no backend named '%s' is registered",
                   name ? name : "(null)");
         return FL_ERR_VALUE;
     }
-    default_backend = backend;
     return FL_OK;
 }
 
-/* Every operation entry of struct fl_backend, in table order. A test checks that
- * this list covers the table exactly, so the table cannot grow unnoticed. */
-static const char *const primitive_names[] = {
-    "from_host", "to_host", "full", "arange", "random", "cast",
-    "reshape", "permute", "expand", "slice", "update_slice", "concat",
-    "where", "gather", "scatter_add", "index_select",
-    "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
-    "floor", "ceil", "round", "isnan", "isinf", "logical_not",
-    "add", "sub", "mul", "div", "pow", "minimum", "maximum", "eq", "ne", "lt", "le", "logical_and", "logical_or",
-    "sum", "prod", "max", "min", "argmax", "argmin", "cumsum", "sort",
-    "matmul", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "pool2d", "pool2d_backward",
-    /* optional fused kernels */
-    "softmax", "batch_norm", "batch_norm_backward", "gelu",
-};
-
-int fl_backend_primitive_count(void) { return (int)(sizeof primitive_names / sizeof primitive_names[0]); }
-
-const char *fl_backend_primitive_name(int i)
+void fl_backend_derive(fl_backend *out, const fl_backend *base, const char *name)
 {
-    return i >= 0 && i < fl_backend_primitive_count() ? primitive_names[i] : NULL;
+    *out = *base;
+    out->version = FL_BACKEND_VERSION;
+    out->size = sizeof *out;
+    out->name = name;
+    out->base = base;
+    out->user = NULL;
 }

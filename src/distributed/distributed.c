@@ -246,9 +246,9 @@ fl_tensor *fl__dist_deliver(const char *fn, fl_tensor *result, fl_backend *backe
     if (!result || backend == result->backend)
         return fl__out(result);
     fl_tensor *moved = NULL;
-    int (*from_host)(fl_tensor *, const void *) = fl__primitive(fn, backend, FL_PRIMITIVE(from_host), "from_host");
+    FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, backend, FL_PRIMITIVE(from_host), "from_host");
     if (from_host && (moved = fl__new(backend, result->dtype, result->ndim, result->shape)))
-        moved = fl__finish(fn, moved, from_host(moved, cpu_data(result)), 0, NULL);
+        moved = fl__finish(fn, moved, from_host(backend, moved, cpu_data(result)), 0, NULL);
     fl_release(result);
     return fl__out(moved);
 }

@@ -11,7 +11,6 @@
 #include "../backends/cpu/cpu.h"
 #include "../tensor/internal.h"
 
-fl_backend *fl_cpu_backend(void);
 fl_distributed *fl_distributed_single(void);
 fl_distributed *fl_distributed_mpi(void);
 

@@ -127,10 +127,10 @@ typedef struct fused_context {
  * backend with the per-channel tensors, all of x's dtype. */
 static bool can_fuse(const fl_tensor *x, const fl_tensor *const *per_channel, int count)
 {
-    if (!x->backend->batch_norm || !x->backend->batch_norm_backward || (x->dtype != FL_F32 && x->dtype != FL_F64))
+    if (!fl__batch_norm_fusable(x))
         return false;
     for (int i = 0; i < count; i++)
-        if (per_channel[i] && (per_channel[i]->backend != x->backend || per_channel[i]->dtype != x->dtype))
+        if (per_channel[i] && (!fl__same_backend(per_channel[i], x) || per_channel[i]->dtype != x->dtype))
             return false;
     return true;
 }
@@ -161,9 +161,8 @@ static void fused_batch_norm_grad(fl_grad *g)
     }
     if (!first)
         return;
-    fl__begin("batch_norm_backward");
-    int rc = x->backend->batch_norm_backward(out[0], out[1], out[2], dy, x, g->saved[1], g->saved[2],
-                                             c->weight ? g->saved[3] : NULL, c->training);
+    int rc = fl__batch_norm_backward(out[0], out[1], out[2], dy, x, g->saved[1], g->saved[2],
+                                     c->weight ? g->saved[3] : NULL, c->training);
     /* fl__finish records a failure (freeing the output it is given) and ends the
      * operation; the other outputs go with it. */
     if (!fl__finish("fl_f_batch_norm (gradient)", first, rc, 2, (const fl_tensor *const[]){dy, x})) {
@@ -195,9 +194,8 @@ static fl_variable *fused_batch_norm(fl_variable *x, const fl_tensor *running_me
     fl_tensor *y = mean && var ? fl__new(xv->backend, xv->dtype, xv->ndim, xv->shape) : NULL;
     if (!y)
         return fl_v_scope_return(scope, NULL);
-    fl__begin("batch_norm");
-    int rc = xv->backend->batch_norm(y, training ? mean : NULL, training ? var : NULL, xv, w, b,
-                                     training ? NULL : mean, training ? NULL : var, eps);
+    int rc = fl__batch_norm(y, training ? mean : NULL, training ? var : NULL, xv, w, b, training ? NULL : mean,
+                            training ? NULL : var, eps);
     if (!fl__out(fl__finish("fl_f_batch_norm", y, rc, 1, &xv)))
         return fl_v_scope_return(scope, NULL);
     if (training) {

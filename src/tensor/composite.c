@@ -21,11 +21,11 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         return fl_cast(t, result);
     fl_scope scope = fl_scope_begin();
     fl_tensor *x = fl_cast(t, fl__compute_dtype(result));
-    int (*fused)(fl_tensor *, const fl_tensor *, bool) = t->backend->softmax;
+    FL_ENTRY_TYPE(softmax) fused = t->backend->softmax;
     if (x && fused && a == t->ndim - 1 && (x->dtype == FL_F32 || x->dtype == FL_F64)) {
         fl__begin("softmax");
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
-        int rc = y ? fused(y, x, logarithm) : FL_ERR_MEMORY;
+        int rc = y ? fused(x->backend, y, x, logarithm) : FL_ERR_MEMORY;
         if (rc != FL_ERR_UNSUPPORTED) {
             y = y ? fl__out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
             return fl__scope_return(scope, fl_cast(y, result));

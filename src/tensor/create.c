@@ -38,14 +38,14 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
     do {                                                                                                  \
         if (!check_dtype(fn, dtype) || !check_shape(fn, ndim, shape))                                     \
             return NULL;                                                                                  \
-        fl_backend *backend_ = fl_default_backend();                                                      \
+        const fl_backend *backend_ = fl_default_backend();                                                \
         __typeof__(backend_->entry) primitive_ = fl__primitive(fn, backend_, FL_PRIMITIVE(entry), #entry); \
         if (!primitive_)                                                                                  \
             return NULL;                                                                                  \
         fl_tensor *out_ = fl__new(backend_, dtype, ndim, shape);                                          \
         if (!out_)                                                                                        \
             return NULL;                                                                                  \
-        return fl__out(fl__finish(fn, out_, primitive_(out_, __VA_ARGS__), 0, NULL));                     \
+        return fl__out(fl__finish(fn, out_, primitive_(backend_, out_, __VA_ARGS__), 0, NULL));                     \
     } while (0)
 
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
@@ -150,7 +150,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
         return NULL;
     if (!fl_dtype_is_float(dtype))
         return fl__error(FL_ERR_DTYPE, fn, "random values need a float dtype, not %s", fl_dtype_name(dtype));
-    fl_backend *backend = fl_default_backend();
+    const fl_backend *backend = fl_default_backend();
     __typeof__(backend->random) random = fl__primitive(fn, backend, FL_PRIMITIVE(random), "random");
     if (!random)
         return NULL;
@@ -160,7 +160,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
         return NULL;
     uint64_t seed, offset;
     fl__random_reserve(((uint64_t)out->numel + 3) / 4, &seed, &offset);
-    out = fl__finish(fn, out, random(out, kind, seed, offset), 0, NULL);
+    out = fl__finish(fn, out, random(backend, out, kind, seed, offset), 0, NULL);
     if (out && compute != dtype) {
         fl_tensor *narrowed = fl__cast(out, dtype);
         fl_release(out);
@@ -232,11 +232,11 @@ fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
     }
     if (need == 0)
         return FL_OK;
-    int (*to_host)(const fl_tensor *, void *) =
+    FL_ENTRY_TYPE(to_host) to_host =
         fl__primitive("fl_to_host", t->backend, FL_PRIMITIVE(to_host), "to_host");
     if (!to_host)
         return fl_last_status();
-    int rc = to_host(t, dst);
+    int rc = to_host(t->backend, t, dst);
     fl__end();
     if (rc) {
         char message[512];
@@ -286,7 +286,7 @@ fl_status fl_eval(fl_tensor *t)
         return fl_last_status();
     if (!t->backend->eval)
         return FL_OK;
-    int rc = t->backend->eval(t);
+    int rc = t->backend->eval(t->backend, t);
     if (rc) {
         char message[512], buf[FL_DESC_SIZE];
         fl_status status = fl__take_backend_error(message, sizeof message);
@@ -313,19 +313,19 @@ fl_tensor *fl_copy(const fl_tensor *t)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
-    return fl__out(fl__finish("fl_copy", out, cast(out, t), 1, &t));
+    return fl__out(fl__finish("fl_copy", out, cast(t->backend, out, t), 1, &t));
 }
 
 fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
 {
     if (fl__null_args("fl_to_backend", 2, t, backend_name))
         return NULL;
-    fl_backend *target = fl_backend_find(backend_name);
+    const fl_backend *target = fl_backend_find(backend_name);
     if (!target)
         return fl__error(FL_ERR_VALUE, "fl_to_backend", "no backend named '%s' is registered", backend_name);
     if (target == t->backend)
         return fl__out(fl_retain((fl_tensor *)t));
-    int (*from_host)(fl_tensor *, const void *) =
+    FL_ENTRY_TYPE(from_host) from_host =
         fl__primitive("fl_to_backend", target, FL_PRIMITIVE(from_host), "from_host");
     if (!from_host)
         return NULL;
@@ -337,7 +337,7 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
     if (fl_to_host(t, host, bytes) == FL_OK) {
         out = fl__new(target, t->dtype, t->ndim, t->shape);
         if (out)
-            out = fl__finish("fl_to_backend", out, from_host(out, host), 1, &t);
+            out = fl__finish("fl_to_backend", out, from_host(target, out, host), 1, &t);
     }
     free(host);
     return fl__out(out);

@@ -56,10 +56,15 @@ bool fl__same_shape(const fl_tensor *a, const fl_tensor *b)
     return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
 }
 
+bool fl__same_backend(const fl_tensor *a, const fl_tensor *b)
+{
+    return a->backend == b->backend;
+}
+
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name)
 {
-    void *entry;
-    memcpy(&entry, (const char *)backend + offset, sizeof entry);
+    /* Atomic: registering a replacement rewrites entries while other threads call. */
+    void *entry = __atomic_load_n((void *const *)((const char *)backend + offset), __ATOMIC_ACQUIRE);
     if (!entry)
         return fl__error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
                          backend->name, entry_name);
@@ -108,7 +113,7 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
     fl_tensor *out = fl__new(t->backend, dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
-    return fl__finish("fl_cast", out, cast(out, t), 1, &t);
+    return fl__finish("fl_cast", out, cast(t->backend, out, t), 1, &t);
 }
 
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
@@ -121,7 +126,7 @@ fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
     fl_tensor *out = fl__new(t->backend, t->dtype, ndim, shape);
     if (!out)
         return NULL;
-    return fl__finish("fl_reshape", out, reshape(out, t), 1, &t);
+    return fl__finish("fl_reshape", out, reshape(t->backend, out, t), 1, &t);
 }
 
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
@@ -151,16 +156,16 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
         fl_release(base);
         return NULL;
     }
-    out = fl__finish("fl_expand", out, expand(out, base), 1, (const fl_tensor *const *)&base);
+    out = fl__finish("fl_expand", out, expand(t->backend, out, base), 1, (const fl_tensor *const *)&base);
     fl_release(base);
     return out;
 }
 
-fl_tensor *fl__full(fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape)
+fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape)
 {
-    int (*full)(fl_tensor *, double) = fl__primitive("fl_full", backend, FL_PRIMITIVE(full), "full");
+    __typeof__(backend->full) full = fl__primitive("fl_full", backend, FL_PRIMITIVE(full), "full");
     fl_tensor *out = full ? fl__new(backend, dtype, ndim, shape) : NULL;
     if (!out)
         return NULL;
-    return fl__finish("fl_full", out, full(out, value), 0, NULL);
+    return fl__finish("fl_full", out, full(backend, out, value), 0, NULL);
 }

@@ -37,7 +37,7 @@ static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const 
     fl_tensor *input = fl__cast(t, compute);
     fl_tensor *out = input ? fl__new(t->backend, rule == UNARY_FLOAT_TEST ? FL_BOOL : compute, t->ndim, t->shape) : NULL;
     if (out)
-        out = fl__finish(fn, out, primitive(out, input), 1, (const fl_tensor *const *)&input);
+        out = fl__finish(fn, out, primitive(t->backend, out, input), 1, (const fl_tensor *const *)&input);
     fl_release(input);
     if (out && out->dtype != result) {
         fl_tensor *narrowed = fl__cast(out, result);
@@ -86,7 +86,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     if (fl__null_args(fn, 2, a, b))
         return NULL;
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
-    if (a->backend != b->backend)
+    if (!fl__same_backend(a, b))
         return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
                          a->backend->name, b->backend->name);
     fl_dtype common = rule == BINARY_LOGICAL ? FL_BOOL : fl_promote_types(a->dtype, b->dtype);
@@ -107,7 +107,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
         if (!out)
             return NULL;
         const fl_tensor *inputs[2] = {a, b};
-        return fl__out(fl__finish(fn, out, primitive(out, a, b), 2, inputs));
+        return fl__out(fl__finish(fn, out, primitive(a->backend, out, a, b), 2, inputs));
     }
 
     int ndim;
@@ -120,7 +120,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     fl_tensor *out = eb ? fl__new(a->backend, out_dtype, ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {ea, eb};
-        out = fl__finish(fn, out, primitive(out, ea, eb), 2, inputs);
+        out = fl__finish(fn, out, primitive(a->backend, out, ea, eb), 2, inputs);
     }
     fl_release(ca);
     fl_release(cb);

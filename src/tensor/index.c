@@ -115,14 +115,14 @@ static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection 
 {
     if (s->whole)
         return fl_retain((fl_tensor *)t);
-    int (*slice)(fl_tensor *, const fl_tensor *, const int64_t *, const int64_t *) =
+    FL_ENTRY_TYPE(slice) slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(slice), "slice");
     if (!slice)
         return NULL;
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, s->region);
     if (!out)
         return NULL;
-    return fl__finish(fn, out, slice(out, t, s->start, s->step), 1, &t);
+    return fl__finish(fn, out, slice(t->backend, out, t, s->start, s->step), 1, &t);
 }
 
 fl_tensor *fl_index(const fl_tensor *t, const fl_index_item *index, int count)
@@ -142,7 +142,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     selection s;
     if (fl__null_args(fn, 2, t, value) || !select_index(fn, t, index, count, &s))
         return NULL;
-    if (value->backend != t->backend)
+    if (!fl__same_backend(value, t))
         return fl__error(FL_ERR_VALUE, fn, "the tensor and the value live on different backends (%s and %s)",
                          t->backend->name, value->backend->name);
     /* The value broadcasts to the indexed shape; leading size-1 axes beyond it are
@@ -159,7 +159,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     if (!fits)
         return fl__error(FL_ERR_SHAPE, fn, "cannot assign %s to the region %s of %s", fl__describe(value, a),
                          fl__describe_shape(s.ndim, s.shape, b), fl__describe(t, c));
-    int (*update_slice)(fl_tensor *, const fl_tensor *, const fl_tensor *, const int64_t *, const int64_t *) =
+    FL_ENTRY_TYPE(update_slice) update_slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(update_slice), "update_slice");
     if (!update_slice)
         return NULL;
@@ -170,7 +170,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     fl_tensor *out = source ? fl__new(t->backend, t->dtype, t->ndim, t->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, source};
-        out = fl__finish(fn, out, update_slice(out, t, source, s.start, s.step), 2, inputs);
+        out = fl__finish(fn, out, update_slice(t->backend, out, t, source, s.start, s.step), 2, inputs);
     }
     fl_release(stripped);
     fl_release(cast);
@@ -187,7 +187,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
     if (fl__null_args(fn, 3, cond, a, b))
         return NULL;
     char dc[FL_DESC_SIZE], da[FL_DESC_SIZE], db[FL_DESC_SIZE];
-    if (a->backend != cond->backend || b->backend != cond->backend)
+    if (!fl__same_backend(a, cond) || !fl__same_backend(b, cond))
         return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", cond->backend->name,
                          a->backend->name, b->backend->name);
     int pair_ndim, ndim;
@@ -196,7 +196,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
         !fl__broadcast_shapes(pair_ndim, pair, b->ndim, b->shape, &ndim, shape))
         return fl__error(FL_ERR_SHAPE, fn, "shapes %s, %s and %s do not broadcast", fl__describe(cond, dc),
                          fl__describe(a, da), fl__describe(b, db));
-    int (*primitive)(fl_tensor *, const fl_tensor *, const fl_tensor *, const fl_tensor *) =
+    FL_ENTRY_TYPE(where) primitive =
         fl__primitive(fn, cond->backend, FL_PRIMITIVE(where), "where");
     if (!primitive)
         return NULL;
@@ -210,7 +210,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
             break;
     fl_tensor *out = expanded[2] ? fl__new(cond->backend, dtype, ndim, shape) : NULL;
     if (out)
-        out = fl__finish(fn, out, primitive(out, expanded[0], expanded[1], expanded[2]), 3,
+        out = fl__finish(fn, out, primitive(cond->backend, out, expanded[0], expanded[1], expanded[2]), 3,
                          (const fl_tensor *const *)expanded);
     for (int i = 0; i < 3; i++) {
         fl_release(operands[i]);
@@ -283,18 +283,18 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
     int ax;
     if (fl__null_args(fn, 2, t, index) || !fl__axis(fn, axis, t->ndim, &ax))
         return NULL;
-    if (index->backend != t->backend)
+    if (!fl__same_backend(index, t))
         return fl__error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
                          t->backend->name, index->backend->name);
     if (!index_fits(fn, index, t, "the input", ax, true))
         return NULL;
-    int (*primitive)(fl_tensor *, const fl_tensor *, int, const fl_tensor *) =
+    FL_ENTRY_TYPE(gather) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(gather), "gather");
     fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, index->ndim, index->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
-        out = fl__finish(fn, out, primitive(out, t, ax, wide), 2, inputs);
+        out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
     }
     fl_release(wide);
     return fl__out(out);
@@ -308,12 +308,12 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
     int ax;
     if (fl__null_args(fn, 3, t, index, src) || !fl__axis(fn, axis, t->ndim, &ax))
         return NULL;
-    if (index->backend != t->backend || src->backend != t->backend)
+    if (!fl__same_backend(index, t) || !fl__same_backend(src, t))
         return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", t->backend->name,
                          index->backend->name, src->backend->name);
     if (!index_fits(fn, index, t, "the input", ax, true) || !index_fits(fn, index, src, "the source", ax, false))
         return NULL;
-    int (*primitive)(fl_tensor *, const fl_tensor *, int, const fl_tensor *, const fl_tensor *) =
+    FL_ENTRY_TYPE(scatter_add) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(scatter_add), "scatter_add");
     if (!primitive)
         return NULL;
@@ -330,7 +330,7 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         out = fl__new(t->backend, compute, t->ndim, t->shape);
     if (out) {
         const fl_tensor *inputs[3] = {base, wide, values};
-        out = fl__out(fl__finish(fn, out, primitive(out, base, ax, wide, values), 3, inputs));
+        out = fl__out(fl__finish(fn, out, primitive(t->backend, out, base, ax, wide, values), 3, inputs));
     }
     fl_release(wide);
     return fl__scope_return(scope, fl_cast(out, t->dtype));
@@ -343,12 +343,12 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     if (fl__null_args(fn, 2, t, index) || !fl__axis(fn, axis, t->ndim, &ax))
         return NULL;
     char di[FL_DESC_SIZE];
-    if (index->backend != t->backend)
+    if (!fl__same_backend(index, t))
         return fl__error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
                          t->backend->name, index->backend->name);
     if (index->ndim > 1)
         return fl__error(FL_ERR_SHAPE, fn, "the index must be 1-D, got %s", fl__describe(index, di));
-    int (*primitive)(fl_tensor *, const fl_tensor *, int, const fl_tensor *) =
+    FL_ENTRY_TYPE(index_select) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(index_select), "index_select");
     fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
     int64_t shape[FL_MAX_DIMS];
@@ -357,7 +357,7 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, t->ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
-        out = fl__finish(fn, out, primitive(out, t, ax, wide), 2, inputs);
+        out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
     }
     fl_release(wide);
     return fl__out(out);

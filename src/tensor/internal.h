@@ -18,7 +18,7 @@
 
 /* ---- handles ---- */
 
-fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
+fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
 /* Registers t with the innermost open scope, if any; passes NULL through. */
 fl_tensor *fl__out(fl_tensor *t);
 
@@ -47,6 +47,8 @@ bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigne
 bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int64_t *bshape, int *ndim,
                           int64_t *out);
 bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
+/* True if a and b can meet in one operation: they live on one backend. */
+bool fl__same_backend(const fl_tensor *a, const fl_tensor *b);
 
 /* ---- dispatch ---- */
 
@@ -55,6 +57,8 @@ bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
  * the output (owned by the caller) is returned. The memory-telemetry operation is
  * set to op for the duration of the call. */
 #define FL_PRIMITIVE(entry) offsetof(fl_backend, entry)
+/* The type of a table entry, for the pointer fl__primitive returns. */
+#define FL_ENTRY_TYPE(entry) __typeof__(((const fl_backend *)0)->entry)
 /* The function pointer at offset in t's backend table, or NULL (and an error). */
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
@@ -73,11 +77,24 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype);
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape);
 /* A tensor of value on a given backend. */
-fl_tensor *fl__full(fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape);
+fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape);
 /* The dtype computations happen in: f16 and bf16 compute in f32. */
 fl_dtype fl__compute_dtype(fl_dtype dtype);
 /* The default float dtype that integer inputs to float functions compute in. */
 #define FL_DEFAULT_FLOAT FL_F32
+
+/* ---- fused kernels for the layers above (batchnorm.c) ---- */
+
+/* True if x's backend has both batch-norm kernels and takes x's dtype (f32, f64). */
+bool fl__batch_norm_fusable(const fl_tensor *x);
+/* The backend's batch_norm and batch_norm_backward (backend.h) on x's backend, begun
+ * as operations; the caller ends them with fl__finish on one of the outputs. */
+int fl__batch_norm(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,
+                   const fl_tensor *weight, const fl_tensor *bias, const fl_tensor *running_mean,
+                   const fl_tensor *running_var, double eps);
+int fl__batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
+                            const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
+                            const fl_tensor *weight, bool training);
 
 /* ---- composites ---- */
 

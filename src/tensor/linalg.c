@@ -19,7 +19,7 @@ static fl_tensor *own(fl_tensor *t) { return fl__out(t); }
 
 static bool same_backend(const char *fn, const fl_tensor *a, const fl_tensor *b)
 {
-    if (a->backend == b->backend)
+    if (fl__same_backend(a, b))
         return true;
     fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
               a->backend->name, b->backend->name);
@@ -27,7 +27,7 @@ static bool same_backend(const char *fn, const fl_tensor *a, const fl_tensor *b)
 }
 
 /* Calls a primitive with two tensor inputs and an extra argument through a thunk. */
-typedef int (*call_fn)(const void *primitive, fl_tensor *out, const fl_tensor *a, const fl_tensor *b,
+typedef int (*call_fn)(const void *primitive, const fl_backend *backend, fl_tensor *out, const fl_tensor *a, const fl_tensor *b,
                        const void *extra);
 
 static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, call_fn call, const fl_tensor *a,
@@ -40,14 +40,15 @@ static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, cal
     if (!out)
         return NULL;
     const fl_tensor *inputs[2] = {a, b};
-    return own(fl__finish(fn, out, call(primitive, out, a, b, extra), b ? 2 : 1, inputs));
+    return own(fl__finish(fn, out, call(primitive, a->backend, out, a, b, extra), b ? 2 : 1, inputs));
 }
 
 /* ---- matmul ---- */
 
-static int call_matmul(const void *p, fl_tensor *out, const fl_tensor *a, const fl_tensor *b, const void *extra)
+static int call_matmul(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
+                       const fl_tensor *b, const void *extra)
 {
-    return ((fl_binary_fn)p)(out, a, b);
+    return ((fl_binary_fn)p)(backend, out, a, b);
 }
 
 /* a [..., M, K] @ b [..., K, N] with operands already of the compute dtype. */
@@ -240,9 +241,10 @@ static bool same_shape_as(const char *fn, const char *what, const fl_tensor *t, 
 
 typedef enum conv_op { CONV_FORWARD, CONV_BACKWARD_INPUT, CONV_BACKWARD_WEIGHT } conv_op;
 
-static int call_conv(const void *p, fl_tensor *out, const fl_tensor *a, const fl_tensor *b, const void *d)
+static int call_conv(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
+                     const fl_tensor *b, const void *d)
 {
-    return ((int (*)(fl_tensor *, const fl_tensor *, const fl_tensor *, const fl_conv2d_desc *))p)(out, a, b, d);
+    return ((FL_ENTRY_TYPE(conv2d))p)(backend, out, a, b, d);
 }
 
 /* Runs one of the three convolution primitives on 4-D operands a and b (x and w, dy
@@ -414,15 +416,15 @@ static bool resolve_pool(const char *fn, const fl_tensor *x, const fl_pool_param
     return true;
 }
 
-static int call_pool(const void *p, fl_tensor *out, const fl_tensor *x, const fl_tensor *unused, const void *d)
+static int call_pool(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *x, const fl_tensor *unused, const void *d)
 {
-    return ((int (*)(fl_tensor *, const fl_tensor *, const fl_pool2d_desc *))p)(out, x, d);
+    return ((FL_ENTRY_TYPE(pool2d))p)(backend, out, x, d);
 }
 
-static int call_pool_backward(const void *p, fl_tensor *out, const fl_tensor *dy, const fl_tensor *x,
+static int call_pool_backward(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *dy, const fl_tensor *x,
                               const void *d)
 {
-    return ((int (*)(fl_tensor *, const fl_tensor *, const fl_tensor *, const fl_pool2d_desc *))p)(out, dy, x, d);
+    return ((FL_ENTRY_TYPE(pool2d_backward))p)(backend, out, dy, x, d);
 }
 
 fl_tensor *fl_pool2d(const fl_tensor *x, const fl_pool_params *params)

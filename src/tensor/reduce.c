@@ -69,7 +69,7 @@ static fl_tensor *reduce_kept(const char *fn, size_t offset, const char *entry, 
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, r->kept_shape);
     if (!out)
         return NULL;
-    return fl__finish(fn, out, primitive(out, t, r->mask), 1, &t);
+    return fl__finish(fn, out, primitive(t->backend, out, t, r->mask), 1, &t);
 }
 
 /* Drops the reduced axes unless keepdims, then casts to dtype; consumes kept. */
@@ -245,13 +245,13 @@ static bool one_axis(const char *fn, const fl_tensor *t, int axis, int *a, reduc
 static fl_tensor *arg_kept(const char *fn, size_t offset, const char *entry, const fl_tensor *t, int axis,
                            const reduction *r)
 {
-    int (*primitive)(fl_tensor *, const fl_tensor *, int) = fl__primitive(fn, t->backend, offset, entry);
+    int (*primitive) FL_BACKEND_SIGNATURE((fl_tensor *, const fl_tensor *, int)) = fl__primitive(fn, t->backend, offset, entry);
     if (!primitive)
         return NULL;
     fl_tensor *input = fl__cast(t, fl__compute_dtype(t->dtype));
     fl_tensor *out = input ? fl__new(t->backend, FL_I64, t->ndim, r->kept_shape) : NULL;
     if (out)
-        out = fl__finish(fn, out, primitive(out, input, axis), 1, (const fl_tensor *const *)&input);
+        out = fl__finish(fn, out, primitive(t->backend, out, input, axis), 1, (const fl_tensor *const *)&input);
     fl_release(input);
     return out;
 }
@@ -332,7 +332,7 @@ fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
     int a;
     if (fl__null_args("fl_cumsum", 1, t) || !fl__axis("fl_cumsum", axis, t->ndim, &a))
         return NULL;
-    int (*primitive)(fl_tensor *, const fl_tensor *, int) =
+    FL_ENTRY_TYPE(cumsum) primitive =
         fl__primitive("fl_cumsum", t->backend, FL_PRIMITIVE(cumsum), "cumsum");
     if (!primitive)
         return NULL;
@@ -340,7 +340,7 @@ fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
     fl_tensor *input = fl__cast(t, fl__compute_dtype(result));
     fl_tensor *out = input ? fl__new(t->backend, input->dtype, t->ndim, t->shape) : NULL;
     if (out)
-        out = fl__finish("fl_cumsum", out, primitive(out, input, a), 1, (const fl_tensor *const *)&input);
+        out = fl__finish("fl_cumsum", out, primitive(t->backend, out, input, a), 1, (const fl_tensor *const *)&input);
     fl_release(input);
     fl_tensor *cast = out ? fl__cast(out, result) : NULL;
     fl_release(out);
@@ -354,7 +354,7 @@ static fl_status sort_owned(const char *fn, const fl_tensor *t, int a, bool desc
                             fl_tensor **indices)
 {
     *values = *indices = NULL;
-    int (*primitive)(fl_tensor *, fl_tensor *, const fl_tensor *, int, bool) =
+    FL_ENTRY_TYPE(sort) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(sort), "sort");
     if (!primitive)
         return fl_last_status();
@@ -368,7 +368,7 @@ static fl_status sort_owned(const char *fn, const fl_tensor *t, int a, bool desc
     }
     if (!input)
         return fl_last_status();
-    int rc = primitive(v, i, input, a, descending);
+    int rc = primitive(t->backend, v, i, input, a, descending);
     if (rc)
         fl_release(i); /* fl__finish releases v and records the error */
     v = fl__finish(fn, v, rc, 1, (const fl_tensor *const *)&input);
@@ -404,7 +404,7 @@ static fl_tensor *leading(const char *fn, const fl_tensor *t, int a, int64_t k)
 {
     if (k == t->shape[a])
         return fl_retain((fl_tensor *)t);
-    int (*slice)(fl_tensor *, const fl_tensor *, const int64_t *, const int64_t *) =
+    FL_ENTRY_TYPE(slice) slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(slice), "slice");
     if (!slice)
         return NULL;
@@ -416,7 +416,7 @@ static fl_tensor *leading(const char *fn, const fl_tensor *t, int a, int64_t k)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
         return NULL;
-    return fl__finish(fn, out, slice(out, t, start, step), 1, &t);
+    return fl__finish(fn, out, slice(t->backend, out, t, start, step), 1, &t);
 }
 
 fl_status fl_topk(const fl_tensor *t, int64_t k, int axis, bool largest, fl_tensor **values, fl_tensor **indices)

@@ -74,7 +74,7 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
         identity = identity && axes[i] == i;
     if (identity)
         return fl_retain((fl_tensor *)t);
-    int (*primitive)(fl_tensor *, const fl_tensor *, const int *) =
+    FL_ENTRY_TYPE(permute) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(permute), "permute");
     if (!primitive)
         return NULL;
@@ -84,7 +84,7 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
         return NULL;
-    return fl__finish(fn, out, primitive(out, t, axes), 1, &t);
+    return fl__finish(fn, out, primitive(t->backend, out, t, axes), 1, &t);
 }
 
 fl_tensor *fl_permute(const fl_tensor *t, const int *axes)
@@ -248,7 +248,7 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
     fl_dtype dtype = first->dtype;
     for (int i = 0; i < count; i++) {
         const fl_tensor *t = tensors[i];
-        if (t->backend != first->backend)
+        if (!fl__same_backend(t, first))
             return fl__error(FL_ERR_VALUE, fn, "tensors 0 and %d live on different backends (%s and %s)", i,
                              first->backend->name, t->backend->name);
         bool fits = t->ndim == first->ndim;
@@ -260,7 +260,7 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         shape[ax] += t->shape[ax];
         dtype = fl_promote_types(dtype, t->dtype);
     }
-    int (*primitive)(fl_tensor *, const fl_tensor *const *, int, int) =
+    FL_ENTRY_TYPE(concat) primitive =
         fl__primitive(fn, first->backend, FL_PRIMITIVE(concat), "concat");
     if (!primitive)
         return NULL;
@@ -272,7 +272,7 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         ok = (inputs[i] = fl__cast(tensors[i], dtype)) != NULL;
     fl_tensor *out = ok ? fl__new(first->backend, dtype, first->ndim, shape) : NULL;
     if (out)
-        out = fl__finish(fn, out, primitive(out, (const fl_tensor *const *)inputs, count, ax),
+        out = fl__finish(fn, out, primitive(first->backend, out, (const fl_tensor *const *)inputs, count, ax),
                          count < 3 ? count : 3, (const fl_tensor *const *)inputs);
     for (int i = 0; i < count; i++)
         fl_release(inputs[i]);

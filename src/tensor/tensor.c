@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
+fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     fl_tensor *t = malloc(sizeof *t);
     if (!t) /* recorded here, once, for every operation that makes a tensor */
@@ -23,7 +23,7 @@ fl_tensor *fl__new(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t 
     return t;
 }
 
-fl_tensor *fl_tensor_alloc(fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
+fl_tensor *fl_tensor_alloc(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     return fl__new(backend, dtype, ndim, shape);
 }
@@ -40,7 +40,7 @@ void fl_release(fl_tensor *t)
     if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     if (t->impl && t->backend->release)
-        t->backend->release(t);
+        t->backend->release(t->backend, t);
     free(t);
 }
 

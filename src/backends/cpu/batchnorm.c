@@ -246,7 +246,7 @@ static bool parallel_over_channels(const fl_tensor *x)
     return x->numel >= CPU_PARALLEL_GRAIN && x->shape[1] > 1;
 }
 
-static int cpu_batch_norm(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,
+static int cpu_batch_norm(const fl_backend *self, fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, const fl_tensor *x,
                           const fl_tensor *weight, const fl_tensor *bias, const fl_tensor *running_mean,
                           const fl_tensor *running_var, double eps)
 {
@@ -285,7 +285,7 @@ static int cpu_batch_norm(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_va
     return 0;
 }
 
-static int cpu_batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
+static int cpu_batch_norm_backward(const fl_backend *self, fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
                                    const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
                                    const fl_tensor *weight, bool training)
 {

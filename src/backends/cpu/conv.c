@@ -496,19 +496,19 @@ static conv_shapes shapes_of(const fl_tensor *x, const fl_tensor *w, const fl_te
     return s;
 }
 
-static int cpu_conv2d(fl_tensor *y, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d)
+static int cpu_conv2d(const fl_backend *self, fl_tensor *y, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d)
 {
     conv_shapes s = shapes_of(x, w, y);
     return convolve(PASS_FORWARD, y, x, w, d, &s);
 }
 
-static int cpu_conv2d_backward_input(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, const fl_conv2d_desc *d)
+static int cpu_conv2d_backward_input(const fl_backend *self, fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w, const fl_conv2d_desc *d)
 {
     conv_shapes s = shapes_of(dx, w, dy);
     return convolve(PASS_BACKWARD_DATA, dx, dy, w, d, &s);
 }
 
-static int cpu_conv2d_backward_weight(fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy, const fl_conv2d_desc *d)
+static int cpu_conv2d_backward_weight(const fl_backend *self, fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy, const fl_conv2d_desc *d)
 {
     conv_shapes s = shapes_of(x, dw, dy);
     return convolve(PASS_BACKWARD_WEIGHTS, dw, x, dy, d, &s);

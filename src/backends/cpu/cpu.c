@@ -26,7 +26,7 @@ typedef struct cpu_block {
     cpu_tensor tensor;
 } cpu_block;
 
-static void cpu_release(fl_tensor *t)
+static void cpu_release(const fl_backend *self, fl_tensor *t)
 {
     cpu_tensor *c = t->impl;
     cpu_storage *s = c->storage;
@@ -284,7 +284,7 @@ const void *cpu_dense(const fl_tensor *t, void **scratch)
 
 /* ---- data movement ---- */
 
-static int cpu_from_host(fl_tensor *out, const void *src)
+static int cpu_from_host(const fl_backend *self, fl_tensor *out, const void *src)
 {
     int rc = cpu_alloc(out);
     if (rc == 0 && out->numel > 0)
@@ -292,9 +292,19 @@ static int cpu_from_host(fl_tensor *out, const void *src)
     return rc;
 }
 
-static int cpu_to_host(const fl_tensor *t, void *dst)
+static int cpu_to_host(const fl_backend *self, const fl_tensor *t, void *dst)
 {
     cpu_copy_to_dense(dst, t);
+    return 0;
+}
+
+static int cpu_empty(const fl_backend *self, fl_tensor *out) { return cpu_alloc(out); }
+
+static int cpu_host_data(const fl_backend *self, const fl_tensor *t, void **data)
+{
+    if (!cpu_contiguous(t))
+        return FL_ERR_UNSUPPORTED;
+    *data = cpu_data(t);
     return 0;
 }
 
@@ -306,7 +316,7 @@ static int cpu_to_host(const fl_tensor *t, void *dst)
             p[i] = x;                                                                   \
     } while (0)
 
-static int cpu_full(fl_tensor *out, double value)
+static int cpu_full(const fl_backend *self, fl_tensor *out, double value)
 {
     int rc = cpu_alloc(out);
     if (rc)
@@ -382,7 +392,7 @@ static void f32_to_half(uint16_t *d, const float *s, int64_t n, bool brain)
 
 static bool is_half(fl_dtype d) { return d == FL_F16 || d == FL_BF16; }
 
-static int cpu_cast(fl_tensor *out, const fl_tensor *a)
+static int cpu_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     int rc = cpu_alloc(out);
     if (rc)
@@ -476,7 +486,7 @@ static bool reshape_strides(const fl_tensor *a, int ndim, const int64_t *shape, 
     return true;
 }
 
-static int cpu_reshape(fl_tensor *out, const fl_tensor *a)
+static int cpu_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     int64_t strides[FL_MAX_DIMS];
     if (reshape_strides(a, out->ndim, out->shape, strides))
@@ -487,7 +497,7 @@ static int cpu_reshape(fl_tensor *out, const fl_tensor *a)
     return rc;
 }
 
-static int cpu_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
+static int cpu_permute(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const int *axes)
 {
     int64_t strides[FL_MAX_DIMS];
     for (int i = 0; i < out->ndim; i++)
@@ -495,7 +505,7 @@ static int cpu_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
     return cpu_view(out, a, cpu_impl(a)->offset, strides);
 }
 
-static int cpu_expand(fl_tensor *out, const fl_tensor *a)
+static int cpu_expand(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     int64_t strides[FL_MAX_DIMS];
     for (int i = 0; i < out->ndim; i++)
@@ -503,7 +513,7 @@ static int cpu_expand(fl_tensor *out, const fl_tensor *a)
     return cpu_view(out, a, cpu_impl(a)->offset, strides);
 }
 
-static int cpu_slice(fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
+static int cpu_slice(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
 {
     const cpu_tensor *c = cpu_impl(a);
     int64_t offset = c->offset, strides[FL_MAX_DIMS];
@@ -519,6 +529,8 @@ void cpu_register_core(fl_backend *b)
     b->release = cpu_release;
     b->from_host = cpu_from_host;
     b->to_host = cpu_to_host;
+    b->empty = cpu_empty;
+    b->host_data = cpu_host_data;
     b->full = cpu_full;
     b->cast = cpu_cast;
     b->reshape = cpu_reshape;
@@ -527,7 +539,7 @@ void cpu_register_core(fl_backend *b)
     b->slice = cpu_slice;
 }
 
-static fl_backend cpu_backend = {.name = "cpu"};
+static fl_backend cpu_backend = {.version = FL_BACKEND_VERSION, .size = sizeof(fl_backend), .name = "cpu"};
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_init(void)
@@ -543,7 +555,7 @@ static void cpu_init(void)
     cpu_register_gelu(&cpu_backend);
 }
 
-fl_backend *fl_cpu_backend(void)
+const fl_backend *fl_cpu_backend(void)
 {
     pthread_once(&cpu_once, cpu_init);
     return &cpu_backend;

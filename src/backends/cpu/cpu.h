@@ -109,6 +109,8 @@ void cpu_register_core(fl_backend *b);        /* cpu.c: data movement, casts, vi
 void cpu_register_random(fl_backend *b);      /* random.c */
 void cpu_register_elementwise(fl_backend *b); /* elementwise.c */
 void cpu_register_reduce(fl_backend *b);      /* reduce.c, sort.c */
+int cpu_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis,
+             bool descending); /* sort.c */
 void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update_slice, where, gather, ... */
 void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c, pool.c */
 void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */

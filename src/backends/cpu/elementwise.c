@@ -231,7 +231,7 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 
 #define UNARY_FLOAT_OP(name, fexpr, dexpr)                                                    \
     UNARY_FLOAT_ROWS(FULL_WIDTH, name, fexpr, dexpr)                                          \
-    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
+    static int cpu_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)                                 \
     {                                                                                         \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};                  \
         return run_unary(out, a, rows, #name);                                                \
@@ -239,7 +239,7 @@ static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, co
 #define UNARY_NUMERIC_OP(name, fexpr, dexpr, IEXPR, uexpr)                                    \
     UNARY_FLOAT_ROWS(CPU_STREAMING, name, fexpr, dexpr)                                       \
     UNARY_INT_ROWS(CPU_STREAMING, name, IEXPR, uexpr)                                         \
-    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                                 \
+    static int cpu_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)                                 \
     {                                                                                         \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name)}; \
         return run_unary(out, a, rows, #name);                                                \
@@ -284,7 +284,7 @@ UNARY_FLOAT_OP(round, nearbyintf(x), nearbyint(x)) /* the default rounding mode:
                     y[i] = name##f(x[i * sx]);                                           \
     }                                                                                    \
     UNARY_ROW(FULL_WIDTH, name##_f64, double, double, name(x))                           \
-    static int cpu_##name(fl_tensor *out, const fl_tensor *a)                            \
+    static int cpu_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)                            \
     {                                                                                    \
         static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name)};             \
         return run_unary(out, a, rows, #name);                                           \
@@ -299,19 +299,19 @@ UNARY_ROW(CPU_STREAMING, isinf_f32, float, _Bool, fabsf(x) == INFINITY)
 UNARY_ROW(CPU_STREAMING, isinf_f64, double, _Bool, fabs(x) == INFINITY)
 UNARY_ROW(CPU_STREAMING, logical_not_bool, _Bool, _Bool, !x)
 
-static int cpu_isnan(fl_tensor *out, const fl_tensor *a)
+static int cpu_isnan(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(isnan)};
     return run_unary(out, a, rows, "isnan");
 }
 
-static int cpu_isinf(fl_tensor *out, const fl_tensor *a)
+static int cpu_isinf(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     static const unary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(isinf)};
     return run_unary(out, a, rows, "isinf");
 }
 
-static int cpu_logical_not(fl_tensor *out, const fl_tensor *a)
+static int cpu_logical_not(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     static const unary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_not_bool};
     return run_unary(out, a, rows, "logical_not");
@@ -331,7 +331,7 @@ static int cpu_logical_not(fl_tensor *out, const fl_tensor *a)
 #define BINARY_OP(name, fexpr, dexpr, IEXPR, bexpr)                                          \
     BINARY_ROWS(name, float, double, SAME, fexpr, dexpr, IEXPR)                              \
     BINARY_ROW(name##_bool, _Bool, _Bool, bexpr)                                             \
-    static int cpu_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
+    static int cpu_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
     {                                                                                        \
         static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name), \
                                                         [FL_BOOL] = name##_bool};            \
@@ -357,7 +357,7 @@ BINARY_ROW(div_f32, float, float, a / b)
 BINARY_ROW(div_f64, double, double, a / b)
 
 /* The tensor layer divides integers in floating point, so div sees floats only. */
-static int cpu_div(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+static int cpu_div(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 {
     static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(div)};
     return run_binary(out, a, b, rows, "div");
@@ -384,7 +384,7 @@ static inline int64_t int_pow(int64_t base, int64_t exponent)
 /* x ** 2 is common (squares, variances) and exact as x * x; powf does not vectorize. */
 BINARY_ROWS(pow, float, double, SAME, b == 2.0f ? a * a : powf(a, b), b == 2.0 ? a * a : pow(a, b), INT_POW)
 
-static int cpu_pow(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+static int cpu_pow(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 {
     static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(pow), INT_ENTRIES(pow)};
     return run_binary(out, a, b, rows, "pow");
@@ -393,7 +393,7 @@ static int cpu_pow(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 #define COMPARE_OP(name, op)                                                                 \
     BINARY_ROWS(name, _Bool, _Bool, BOOL_OUT, a op b, a op b, COMPARE_##name)                \
     BINARY_ROW(name##_bool, _Bool, _Bool, a op b)                                            \
-    static int cpu_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
+    static int cpu_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)            \
     {                                                                                        \
         static const binary_row rows[FL_DTYPE_COUNT] = {FLOAT_ENTRIES(name), INT_ENTRIES(name), \
                                                         [FL_BOOL] = name##_bool};            \
@@ -412,13 +412,13 @@ COMPARE_OP(le, <=)
 BINARY_ROW(logical_and_bool, _Bool, _Bool, a & b)
 BINARY_ROW(logical_or_bool, _Bool, _Bool, a | b)
 
-static int cpu_logical_and(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+static int cpu_logical_and(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 {
     static const binary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_and_bool};
     return run_binary(out, a, b, rows, "logical_and");
 }
 
-static int cpu_logical_or(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+static int cpu_logical_or(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 {
     static const binary_row rows[FL_DTYPE_COUNT] = {[FL_BOOL] = logical_or_bool};
     return run_binary(out, a, b, rows, "logical_or");

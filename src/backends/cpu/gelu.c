@@ -37,7 +37,7 @@
             GELU_LOOP(type, GELU_VALUE(type, v, erf_fn));                              \
     } while (0)
 
-static int cpu_gelu(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
+static int cpu_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
 {
     if (a->dtype != FL_F32 && a->dtype != FL_F64)
         return fl_backend_error(FL_ERR_DTYPE, "gelu takes f32 or f64, not %s", fl_dtype_name(a->dtype));

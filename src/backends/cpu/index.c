@@ -20,7 +20,7 @@
             p[i] = (type)(start + (double)i * step);          \
     } while (0)
 
-static int cpu_arange(fl_tensor *out, double start, double step)
+static int cpu_arange(const fl_backend *self, fl_tensor *out, double start, double step)
 {
     int rc = cpu_alloc(out);
     if (rc)
@@ -36,7 +36,7 @@ static int cpu_arange(fl_tensor *out, double start, double step)
     return 0;
 }
 
-static int cpu_concat(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
+static int cpu_concat(const fl_backend *self, fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
 {
     int rc = cpu_alloc(out);
     if (rc)
@@ -55,7 +55,7 @@ static int cpu_concat(fl_tensor *out, const fl_tensor *const *inputs, int count,
     return 0;
 }
 
-static int cpu_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
+static int cpu_update_slice(const fl_backend *self, fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
                             const int64_t *step)
 {
     int rc = cpu_alloc(out);
@@ -102,7 +102,7 @@ static int cpu_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tens
             y_[i] = SELECT_BITS(type, c_[i], a_[i], b_[i]);                                    \
     } while (0)
 
-static int cpu_where(fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
+static int cpu_where(const fl_backend *self, fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
 {
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)
@@ -217,7 +217,7 @@ static void split_free(axis_split *s)
 
 /* out (index's shape) takes a's element at the index value along axis and out's own
  * coordinates elsewhere. */
-static int cpu_gather(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+static int cpu_gather(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
 {
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)
@@ -268,7 +268,7 @@ static int cpu_gather(fl_tensor *out, const fl_tensor *a, int axis, const fl_ten
 
 /* out = base, then out[index[p] along axis, p elsewhere] += src[p] for every p of
  * index's shape (src has index's shape). */
-static int cpu_scatter_add(fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
+static int cpu_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
                            const fl_tensor *src)
 {
     int rc = cpu_alloc(out);
@@ -317,7 +317,7 @@ static int cpu_scatter_add(fl_tensor *out, const fl_tensor *base, int axis, cons
 
 /* out[o, k, j] = a[o, index[k], j]: whole slices, so when a's inner axes are dense
  * (an embedding table [vocab, dim] along axis 0) each is one memcpy. */
-static int cpu_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+static int cpu_index_select(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
 {
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)

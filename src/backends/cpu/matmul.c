@@ -127,7 +127,7 @@ static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64
     }
 }
 
-static int cpu_matmul(fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
+static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
 {
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)

@@ -242,7 +242,7 @@ static bool is_max2x2(const plane_geometry *g)
             body;                                                                           \
     } while (0)
 
-static int cpu_pool2d(fl_tensor *y, const fl_tensor *x, const fl_pool2d_desc *d)
+static int cpu_pool2d(const fl_backend *self, fl_tensor *y, const fl_tensor *x, const fl_pool2d_desc *d)
 {
     int rc = cpu_alloc(y);
     if (rc || y->numel == 0)
@@ -279,7 +279,7 @@ static int cpu_pool2d(fl_tensor *y, const fl_tensor *x, const fl_pool2d_desc *d)
     return 0;
 }
 
-static int cpu_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d)
+static int cpu_pool2d_backward(const fl_backend *self, fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d)
 {
     int rc = cpu_alloc(dx);
     if (rc || dx->numel == 0)

@@ -134,7 +134,7 @@ static void uniform_f32(float *out, int64_t n, uint64_t seed, uint64_t offset, i
     uniform_f32_blocks(offset + (uint64_t)(done / 4), seed, out + done, n - done); /* a partial batch */
 }
 
-static int cpu_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
+static int cpu_random(const fl_backend *self, fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
 {
     int rc = cpu_alloc(out);
     if (rc)

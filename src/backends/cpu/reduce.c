@@ -337,10 +337,10 @@ static int reduce(fl_tensor *out, const fl_tensor *a, unsigned mask, reduce_op o
     return rc;
 }
 
-static int cpu_sum(fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_SUM); }
-static int cpu_prod(fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_PROD); }
-static int cpu_max(fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_MAX); }
-static int cpu_min(fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_MIN); }
+static int cpu_sum(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_SUM); }
+static int cpu_prod(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_PROD); }
+static int cpu_max(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_MAX); }
+static int cpu_min(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes) { return reduce(out, a, axes, OP_MIN); }
 
 /* ---- single-axis operations on a dense [outer, length, inner] view ---- */
 
@@ -432,8 +432,8 @@ static int arg_extremum(fl_tensor *out, const fl_tensor *a, int axis, bool minim
     return 0;
 }
 
-static int cpu_argmax(fl_tensor *out, const fl_tensor *a, int axis) { return arg_extremum(out, a, axis, false); }
-static int cpu_argmin(fl_tensor *out, const fl_tensor *a, int axis) { return arg_extremum(out, a, axis, true); }
+static int cpu_argmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis) { return arg_extremum(out, a, axis, false); }
+static int cpu_argmin(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis) { return arg_extremum(out, a, axis, true); }
 
 /* ---- cumsum ---- */
 
@@ -476,7 +476,7 @@ static const cumsum_kernel cumsum_table[FL_DTYPE_COUNT] = {
     [FL_U8] = cumsum_u8, [FL_I32] = cumsum_i32, [FL_I64] = cumsum_i64, [FL_F32] = cumsum_f32, [FL_F64] = cumsum_f64,
 };
 
-static int cpu_cumsum(fl_tensor *out, const fl_tensor *a, int axis)
+static int cpu_cumsum(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis)
 {
     cumsum_kernel kernel = cumsum_table[a->dtype];
     if (!kernel)
@@ -492,9 +492,6 @@ static int cpu_cumsum(fl_tensor *out, const fl_tensor *a, int axis)
     cpu_scratch_free(scratch);
     return 0;
 }
-
-/* sort.c */
-int cpu_sort(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending);
 
 void cpu_register_reduce(fl_backend *b)
 {

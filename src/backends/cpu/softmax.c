@@ -128,7 +128,7 @@ static void row_f64(const double *x, double *y, int64_t n, bool logarithm)
     }
 }
 
-static int cpu_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
+static int cpu_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
 {
     if (a->dtype != FL_F32 && a->dtype != FL_F64)
         return fl_backend_error(FL_ERR_DTYPE, "softmax takes f32 or f64, not %s", fl_dtype_name(a->dtype));

@@ -81,7 +81,7 @@ static entry *merge_sort(entry *a, entry *scratch, int64_t n)
 }
 
 /* Registered by cpu_register_reduce (reduce.c). */
-int cpu_sort(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending)
+int cpu_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending)
 {
     if (a->dtype == FL_F16 || a->dtype == FL_BF16)
         return fl_backend_error(FL_ERR_DTYPE, "sort has no %s kernel", fl_dtype_name(a->dtype));

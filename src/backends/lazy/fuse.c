@@ -42,8 +42,6 @@
 #include "../cpu/vecmath.h"
 #include "lazy.h"
 
-fl_backend *fl_cpu_backend(void);
-
 /* 8 KiB of floats: a program of a dozen slots keeps its tiles in L2. */
 #define TILE 2048
 #define MAX_SLOTS (2 * LAZY_MAX_NODES + 2)
@@ -400,7 +398,7 @@ static int store_slot(program *p, int i)
     fl_tensor *value = fl_tensor_alloc(fl_cpu_backend(), FL_F32, s->node->ndim, s->node->shape);
     if (!value)
         return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
-    int rc = below ? fl_cpu_backend()->reshape(value, below) : cpu_alloc(value);
+    int rc = below ? fl_cpu_backend()->reshape(fl_cpu_backend(), value, below) : cpu_alloc(value);
     if (rc) {
         fl_release(value);
         return rc;

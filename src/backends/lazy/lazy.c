@@ -2,9 +2,10 @@
  * The lazy backend's table: graph building for the operations it fuses, and for
  * everything else a delegation to the CPU backend on materialized operands.
  *
- * Delegation goes through the CPU backend's table at call time, so a replaced CPU
- * entry is used here too, and the lazy backend stays small: it owns only what it
- * does differently (deferring and fusing f32 elementwise work).
+ * Delegation goes through the table registered as "cpu" at call time, so an entry
+ * of cpu replaced by registering a derived table is used here too wherever this
+ * backend delegates (everything but the f32 elementwise work it fuses itself), and
+ * the lazy backend stays small: it owns only what it does differently.
  */
 #include "lazy.h"
 
@@ -14,7 +15,26 @@
 
 #include "../cpu/cpu.h"
 
-fl_backend *fl_cpu_backend(void);
+
+/* The table delegated to: the one registered as "cpu", whose storage fused passes
+ * write into directly (a replacement registered under that name keeps cpu's release,
+ * and so its storage). Its address never changes; its entries may. */
+static const fl_backend *delegate(void)
+{
+    static const fl_backend *cpu;
+    const fl_backend *found = __atomic_load_n(&cpu, __ATOMIC_ACQUIRE);
+    if (!found) {
+        found = fl_backend_find("cpu");
+        __atomic_store_n(&cpu, found, __ATOMIC_RELEASE);
+    }
+    return found;
+}
+
+#define ON_CPU(entry, ...)                              \
+    ({                                                  \
+        const fl_backend *cpu_ = delegate();            \
+        cpu_->entry(cpu_, __VA_ARGS__);                 \
+    })
 
 /* ---- nodes ---- */
 
@@ -41,7 +61,7 @@ int lazy_adopt(fl_tensor *out, fl_tensor *value)
     return 0;
 }
 
-static void lazy_release(fl_tensor *t)
+static void lazy_release(const fl_backend *self, fl_tensor *t)
 {
     lazy_tensor *l = t->impl;
     fl_release(l->value);
@@ -55,7 +75,7 @@ static void lazy_release(fl_tensor *t)
 /* A fresh CPU handle with out's metadata, for a delegated primitive to fill. */
 static fl_tensor *cpu_twin(const fl_tensor *out)
 {
-    fl_tensor *t = fl_tensor_alloc(fl_cpu_backend(), out->dtype, out->ndim, out->shape);
+    fl_tensor *t = fl_tensor_alloc(delegate(), out->dtype, out->ndim, out->shape);
     if (!t)
         fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
     return t;
@@ -78,11 +98,11 @@ static int broadcast_constant(const fl_tensor *t, float constant, fl_tensor **ou
     int64_t ones[FL_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++)
         ones[i] = 1;
-    fl_tensor *one = fl_tensor_alloc(fl_cpu_backend(), FL_F32, t->ndim, ones), *value = cpu_twin(t);
-    int rc = one && value ? fl_cpu_backend()->full(one, constant)
+    fl_tensor *one = fl_tensor_alloc(delegate(), FL_F32, t->ndim, ones), *value = cpu_twin(t);
+    int rc = one && value ? ON_CPU(full, one, constant)
                           : fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
     if (!rc)
-        rc = fl_cpu_backend()->expand(value, one);
+        rc = ON_CPU(expand, value, one);
     fl_release(one);
     if (rc)
         fl_release(value);
@@ -102,7 +122,7 @@ static int materialize(fl_tensor *t, bool operand)
     fl_tensor *value;
     if (view) {
         value = cpu_twin(t);
-        int rc = value ? fl_cpu_backend()->reshape(value, lazy_impl(l->args[0])->value) : FL_ERR_MEMORY;
+        int rc = value ? ON_CPU(reshape, value, lazy_impl(l->args[0])->value) : FL_ERR_MEMORY;
         if (rc) {
             fl_release(value);
             return rc;
@@ -113,7 +133,7 @@ static int materialize(fl_tensor *t, bool operand)
             return rc;
     } else {
         value = cpu_twin(t);
-        int rc = value ? fl_cpu_backend()->full(value, l->constant) : FL_ERR_MEMORY;
+        int rc = value ? ON_CPU(full, value, l->constant) : FL_ERR_MEMORY;
         if (rc) {
             fl_release(value);
             return rc;
@@ -138,7 +158,7 @@ static int evaluate(fl_tensor *t, bool operand)
     return rc;
 }
 
-static int lazy_eval(fl_tensor *t) { return evaluate(t, false); }
+static int lazy_eval(const fl_backend *self, fl_tensor *t) { return evaluate(t, false); }
 
 /* The CPU tensor holding t's values for a CPU primitive to read, materializing t if
  * needed; NULL on failure (with the error recorded). The node changes, not its
@@ -172,25 +192,25 @@ static int finish(fl_tensor *out, fl_tensor *result, int rc)
 
 /* ---- data movement and creation ---- */
 
-static int lazy_from_host(fl_tensor *out, const void *src)
+static int lazy_from_host(const fl_backend *self, fl_tensor *out, const void *src)
 {
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->from_host(r, src));
+    return finish(out, r, ON_CPU(from_host, r, src));
 }
 
-static int lazy_to_host(const fl_tensor *t, void *dst)
+static int lazy_to_host(const fl_backend *self, const fl_tensor *t, void *dst)
 {
     MATERIALIZE(v, t);
-    return fl_cpu_backend()->to_host(v, dst);
+    return ON_CPU(to_host, v, dst);
 }
 
 /* An f32 fill is a constant node: scalars for arithmetic cost no memory, and
  * zeros_like(x) is only written if it is read. */
-static int lazy_full(fl_tensor *out, double value)
+static int lazy_full(const fl_backend *self, fl_tensor *out, double value)
 {
     if (out->dtype != FL_F32) {
         CPU_OUT(r, out);
-        return finish(out, r, fl_cpu_backend()->full(r, value));
+        return finish(out, r, ON_CPU(full, r, value));
     }
     lazy_tensor *l = node_new(out, LAZY_CONSTANT);
     if (!l)
@@ -199,16 +219,16 @@ static int lazy_full(fl_tensor *out, double value)
     return 0;
 }
 
-static int lazy_arange(fl_tensor *out, double start, double step)
+static int lazy_arange(const fl_backend *self, fl_tensor *out, double start, double step)
 {
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->arange(r, start, step));
+    return finish(out, r, ON_CPU(arange, r, start, step));
 }
 
-static int lazy_random(fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
+static int lazy_random(const fl_backend *self, fl_tensor *out, fl_random_kind kind, uint64_t seed, uint64_t offset)
 {
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->random(r, kind, seed, offset));
+    return finish(out, r, ON_CPU(random, r, kind, seed, offset));
 }
 
 /* ---- layout: a constant keeps being a constant; anything else is materialized
@@ -224,20 +244,20 @@ static int constant_like(fl_tensor *out, const fl_tensor *a)
 }
 
 #define DELEGATE_UNARY(name)                                             \
-    static int delegate_##name(fl_tensor *out, const fl_tensor *a)       \
+    static int delegate_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)       \
     {                                                                    \
         MATERIALIZE(va, a);                                              \
         CPU_OUT(r, out);                                                 \
-        return finish(out, r, fl_cpu_backend()->name(r, va));            \
+        return finish(out, r, ON_CPU(name, r, va));            \
     }
 
 #define DELEGATE_BINARY(name)                                                       \
-    static int delegate_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
+    static int delegate_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
     {                                                                               \
         MATERIALIZE(va, a);                                                         \
         MATERIALIZE(vb, b);                                                         \
         CPU_OUT(r, out);                                                            \
-        return finish(out, r, fl_cpu_backend()->name(r, va, vb));                  \
+        return finish(out, r, ON_CPU(name, r, va, vb));                  \
     }
 
 DELEGATE_UNARY(reshape)
@@ -245,15 +265,15 @@ DELEGATE_UNARY(expand)
 DELEGATE_UNARY(cast)
 
 
-static int lazy_expand(fl_tensor *out, const fl_tensor *a)
+static int lazy_expand(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
-    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(out, a);
+    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(self, out, a);
 }
 
 /* A conversion to f32 of a bool, integer or f64 value is deferred: a fused pass
  * reads the value and converts it on the way (a dropout mask is not written as f32
  * before it is scaled). Halves stay with cpu, which converts them its own way. */
-static int lazy_cast(fl_tensor *out, const fl_tensor *a)
+static int lazy_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     lazy_op op = lazy_impl(a)->op;
     if (op == LAZY_CONSTANT && out->dtype == FL_F32)
@@ -261,7 +281,7 @@ static int lazy_cast(fl_tensor *out, const fl_tensor *a)
     bool convertible = a->dtype == FL_BOOL || a->dtype == FL_U8 || a->dtype == FL_I32 || a->dtype == FL_I64 ||
                        a->dtype == FL_F64;
     if (out->dtype != FL_F32 || op != LAZY_VALUE || !convertible)
-        return delegate_cast(out, a);
+        return delegate_cast(self, out, a);
     lazy_tensor *l = node_new(out, LAZY_CAST);
     if (!l)
         return FL_ERR_MEMORY;
@@ -270,30 +290,30 @@ static int lazy_cast(fl_tensor *out, const fl_tensor *a)
     return 0;
 }
 
-static int lazy_permute(fl_tensor *out, const fl_tensor *a, const int *axes)
+static int lazy_permute(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const int *axes)
 {
     MATERIALIZE(va, a);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->permute(r, va, axes));
+    return finish(out, r, ON_CPU(permute, r, va, axes));
 }
 
-static int lazy_slice(fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
+static int lazy_slice(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const int64_t *start, const int64_t *step)
 {
     MATERIALIZE(va, a);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->slice(r, va, start, step));
+    return finish(out, r, ON_CPU(slice, r, va, start, step));
 }
 
-static int lazy_update_slice(fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
+static int lazy_update_slice(const fl_backend *self, fl_tensor *out, const fl_tensor *base, const fl_tensor *src, const int64_t *start,
                              const int64_t *step)
 {
     MATERIALIZE(vbase, base);
     MATERIALIZE(vsrc, src);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->update_slice(r, vbase, vsrc, start, step));
+    return finish(out, r, ON_CPU(update_slice, r, vbase, vsrc, start, step));
 }
 
-static int lazy_concat(fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
+static int lazy_concat(const fl_backend *self, fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
 {
     const fl_tensor **values = malloc((size_t)(count ? count : 1) * sizeof *values);
     if (!values)
@@ -304,46 +324,46 @@ static int lazy_concat(fl_tensor *out, const fl_tensor *const *inputs, int count
             return FL_ERR_MEMORY;
         }
     fl_tensor *r = cpu_twin(out);
-    int rc = r ? fl_cpu_backend()->concat(r, values, count, axis) : FL_ERR_MEMORY;
+    int rc = r ? ON_CPU(concat, r, values, count, axis) : FL_ERR_MEMORY;
     free(values);
     return r ? finish(out, r, rc) : rc;
 }
 
 /* ---- indexing ---- */
 
-static int lazy_where(fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
+static int lazy_where(const fl_backend *self, fl_tensor *out, const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
 {
     MATERIALIZE(vc, cond);
     MATERIALIZE(va, a);
     MATERIALIZE(vb, b);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->where(r, vc, va, vb));
+    return finish(out, r, ON_CPU(where, r, vc, va, vb));
 }
 
-static int lazy_gather(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+static int lazy_gather(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
 {
     MATERIALIZE(va, a);
     MATERIALIZE(vi, index);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->gather(r, va, axis, vi));
+    return finish(out, r, ON_CPU(gather, r, va, axis, vi));
 }
 
-static int lazy_scatter_add(fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
+static int lazy_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
                             const fl_tensor *src)
 {
     MATERIALIZE(vb, base);
     MATERIALIZE(vi, index);
     MATERIALIZE(vs, src);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->scatter_add(r, vb, axis, vi, vs));
+    return finish(out, r, ON_CPU(scatter_add, r, vb, axis, vi, vs));
 }
 
-static int lazy_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+static int lazy_index_select(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
 {
     MATERIALIZE(va, a);
     MATERIALIZE(vi, index);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->index_select(r, va, axis, vi));
+    return finish(out, r, ON_CPU(index_select, r, va, axis, vi));
 }
 
 /* ---- elementwise: f32 operations become graph nodes; the rest run now ---- */
@@ -354,7 +374,7 @@ static int bound(const fl_tensor *a, int other_nodes)
 {
     lazy_tensor *l = lazy_impl(a);
     if (l->op > LAZY_CONSTANT && l->nodes + other_nodes + 1 > LAZY_MAX_NODES)
-        return lazy_eval((fl_tensor *)a);
+        return evaluate((fl_tensor *)a, false);
     return 0;
 }
 
@@ -380,7 +400,7 @@ static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor
  * shape: attention's head split and a loss's flattening do not cut a fused chain.
  * A reshape of a reshape refers to the operation below both. It counts as a node, so
  * that a bounded graph also fits a program's slots. */
-static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
+static int lazy_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     const lazy_tensor *la = lazy_impl(a);
     if (la->op == LAZY_CONSTANT)
@@ -390,7 +410,7 @@ static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
     if (rc)
         return rc;
     if (lazy_impl(below)->op == LAZY_VALUE)
-        return delegate_reshape(out, below);
+        return delegate_reshape(self, out, below);
     lazy_tensor *l = node_new(out, LAZY_RESHAPE);
     if (!l)
         return FL_ERR_MEMORY;
@@ -401,19 +421,19 @@ static int lazy_reshape(fl_tensor *out, const fl_tensor *a)
 
 #define UNARY(name, OP)                                          \
     DELEGATE_UNARY(name)                                         \
-    static int lazy_##name(fl_tensor *out, const fl_tensor *a)   \
+    static int lazy_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)   \
     {                                                            \
         if (out->dtype != FL_F32 || a->dtype != FL_F32)          \
-            return delegate_##name(out, a);                      \
+            return delegate_##name(self, out, a);                      \
         return defer(out, OP, a, NULL);                          \
     }
 
 #define BINARY(name, OP)                                                          \
     DELEGATE_BINARY(name)                                                         \
-    static int lazy_##name(fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
+    static int lazy_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b) \
     {                                                                             \
         if (out->dtype != FL_F32 || a->dtype != FL_F32 || b->dtype != FL_F32)     \
-            return delegate_##name(out, a, b);                                    \
+            return delegate_##name(self, out, a, b);                                    \
         return defer(out, OP, a, b);                                              \
     }
 
@@ -455,7 +475,7 @@ DELEGATE_BINARY(matmul)
 /* ---- reductions: a pending f32 graph is reduced in the pass that computes it ---- */
 
 #define REDUCE(name, OP)                                                            \
-    static int lazy_##name(fl_tensor *out, const fl_tensor *a, unsigned axes)       \
+    static int lazy_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes)       \
     {                                                                               \
         if (a->dtype == FL_F32 && lazy_impl(a)->op > LAZY_CONSTANT) {               \
             int rc = lazy_run_reduction(out, a, axes, OP);                          \
@@ -464,7 +484,7 @@ DELEGATE_BINARY(matmul)
         }                                                                           \
         MATERIALIZE(va, a);                                                         \
         CPU_OUT(r, out);                                                            \
-        return finish(out, r, fl_cpu_backend()->name(r, va, axes));                 \
+        return finish(out, r, ON_CPU(name, r, va, axes));                 \
     }
 
 REDUCE(sum, LAZY_SUM)
@@ -473,23 +493,23 @@ REDUCE(max, LAZY_MAX)
 REDUCE(min, LAZY_MIN)
 
 #define DELEGATE_AXIS(name)                                                         \
-    static int lazy_##name(fl_tensor *out, const fl_tensor *a, int axis)            \
+    static int lazy_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis)            \
     {                                                                               \
         MATERIALIZE(va, a);                                                         \
         CPU_OUT(r, out);                                                            \
-        return finish(out, r, fl_cpu_backend()->name(r, va, axis));                 \
+        return finish(out, r, ON_CPU(name, r, va, axis));                 \
     }
 
 DELEGATE_AXIS(argmax)
 DELEGATE_AXIS(argmin)
 DELEGATE_AXIS(cumsum)
 
-static int lazy_sort(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending)
+static int lazy_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis, bool descending)
 {
     MATERIALIZE(va, a);
     CPU_OUT(rv, values);
     fl_tensor *ri = cpu_twin(indices);
-    int rc = ri ? fl_cpu_backend()->sort(rv, ri, va, axis, descending) : FL_ERR_MEMORY;
+    int rc = ri ? ON_CPU(sort, rv, ri, va, axis, descending) : FL_ERR_MEMORY;
     if (rc) {
         fl_release(rv);
         fl_release(ri);
@@ -501,70 +521,68 @@ static int lazy_sort(fl_tensor *values, fl_tensor *indices, const fl_tensor *a, 
 
 /* ---- convolution and pooling ---- */
 
-static int lazy_conv2d(fl_tensor *out, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d)
+static int lazy_conv2d(const fl_backend *self, fl_tensor *out, const fl_tensor *x, const fl_tensor *w, const fl_conv2d_desc *d)
 {
     MATERIALIZE(vx, x);
     MATERIALIZE(vw, w);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->conv2d(r, vx, vw, d));
+    return finish(out, r, ON_CPU(conv2d, r, vx, vw, d));
 }
 
-static int lazy_conv2d_backward_input(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w,
+static int lazy_conv2d_backward_input(const fl_backend *self, fl_tensor *dx, const fl_tensor *dy, const fl_tensor *w,
                                       const fl_conv2d_desc *d)
 {
     MATERIALIZE(vdy, dy);
     MATERIALIZE(vw, w);
     CPU_OUT(r, dx);
-    return finish(dx, r, fl_cpu_backend()->conv2d_backward_input(r, vdy, vw, d));
+    return finish(dx, r, ON_CPU(conv2d_backward_input, r, vdy, vw, d));
 }
 
-static int lazy_conv2d_backward_weight(fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy,
+static int lazy_conv2d_backward_weight(const fl_backend *self, fl_tensor *dw, const fl_tensor *x, const fl_tensor *dy,
                                        const fl_conv2d_desc *d)
 {
     MATERIALIZE(vx, x);
     MATERIALIZE(vdy, dy);
     CPU_OUT(r, dw);
-    return finish(dw, r, fl_cpu_backend()->conv2d_backward_weight(r, vx, vdy, d));
+    return finish(dw, r, ON_CPU(conv2d_backward_weight, r, vx, vdy, d));
 }
 
-static int lazy_pool2d(fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d)
+static int lazy_pool2d(const fl_backend *self, fl_tensor *out, const fl_tensor *x, const fl_pool2d_desc *d)
 {
     MATERIALIZE(vx, x);
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->pool2d(r, vx, d));
+    return finish(out, r, ON_CPU(pool2d, r, vx, d));
 }
 
-static int lazy_pool2d_backward(fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d)
+static int lazy_pool2d_backward(const fl_backend *self, fl_tensor *dx, const fl_tensor *dy, const fl_tensor *x, const fl_pool2d_desc *d)
 {
     MATERIALIZE(vdy, dy);
     MATERIALIZE(vx, x);
     CPU_OUT(r, dx);
-    return finish(dx, r, fl_cpu_backend()->pool2d_backward(r, vdy, vx, d));
+    return finish(dx, r, ON_CPU(pool2d_backward, r, vdy, vx, d));
 }
 
 /* ---- fused kernels ---- */
-
-static fl_backend lazy_backend_table;
 
 /* Softmax over the last axis runs on the cpu backend's fused kernel, which keeps a
  * row in cache for its maximum, its exponentials and its output. Composed, a pass
  * per statistic reads the row from memory three times and computes its input (a
  * bias add, a scale) three times. */
-static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
+static int lazy_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
 {
-    int (*fused)(fl_tensor *, const fl_tensor *, bool) = fl_cpu_backend()->softmax;
-    if (!fused) /* declined: the tensor layer composes softmax, and this backend fuses that */
+    const fl_backend *cpu = delegate();
+    if (!cpu->softmax) /* declined: the tensor layer composes softmax, and this backend fuses that */
         return FL_ERR_UNSUPPORTED;
     const lazy_tensor *la = lazy_impl(a);
     if (la->op <= LAZY_RESHAPE || la->op == LAZY_CAST || la->nodes > 2) {
         MATERIALIZE(va, a);
         CPU_OUT(r, out);
-        return finish(out, r, fused(r, va, logarithm));
+        return finish(out, r, cpu->softmax(cpu, r, va, logarithm));
     }
     /* A short graph (the logits' bias add, the scores' scale) is computed into a
      * temporary and stays pending: kept, the vocabulary's logits would hold 120 MB
      * until the backward pass, which does not read them. */
-    fl_tensor *copy = fl_tensor_alloc(&lazy_backend_table, a->dtype, a->ndim, a->shape);
+    fl_tensor *copy = fl_tensor_alloc(self, a->dtype, a->ndim, a->shape);
     if (!copy)
         return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a tensor handle");
     lazy_tensor *l = node_new(copy, la->op); /* reports its own failure */
@@ -579,7 +597,7 @@ static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
     l->reduced = NULL;
     int rc = lazy_run(copy);
     fl_tensor *r = rc ? NULL : cpu_twin(out);
-    rc = rc ? rc : r ? fused(r, lazy_impl(copy)->value, logarithm) : FL_ERR_MEMORY;
+    rc = rc ? rc : r ? cpu->softmax(cpu, r, lazy_impl(copy)->value, logarithm) : FL_ERR_MEMORY;
     fl_release(copy);
     return finish(out, r, rc);
 }
@@ -587,7 +605,7 @@ static int lazy_softmax(fl_tensor *out, const fl_tensor *a, bool logarithm)
 /* GELU and its gradient are graph nodes, computed by gelu.h's formulas as the cpu
  * kernel computes them, but fused with the bias add before them and the dropout
  * after (forward), or with the gradient that flows in (backward). */
-static int lazy_gelu(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
+static int lazy_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
 {
     if (a->dtype == FL_F32 && (!dy || dy->dtype == FL_F32))
         return defer(out, dy ? (approximate ? LAZY_GELU_TANH_GRAD : LAZY_GELU_GRAD)
@@ -598,12 +616,14 @@ static int lazy_gelu(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bo
     if (dy && !(vdy = value_of(dy)))
         return FL_ERR_MEMORY;
     CPU_OUT(r, out);
-    return finish(out, r, fl_cpu_backend()->gelu(r, va, vdy, approximate));
+    return finish(out, r, ON_CPU(gelu, r, va, vdy, approximate));
 }
 
 /* ---- the table ---- */
 
-static fl_backend lazy_backend_table = {
+static const fl_backend lazy_backend_table = {
+    .version = FL_BACKEND_VERSION,
+    .size = sizeof(fl_backend),
     .name = "lazy",
     .release = lazy_release,
     .eval = lazy_eval,
@@ -644,4 +664,4 @@ static fl_backend lazy_backend_table = {
     .gelu = lazy_gelu,
 };
 
-fl_backend *fl_lazy_backend(void) { return &lazy_backend_table; }
+const fl_backend *fl_lazy_backend(void) { return &lazy_backend_table; }

@@ -96,8 +96,6 @@ typedef struct lazy_tensor {
 
 static inline lazy_tensor *lazy_impl(const fl_tensor *t) { return (lazy_tensor *)t->impl; }
 
-fl_backend *fl_lazy_backend(void);
-
 /* fuse.c: computes the pending node t (and every pending node under it that is held
  * from outside the graph) in one pass; t becomes a value. Returns 0 or an fl_status. */
 int lazy_run(fl_tensor *t);
