@@ -254,6 +254,33 @@ static void means_divide_by_the_engines_size(void **state)
     assert_int_equal(fake_shutdowns, 1);
 }
 
+/* The layer reaches a backend only through its table: on a backend without host
+ * access (a device backend, say) collectives stage through host memory with
+ * to_host and from_host, and the results live on that backend. */
+static void collectives_on_a_backend_without_host_access(void **state)
+{
+    if (!fl_distributed_find("fake"))
+        assert_int_equal(fl_distributed_register(&fake), FL_OK);
+    assert_int_equal(fl_distributed_init("fake"), FL_OK);
+    fl_backend device;
+    fl_backend_derive(&device, fl_backend_find("cpu"), "no-host-access");
+    device.empty = NULL;
+    device.host_data = NULL;
+    if (!fl_backend_find("no-host-access"))
+        assert_int_equal(fl_backend_register(&device), FL_OK);
+    fl_tensor *x = fl_to_backend(T_F32(FL_SHAPE(3), 1, 2, 6), "no-host-access");
+    fl_tensor *sum = fl_all_reduce(x, FL_DIST_SUM);
+    assert_values(sum, 0, 0, 4, 8, 24);
+    assert_string_equal(fl_backend_name(sum), "no-host-access");
+    fl_tensor *out[2];
+    const fl_tensor *many[2] = {x, fl_to_backend(T_F32(FL_SHAPE(1), 8), "no-host-access")};
+    assert_int_equal(fl_all_reduce_many(many, 2, FL_DIST_MEAN, 0, out), FL_OK);
+    assert_values(out[0], 0, 0, 1, 2, 6);
+    assert_values(out[1], 0, 0, 8);
+    assert_string_equal(fl_backend_name(out[0]), "no-host-access");
+    fl_distributed_shutdown();
+}
+
 static void a_failed_collective_ends_the_job(void **state)
 {
     if (!fl_distributed_find("fake"))
@@ -527,6 +554,7 @@ int main(void)
         scoped_test(a_reducer_over_rounds),
         scoped_test(reducer_errors),
         scoped_test(means_divide_by_the_engines_size),
+        scoped_test(collectives_on_a_backend_without_host_access),
         scoped_test(a_failed_collective_ends_the_job),
         scoped_test(mpi_collectives_under_mpirun),
         scoped_test(two_ranks_train_as_one_with_twice_the_batch),

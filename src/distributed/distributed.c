@@ -209,6 +209,19 @@ void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size)
     }
 }
 
+/* The host address of t's values through its backend's host_data entry, or NULL
+ * (and no error) where the backend has none for t. */
+static void *host_data(const fl_tensor *t)
+{
+    void *data = NULL;
+    FL_ENTRY_TYPE(host_data) entry = t->backend->host_data;
+    if (!entry || entry(t->backend, t, &data) != 0) {
+        fl__take_backend_error(NULL, 0); /* declining is not an error */
+        return NULL;
+    }
+    return data;
+}
+
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch)
 {
     *scratch = NULL;
@@ -217,10 +230,11 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     static const char nothing; /* empty tensors may have no storage; NULL means failure here */
     if (t->numel == 0)
         return &nothing;
+    const void *direct = host_data(t);
+    if (direct)
+        return direct;
     size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
-    if (t->backend == fl_cpu_backend() && cpu_contiguous(t))
-        return cpu_data(t);
-    *scratch = malloc(bytes ? bytes : 1);
+    *scratch = malloc(bytes);
     if (!*scratch)
         return fl__error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
     if (fl_to_host(t, *scratch, bytes) != FL_OK) {
@@ -231,26 +245,53 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     return *scratch;
 }
 
-fl_tensor *fl__dist_cpu_tensor(const char *fn, fl_dtype dtype, int ndim, const int64_t *shape)
+bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
+                           const int64_t *shape)
 {
-    fl_tensor *t = fl__new(fl_cpu_backend(), dtype, ndim, shape);
-    if (t && !fl__dist_check(fn, cpu_alloc(t))) {
-        fl_release(t);
-        return NULL;
+    *out = (fl__dist_output){.backend = backend};
+    FL_ENTRY_TYPE(empty) empty = backend->empty;
+    fl_tensor *t = fl__new(backend, dtype, ndim, shape);
+    if (!t)
+        return false;
+    if (empty && empty(backend, t) == 0 && (t->numel == 0 || (out->data = host_data(t)))) {
+        out->tensor = t;
+        return true;
     }
+    fl__take_backend_error(NULL, 0); /* no host access: stage in host memory */
+    size_t bytes = (size_t)t->numel * fl_dtype_size(dtype);
+    out->tensor = t; /* metadata only until from_host fills it */
+    out->staging = malloc(bytes ? bytes : 1);
+    out->data = out->staging;
+    if (!out->staging) {
+        fl__dist_output_abandon(out);
+        fl__error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+        return false;
+    }
+    return true;
+}
+
+fl_tensor *fl__dist_output_finish(const char *fn, fl__dist_output *out)
+{
+    fl_tensor *t = out->tensor;
+    out->tensor = NULL;
+    if (t && out->staging) {
+        FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, t->backend, FL_PRIMITIVE(from_host), "from_host");
+        if (from_host) {
+            t = fl__finish(fn, t, from_host(t->backend, t, out->staging), 0, NULL);
+        } else {
+            fl_release(t);
+            t = NULL;
+        }
+    }
+    fl__dist_output_abandon(out);
     return t;
 }
 
-fl_tensor *fl__dist_deliver(const char *fn, fl_tensor *result, fl_backend *backend)
+void fl__dist_output_abandon(fl__dist_output *out)
 {
-    if (!result || backend == result->backend)
-        return fl__out(result);
-    fl_tensor *moved = NULL;
-    FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, backend, FL_PRIMITIVE(from_host), "from_host");
-    if (from_host && (moved = fl__new(backend, result->dtype, result->ndim, result->shape)))
-        moved = fl__finish(fn, moved, from_host(backend, moved, cpu_data(result)), 0, NULL);
-    fl_release(result);
-    return fl__out(moved);
+    fl_release(out->tensor);
+    free(out->staging);
+    *out = (fl__dist_output){0};
 }
 
 /* ---- collectives ---- */
@@ -262,14 +303,14 @@ struct fl_dist_request {
     void *work;
     fl_tensor *input;  /* retained while the engine may read its storage */
     void *scratch;     /* input's staged copy, if it had to be made */
-    fl_tensor *result; /* on the CPU, owned */
+    fl__dist_output result; /* on the input's backend */
     fl_dist_op op;
 };
 
 static void request_free(fl_dist_request *r)
 {
     fl_release(r->input);
-    fl_release(r->result);
+    fl__dist_output_abandon(&r->result);
     free(r->scratch);
     free(r);
 }
@@ -307,13 +348,12 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
     r->op = op;
     r->input = fl_retain((fl_tensor *)t);
     const void *send = fl__dist_host_input(fn, t, &r->scratch);
-    r->result = send ? fl__dist_cpu_tensor(fn, t->dtype, ndim, shape) : NULL;
-    if (!r->result) {
+    if (!send || !fl__dist_output_begin(fn, &r->result, t->backend, t->dtype, ndim, shape)) {
         request_free(r);
         return NULL;
     }
-    void *recv = cpu_data(r->result);
-    int64_t count = r->result->numel;
+    void *recv = r->result.data;
+    int64_t count = r->result.tensor->numel;
     fl_dist_op engine_op = fl__dist_engine_op(op);
     int rc = 0;
     switch (kind) {
@@ -343,14 +383,13 @@ static fl_tensor *finish(const char *fn, fl_dist_request *r)
 {
     fl_tensor *result = NULL;
     if (fl__dist_wait(fn, r->engine, r->work)) {
+        const fl_tensor *t = r->result.tensor;
         if (r->op == FL_DIST_MEAN)
-            fl__dist_divide(cpu_data(r->result), r->result->numel, r->result->dtype, r->engine->size(r->engine));
-        result = r->result;
-        r->result = NULL;
+            fl__dist_divide(r->result.data, t->numel, t->dtype, r->engine->size(r->engine));
+        result = fl__dist_output_finish(fn, &r->result);
     }
-    fl_backend *backend = r->input->backend;
     request_free(r);
-    return fl__dist_deliver(fn, result, backend);
+    return fl__out(result);
 }
 
 fl_tensor *fl_all_reduce(const fl_tensor *t, fl_dist_op op)

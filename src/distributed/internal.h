@@ -8,7 +8,6 @@
 
 #include "flare/distributed.h"
 
-#include "../backends/cpu/cpu.h"
 #include "../tensor/internal.h"
 
 fl_distributed *fl_distributed_single(void);
@@ -30,13 +29,24 @@ static inline fl_dist_op fl__dist_engine_op(fl_dist_op op) { return op == FL_DIS
 /* Divides count elements of a float dtype by the number of ranks, in place. */
 void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size);
 
-/* A dense host pointer to t's values: the CPU backend's own storage when t is
- * contiguous, else a copy in *scratch (free it with free()). NULL on failure. */
+/* A dense host pointer to t's values: the backend's own memory where its host_data
+ * entry gives it, else a copy in *scratch (free it with free()). NULL on failure. */
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch);
-/* A new contiguous CPU tensor, owned by the caller; NULL and an error naming fn. */
-fl_tensor *fl__dist_cpu_tensor(const char *fn, fl_dtype dtype, int ndim, const int64_t *shape);
-/* Hands result (owned, on the CPU) to the caller as a tensor of backend: the result
- * itself when backend is the CPU's, else a copy. Releases result. */
-fl_tensor *fl__dist_deliver(const char *fn, fl_tensor *result, fl_backend *backend);
+
+/* Where an engine writes a result: into a tensor of backend directly where the
+ * backend gives host access (empty, then host_data), else into host memory that
+ * finish copies in with from_host. The layer never looks inside a backend. */
+typedef struct fl__dist_output {
+    const fl_backend *backend;
+    fl_tensor *tensor; /* the result, owned */
+    void *data;        /* where the engine writes tensor's values */
+    void *staging;     /* host memory, when the backend has no host access */
+} fl__dist_output;
+
+bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
+                           const int64_t *shape);
+/* The filled tensor, owned; NULL and an error naming fn. out is empty afterwards. */
+fl_tensor *fl__dist_output_finish(const char *fn, fl__dist_output *out);
+void fl__dist_output_abandon(fl__dist_output *out);
 
 #endif

@@ -1,6 +1,7 @@
 /* The coalescing all-reduce of many tensors, written once above the engines: tensors
  * are copied into flat buckets, each bucket is reduced by one collective, and the
- * results are views of the reduced buckets. */
+ * results are views of the reduced buckets (on a backend with host access; others
+ * stage the bucket in host memory). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ typedef struct slot {
     int bucket;
     int64_t offset; /* in elements, within the bucket */
     bool added;     /* in this round */
-    fl_backend *backend; /* the template's: where results go */
+    const fl_backend *backend; /* the template's: where results go */
 } slot;
 
 typedef struct bucket {
@@ -22,7 +23,9 @@ typedef struct bucket {
     int64_t numel;
     int members;
     int pending;    /* members not yet added in this round */
-    fl_tensor *flat; /* this round's buffer, 1-D, on the CPU */
+    const fl_backend *backend; /* of its first tensor: where the flat buffer lives */
+    fl__dist_output flat; /* this round's buffer, 1-D */
+    fl_tensor *reduced;   /* the flat buffer once reduced */
     void *work;     /* the engine's pending all-reduce */
 } bucket;
 
@@ -73,6 +76,7 @@ fl_dist_reducer *fl_dist_reducer_new(const fl_tensor *const *templates, int coun
         if (open[t->dtype] < 0) {
             open[t->dtype] = r->bucket_count++;
             r->buckets[open[t->dtype]].dtype = t->dtype;
+            r->buckets[open[t->dtype]].backend = t->backend;
         }
         bucket *b = &r->buckets[open[t->dtype]];
         s->bucket = open[t->dtype];
@@ -95,7 +99,7 @@ static bool start_ready(const char *fn, fl_dist_reducer *r)
         bucket *b = &r->buckets[r->next_start];
         if (!r->engine && !(r->engine = fl__dist_engine(fn)))
             return false;
-        void *data = cpu_data(b->flat);
+        void *data = b->flat.data;
         int rc = r->engine->all_reduce(r->engine, data, data, b->numel, b->dtype, fl__dist_engine_op(r->op), &b->work);
         if (!fl__dist_check(fn, rc))
             return false;
@@ -130,12 +134,10 @@ fl_status fl_dist_reducer_add(fl_dist_reducer *reducer, int index, const fl_tens
         return FL_ERR_VALUE;
     }
     bucket *b = &reducer->buckets[s->bucket];
-    if (!b->flat && !(b->flat = fl__dist_cpu_tensor(fn, b->dtype, 1, &b->numel)))
+    if (!b->flat.tensor && !fl__dist_output_begin(fn, &b->flat, b->backend, b->dtype, 1, &b->numel))
         return fl_last_status();
-    void *dst = (char *)cpu_data(b->flat) + s->offset * (int64_t)fl_dtype_size(s->dtype);
-    if (t->backend == fl_cpu_backend())
-        cpu_copy_to_dense(dst, t);
-    else if (fl_to_host(t, dst, (size_t)t->numel * fl_dtype_size(t->dtype)) != FL_OK)
+    void *dst = (char *)b->flat.data + s->offset * (int64_t)fl_dtype_size(s->dtype);
+    if (fl_to_host(t, dst, (size_t)t->numel * fl_dtype_size(t->dtype)) != FL_OK)
         return fl_last_status();
     s->added = true;
     b->pending--;
@@ -152,8 +154,9 @@ static void end_round(const char *fn, fl_dist_reducer *r, bool drain)
         if (b->work && drain)
             drain = fl__dist_wait(fn, r->engine, b->work);
         b->work = NULL;
-        fl_release(b->flat);
-        b->flat = NULL;
+        fl__dist_output_abandon(&b->flat);
+        fl_release(b->reduced);
+        b->reduced = NULL;
         b->pending = b->members;
     }
     for (int i = 0; i < r->count; i++)
@@ -162,19 +165,17 @@ static void end_round(const char *fn, fl_dist_reducer *r, bool drain)
     r->engine = NULL;
 }
 
-/* A view of tensor index's values in its reduced bucket, on the template's backend. */
+/* Tensor index's values in its reduced bucket, on the template's backend: a view
+ * where the backend makes one, handed to the caller's scope like any result. */
 static fl_tensor *result(const char *fn, fl_dist_reducer *r, int index)
 {
     slot *s = &r->slots[index];
-    const fl_tensor *flat = r->buckets[s->bucket].flat;
-    fl_tensor *view = fl__new(flat->backend, s->dtype, s->ndim, s->shape);
-    int64_t strides[FL_MAX_DIMS];
-    cpu_dense_strides(s->ndim, s->shape, strides);
-    if (view && !fl__dist_check(fn, cpu_view(view, flat, s->offset, strides))) {
-        fl_release(view);
-        view = NULL;
-    }
-    return fl__dist_deliver(fn, view, s->backend);
+    fl_scope scope = fl_scope_begin();
+    const fl_tensor *flat = r->buckets[s->bucket].reduced;
+    fl_tensor *view = fl_reshape(fl_index(flat, FL_INDEX(FL_RANGE(s->offset, s->offset + s->numel))), s->ndim, s->shape);
+    if (view && view->backend != s->backend)
+        view = fl_to_backend(view, s->backend->name);
+    return fl__scope_return(scope, view);
 }
 
 fl_status fl_dist_reducer_finish(fl_dist_reducer *reducer, fl_tensor **out)
@@ -211,7 +212,11 @@ fl_status fl_dist_reducer_finish(fl_dist_reducer *reducer, fl_tensor **out)
         }
         b->work = NULL;
         if (reducer->op == FL_DIST_MEAN)
-            fl__dist_divide(cpu_data(b->flat), b->numel, b->dtype, engine->size(engine));
+            fl__dist_divide(b->flat.data, b->numel, b->dtype, engine->size(engine));
+        if (!(b->reduced = fl__dist_output_finish(fn, &b->flat))) {
+            end_round(fn, reducer, false);
+            return fl_last_status();
+        }
     }
     fl_status status = FL_OK;
     for (int i = 0; i < reducer->count; i++) {

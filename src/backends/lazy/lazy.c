@@ -204,6 +204,20 @@ static int lazy_to_host(const fl_backend *self, const fl_tensor *t, void *dst)
     return ON_CPU(to_host, v, dst);
 }
 
+/* Host access: a fresh value node, and the address of a value's CPU storage. A
+ * pending node is computed first, as to_host would. */
+static int lazy_empty(const fl_backend *self, fl_tensor *out)
+{
+    CPU_OUT(r, out);
+    return finish(out, r, ON_CPU(empty, r));
+}
+
+static int lazy_host_data(const fl_backend *self, const fl_tensor *t, void **data)
+{
+    MATERIALIZE(v, t);
+    return ON_CPU(host_data, v, data);
+}
+
 /* An f32 fill is a constant node: scalars for arithmetic cost no memory, and
  * zeros_like(x) is only written if it is read. */
 static int lazy_full(const fl_backend *self, fl_tensor *out, double value)
@@ -662,6 +676,8 @@ static const fl_backend lazy_backend_table = {
     .pool2d_backward = lazy_pool2d_backward,
     .softmax = lazy_softmax,
     .gelu = lazy_gelu,
+    .empty = lazy_empty,
+    .host_data = lazy_host_data,
 };
 
 const fl_backend *fl_lazy_backend(void) { return &lazy_backend_table; }
