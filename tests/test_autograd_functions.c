@@ -432,10 +432,10 @@ static void gelu_and_gradient(const fl_tensor *x, const fl_tensor *dy, bool appr
 
 static void fused_gelu_matches_the_composition(void **state)
 {
-    fl_backend *backend = fl_default_backend();
-    int (*fused)(fl_tensor *, const fl_tensor *, const fl_tensor *, bool) = backend->gelu;
-    if (!fused) /* nothing fused to compare */
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    if (!composing.gelu) /* nothing fused to compare */
         skip();
+    composing.gelu = NULL;
     fl_tensor *wide = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(37, 203)), 4.0);
     fl_tensor *special = T_F32(FL_SHAPE(2, 4), NAN, INFINITY, -INFINITY, 0, -12, 12, 1e-20f, -30);
     fl_tensor *inputs[] = {wide, fl_transpose(wide, 0, 1), fl_cast(wide, FL_F64), special};
@@ -446,9 +446,9 @@ static void fused_gelu_matches_the_composition(void **state)
                                : fl_randn(fl_dtype_of(x), fl_ndim(x), fl_shape(x));
         for (int approximate = 0; approximate < 2; approximate++) {
             fl_tensor *y_composed, *dx_composed, *y, *dx;
-            backend->gelu = NULL;
+            fl_backend original = support_override(&composing);
             gelu_and_gradient(x, dy, approximate, &y_composed, &dx_composed);
-            backend->gelu = fused;
+            support_override(&original);
             gelu_and_gradient(x, dy, approximate, &y, &dx);
             assert_dtype(y, fl_dtype_of(x));
             assert_close(y, y_composed, 1e-6, 1e-6);

@@ -90,23 +90,24 @@ static fl_dataset *plain(fl_dataset *inner, int fields)
 /* ---- counting index_select, to see the fast path taken ---- */
 
 static int index_selects;
-static int (*original_index_select)(fl_tensor *, const fl_tensor *, int, const fl_tensor *);
+static fl_backend original_cpu;
 
-static int counting_index_select(fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
+static int counting_index_select(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis,
+                                 const fl_tensor *index)
 {
     __atomic_add_fetch(&index_selects, 1, __ATOMIC_RELAXED);
-    return original_index_select(out, a, axis, index);
+    return self->base->index_select(self->base, out, a, axis, index);
 }
 
 static void count_index_selects(bool on)
 {
-    fl_backend *cpu = fl_backend_find("cpu");
     if (on) {
-        original_index_select = cpu->index_select;
-        cpu->index_select = counting_index_select;
+        fl_backend counting = support_derive("cpu");
+        counting.index_select = counting_index_select;
+        original_cpu = support_override(&counting);
         index_selects = 0;
     } else {
-        cpu->index_select = original_index_select;
+        support_override(&original_cpu);
     }
 }
 

@@ -333,8 +333,7 @@ static void reads_the_reference_implementation_file(void **state)
 
 /* ---- atomic saving ---- */
 
-static int (*original_to_host)(const fl_tensor *, void *);
-static int failing_to_host(const fl_tensor *t, void *dst)
+static int failing_to_host(const fl_backend *self, const fl_tensor *t, void *dst)
 {
     return fl_backend_error(FL_ERR_BACKEND, "injected failure while reading a tensor");
 }
@@ -350,11 +349,11 @@ static void failed_saves_leave_the_old_file(void **state)
     unsigned char *old_bytes = read_file(scratch_path, &old_size);
 
     /* The backend fails after the header is written: the partial temporary goes. */
-    fl_backend *backend = fl_default_backend();
-    original_to_host = backend->to_host;
-    backend->to_host = failing_to_host;
+    fl_backend failing = support_derive(fl_default_backend()->name);
+    failing.to_host = failing_to_host;
+    fl_backend original = support_override(&failing);
     fl_status status = fl_save_safetensors(scratch_path, new);
-    backend->to_host = original_to_host;
+    support_override(&original);
     assert_fails_status(status, FL_ERR_BACKEND, "injected failure");
 
     /* The target is a directory: the rename fails after everything was written. */

@@ -499,9 +499,43 @@ static void switching_managers_under_live_tensors(void **state)
     fl_memory_set_manager(previous);
     fl_release(b); /* to caching, no longer current */
     assert_int_equal(stats_of(caching).in_use, 0);
-    fl_memory_set_manager(NULL); /* ignored */
+    assert_fails_status(fl_memory_set_manager(NULL), FL_ERR_NULL, "fl_memory_set_manager");
     assert_ptr_equal(fl_memory_manager_current(), previous);
-    caching->destroy(caching);
+    assert_int_equal(fl_memory_manager_destroy(caching), FL_OK);
+}
+
+/* The table's contract: one list makes the struct; a manager states its version and
+ * size, and one compiled against another header, or missing an entry the library
+ * needs, is refused; destroy is refused while the manager is in use. */
+static void managers_are_checked_when_installed_and_destroyed(void **state)
+{
+    assert_string_equal(fl_memory_entry_name(0), "alloc");
+    assert_string_equal(fl_memory_entry_name(4), "destroy");
+    assert_null(fl_memory_entry_name(5));
+    assert_int_equal(fl_memory_manager_size(FL_MEMORY_VERSION), sizeof(fl_memory_manager));
+    assert_int_equal(fl_memory_manager_size(0), 0);
+    fl_memory_manager *previous = fl_memory_manager_current();
+    fl_memory_manager *m = fl_memory_caching(SIZE_MAX, SIZE_MAX);
+    fl_memory_manager copy = *m;
+    copy.size = sizeof copy - sizeof(void *);
+    assert_fails_status(fl_memory_set_manager(&copy), FL_ERR_VALUE, "compiled against a different memory.h");
+    copy = *m;
+    copy.version = FL_MEMORY_VERSION + 1;
+    assert_fails_status(fl_memory_set_manager(&copy), FL_ERR_VALUE, "knows versions 1 to");
+    copy = *m;
+    copy.free = NULL;
+    assert_fails_status(fl_memory_set_manager(&copy), FL_ERR_VALUE, "lacks alloc, free or stats");
+    assert_ptr_equal(fl_memory_manager_current(), previous);
+
+    assert_int_equal(fl_memory_set_manager(m), FL_OK);
+    assert_fails_status(fl_memory_manager_destroy(m), FL_ERR_VALUE, "it is the current manager");
+    fl_tensor *t = fl_zeros(FL_F32, FL_SHAPE(256));
+    assert_int_equal(fl_eval(t), FL_OK);
+    assert_int_equal(fl_memory_set_manager(previous), FL_OK);
+    assert_fails_status(fl_memory_manager_destroy(m), FL_ERR_VALUE, "blocks it handed out are in use (1024 bytes");
+    fl_release(t);
+    assert_fails_status(fl_memory_manager_destroy(previous), FL_ERR_VALUE, "current manager");
+    assert_int_equal(fl_memory_manager_destroy(m), FL_OK);
 }
 
 /* The name of the manager a fresh process starts with, given FLARE_MEMORY. */
@@ -721,6 +755,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(threads_allocate_and_free_concurrently),
         cmocka_unit_test(the_initial_manager_is_made_once),
         cmocka_unit_test(switching_managers_under_live_tensors),
+        cmocka_unit_test(managers_are_checked_when_installed_and_destroyed),
         cmocka_unit_test(flare_memory_chooses_the_initial_manager),
         cmocka_unit_test(the_hook_sees_every_allocation_with_its_operation),
         cmocka_unit_test(the_split_limit_on_a_mixed_workload),

@@ -43,19 +43,47 @@ typedef struct fl_memory_stats {
 
 typedef struct fl_memory_manager fl_memory_manager;
 
+/* Every entry of the table, in table order: X(version, return type, name, parameters),
+ * one list that makes the struct and the names. Each entry receives the manager (m)
+ * first. Entries are appended, never reordered; the library reads an entry only if
+ * the manager's version is at least the entry's.
+ *
+ * Thread safety: alloc, free, stats and trim are called concurrently from any thread
+ * (data loaders make and free tensors on worker threads, and a tensor is freed by
+ * whichever thread drops its last reference), so a manager synchronizes itself.
+ * destroy is called once, by fl_memory_manager_destroy, never by the library on its
+ * own. */
+#define FL_MEMORY_ENTRIES(X)                                                                      \
+    /* FL_MEMORY_ALIGNMENT-aligned memory of at least bytes, or NULL. */                        \
+    X(1, void *, alloc, (fl_memory_manager * m, size_t bytes))                                    \
+    /* bytes is the size given to alloc. */                                                     \
+    X(1, void, free, (fl_memory_manager * m, void *ptr, size_t bytes))                            \
+    X(1, void, stats, (fl_memory_manager * m, fl_memory_stats *out))                              \
+    /* Returns cached memory to the system. */                                                  \
+    X(1, void, trim, (fl_memory_manager * m))                                                     \
+    /* Releases the manager itself, once no block it handed out is in use. */                  \
+    X(1, void, destroy, (fl_memory_manager * m))
+
+/* The version of struct fl_memory_manager this header declares. */
+#define FL_MEMORY_VERSION 1
+
+#define FL__MEMORY_ENTRY(version, type, name, params) type(*name) params;
+
 struct fl_memory_manager {
+    /* What the manager was written against: FL_MEMORY_VERSION and
+     * sizeof(fl_memory_manager) of that header, checked by fl_memory_set_manager. */
+    int version;
+    size_t size;
     const char *name;
     void *state;
-    /* Returns FL_MEMORY_ALIGNMENT-aligned memory of at least bytes, or NULL. */
-    void *(*alloc)(fl_memory_manager *m, size_t bytes);
-    /* bytes is the size given to alloc. */
-    void (*free)(fl_memory_manager *m, void *ptr, size_t bytes);
-    void (*stats)(fl_memory_manager *m, fl_memory_stats *out);
-    /* Returns cached memory to the system. */
-    void (*trim)(fl_memory_manager *m);
-    /* Releases the manager itself; called once, after its last block is freed. */
-    void (*destroy)(fl_memory_manager *m);
+    FL_MEMORY_ENTRIES(FL__MEMORY_ENTRY)
 };
+
+/* sizeof(fl_memory_manager) as version declared it, or 0 for a version that does not
+ * exist. */
+size_t fl_memory_manager_size(int version);
+/* The name of entry i, in table order, or NULL past the end. */
+const char *fl_memory_entry_name(int i);
 
 fl_memory_manager *fl_memory_plain(void);
 /* max_split_bytes (rounded down to 64 KiB): blocks of the large pool (requests over
@@ -63,17 +91,21 @@ fl_memory_manager *fl_memory_plain(void);
  * requests over max_split_bytes that leave at most 20 MiB of them unused (SIZE_MAX
  * splits everything, as PyTorch does by default). cache_limit_bytes: when cached bytes exceed it, wholly free segments go
  * back to the system, oldest first (SIZE_MAX keeps everything; free space inside a
- * segment that is partly in use cannot be returned). NULL if out of memory. Its
- * destroy keeps the manager, reporting on stderr, while blocks are still in use.
- * The rules in full: src/memory/caching.c. */
+ * segment that is partly in use cannot be returned). NULL if out of memory. The
+ * rules in full: src/memory/caching.c. */
 fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes);
 
 /* The manager new allocations go through; initially the caching one (unlimited
  * splitting and cache), or the one FLARE_MEMORY names ("plain" or "caching"), made
- * once and kept for the life of the process (never destroy it). Blocks are always
- * freed through the manager that allocated them, so switching is safe at any time. */
-void fl_memory_set_manager(fl_memory_manager *m);
+ * once and kept for the life of the process. Blocks are always freed through the
+ * manager that allocated them, so switching is safe at any time. A manager whose
+ * version or size does not match, or without alloc, free or stats, is refused with
+ * a message. */
+fl_status fl_memory_set_manager(fl_memory_manager *m);
 fl_memory_manager *fl_memory_manager_current(void);
+/* Calls m's destroy: refused (FL_ERR_VALUE, with a message) while m is the current
+ * manager, is the one made at start-up, or has bytes in use by its own statistics. */
+fl_status fl_memory_manager_destroy(fl_memory_manager *m);
 
 /* What backends call. Both report to the telemetry hook. */
 void *fl_memory_alloc(size_t bytes, fl_memory_manager **owner);

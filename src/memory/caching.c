@@ -595,6 +595,8 @@ fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_
     c->max_split = max_split_bytes / SEGMENT_GRAIN * SEGMENT_GRAIN; /* so a segment can be exactly that */
     c->cache_limit = cache_limit_bytes;
     *m = (fl_memory_manager){
+        .version = FL_MEMORY_VERSION,
+        .size = sizeof(fl_memory_manager),
         .name = "caching",
         .state = c,
         .alloc = caching_alloc,

@@ -1,10 +1,13 @@
 /* The current memory manager, the telemetry hook, and the operation attribution. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flare/memory.h"
+/* Errors are recorded as everywhere else (error.c); nothing else above is used. */
+#include "../tensor/internal.h"
 
 static fl_memory_manager *current;
 /* The manager made at start-up. It lives as long as the process: blocks it handed out
@@ -41,10 +44,73 @@ fl_memory_manager *fl_memory_manager_current(void)
     return __atomic_load_n(&current, __ATOMIC_ACQUIRE);
 }
 
-void fl_memory_set_manager(fl_memory_manager *m)
+#define NAME_OF(version, type, name, params) #name,
+#define END_OF(version, type, name, params) offsetof(fl_memory_manager, name) + sizeof(void *),
+#define VERSION_OF(version, type, name, params) version,
+static const char *const entry_names[] = {FL_MEMORY_ENTRIES(NAME_OF)};
+static const size_t entry_ends[] = {FL_MEMORY_ENTRIES(END_OF)};
+static const unsigned char entry_versions[] = {FL_MEMORY_ENTRIES(VERSION_OF)};
+#define ENTRY_COUNT ((int)(sizeof entry_names / sizeof entry_names[0]))
+
+const char *fl_memory_entry_name(int i) { return i >= 0 && i < ENTRY_COUNT ? entry_names[i] : NULL; }
+
+size_t fl_memory_manager_size(int version)
 {
-    if (m)
-        __atomic_store_n(&current, m, __ATOMIC_RELEASE);
+    if (version < 1 || version > FL_MEMORY_VERSION)
+        return 0;
+    size_t size = 0;
+    for (int i = 0; i < ENTRY_COUNT; i++)
+        if (entry_versions[i] <= version)
+            size = entry_ends[i];
+    return size;
+}
+
+fl_status fl_memory_set_manager(fl_memory_manager *m)
+{
+    const char *fn = "fl_memory_set_manager";
+    if (!m || !m->name) {
+        fl__error(FL_ERR_NULL, fn, "the manager or its name is NULL");
+        return FL_ERR_NULL;
+    }
+    size_t expected = fl_memory_manager_size(m->version);
+    if (!expected || m->size != expected) {
+        fl__error(FL_ERR_VALUE, fn,
+                  "manager '%s' says version %d with a table of %zu bytes; this library knows versions 1 to %d "
+                  "(version %d has %zu): it was compiled against a different memory.h",
+                  m->name, m->version, m->size, FL_MEMORY_VERSION, m->version, expected);
+        return FL_ERR_VALUE;
+    }
+    if (!m->alloc || !m->free || !m->stats) {
+        fl__error(FL_ERR_VALUE, fn, "manager '%s' lacks alloc, free or stats", m->name);
+        return FL_ERR_VALUE;
+    }
+    pthread_once(&initial_once, make_initial_manager);
+    __atomic_store_n(&current, m, __ATOMIC_RELEASE);
+    return FL_OK;
+}
+
+fl_status fl_memory_manager_destroy(fl_memory_manager *m)
+{
+    const char *fn = "fl_memory_manager_destroy";
+    if (!m) {
+        fl__error(FL_ERR_NULL, fn, "the manager is NULL");
+        return FL_ERR_NULL;
+    }
+    pthread_once(&initial_once, make_initial_manager);
+    fl_memory_stats stats = {0};
+    m->stats(m, &stats);
+    const char *why = m == __atomic_load_n(&current, __ATOMIC_ACQUIRE) ? "it is the current manager"
+                      : m == initial                                   ? "it is the manager made at start-up"
+                      : stats.in_use                                   ? "blocks it handed out are in use"
+                                                                       : NULL;
+    if (why) {
+        fl__error(FL_ERR_VALUE, fn, "cannot destroy manager '%s': %s (%zu bytes in use)", m->name, why,
+                  stats.in_use);
+        return FL_ERR_VALUE;
+    }
+    if (m->destroy)
+        m->destroy(m);
+    return FL_OK;
 }
 
 /* The hook and its argument are two words, swapped without a lock: a thread that is
