@@ -1,6 +1,6 @@
 /*
  * The Flashlight paper's end-to-end example (section A.4.3) in Flare: the CNN of
- * Listing 8, trained with SGD by the loop of Listing 9 and evaluated as in Listings 10
+ * Listing 8 (mnist_cnn, models/mnist.c), trained with SGD by the loop of Listing 9 and evaluated as in Listings 10
  * and 11, on Fashion-MNIST from Debian's dataset-fashion-mnist package by default, or
  * on MNIST given a folder of its IDX files.
  *
@@ -38,6 +38,7 @@
 #include "flare/optim.h"
 #include "flare/tensor.h"
 #include "cli.h"
+#include "models.h"
 
 #define VALIDATION_SIZE 5000
 #define EVAL_BATCH 256
@@ -133,18 +134,6 @@ static fl_dataset *batches(fl_tensor *images, fl_tensor *labels, int64_t start, 
     fl_dataset *part = fl_partition_dataset(fl_span_dataset(all, start, count), fl_distributed_rank(),
                                             fl_distributed_size());
     return fl_batch_dataset(part, batch, false, NULL, NULL);
-}
-
-/* ---- the model (Listing 8) ---- */
-
-static fl_module *mnist_cnn(void)
-{
-    const fl_conv_params same = {.padding = {2, 2}};
-    return fl_nn_sequential(FL_MODULES(
-        fl_nn_conv2d(1, 32, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
-        fl_nn_conv2d(32, 64, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
-        fl_nn_view(FL_SHAPE(-1, 7 * 7 * 64)), fl_nn_linear(7 * 7 * 64, 1024, true), fl_nn_relu(),
-        fl_nn_dropout(0.5), fl_nn_linear(1024, 10, true), fl_nn_log_softmax(1)));
 }
 
 /* ---- evaluation (Listings 10 and 11) ---- */
