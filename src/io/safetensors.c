@@ -25,7 +25,10 @@
 #endif
 
 /* The reference reader's limit on the header (MAX_HEADER_SIZE): a corrupt length
- * must not make us allocate gigabytes before the JSON is even looked at. */
+ * must not make us allocate gigabytes before the JSON is even looked at. The parsed
+ * header is a jansson tree, about 40 bytes per value: a header at this limit made of
+ * one long array of digits takes 2 GB to refuse, while 10,000 tensors take about a
+ * megabyte of text. */
 #define MAX_HEADER_BYTES 100000000u
 /* The reference writer pads the header with spaces to a multiple of this. */
 #define HEADER_ALIGNMENT 8
