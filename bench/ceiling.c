@@ -20,6 +20,7 @@
 
 #include "flare/memory.h"
 #include "flare/tensor.h"
+#include "cli.h"
 #include "timing.h"
 
 /* The bare loops, on plain float arrays. Each allocates its result from the memory
@@ -192,21 +193,21 @@ int main(int argc, char **argv)
 {
     int rounds = 15;
     double min_time = 0.5;
-    bool usage = argc % 2 == 0; /* every option takes a value */
-    for (int i = 1; i + 1 < argc && !usage; i += 2) {
-        if (strcmp(argv[i], "--threads") == 0)
-            fl_set_num_threads(atoi(argv[i + 1]));
-        else if (strcmp(argv[i], "--rounds") == 0)
-            rounds = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--min-time") == 0)
-            min_time = atof(argv[i + 1]);
-        else
-            usage = true;
-    }
-    if (usage || rounds < 1 || rounds > 1000 || !(min_time > 0) || fl_last_status() != FL_OK) {
-        fprintf(stderr, "usage: bench_ceiling [--threads N] [--rounds R (1-1000)] [--min-time SECONDS]\n");
-        return 2;
-    }
+    static const struct option options[] = {
+        {"threads", required_argument, NULL, 't'},
+        {"rounds", required_argument, NULL, 'r'},
+        {"min-time", required_argument, NULL, 'm'},
+        {0},
+    };
+    cli c = {.program = "bench_ceiling",
+             .usage = "bench_ceiling [--threads N] [--rounds R (1-1000)] [--min-time SECONDS]",
+             .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case 't': fl_set_num_threads((int)cli_integer(&c, 1, 1024)); break;
+        case 'r': rounds = (int)cli_integer(&c, 1, 1000); break;
+        case 'm': min_time = cli_number(&c, 1e-3, 3600); break;
+        }
     printf("%d threads, %d rounds; time per operation (median round) and bandwidth in GB/s\n\n", fl_num_threads(),
            rounds);
     printf("%-20s %12s %12s %10s %10s %12s %7s %7s\n", "case", "Flare", "bare loop", "ratio", "per round",

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "flare/distributed.h"
+#include "cli.h"
 #include "timing.h"
 
 enum { FLARE, RAW_BLOCKING, RAW_NONBLOCKING, WAYS };
@@ -53,22 +54,20 @@ int main(int argc, char **argv)
     double min_time = 0.05;
     int repeats = 7;
     const char *out_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
-            min_time = atof(argv[++i]);
-        else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc)
-            repeats = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
-            out_path = argv[++i];
-        else {
-            fprintf(stderr, "usage: mpirun -np N %s [--min-time S] [--repeats N] [--out FILE]\n", argv[0]);
-            return 2;
+    static const struct option options[] = {
+        {"min-time", required_argument, NULL, 'm'},
+        {"repeats", required_argument, NULL, 'r'},
+        {"out", required_argument, NULL, 'o'},
+        {0},
+    };
+    cli c = {.program = "bench_dist", .usage = "mpirun -np N bench_dist [--min-time S] [--repeats N] [--out FILE]",
+             .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case 'm': min_time = cli_number(&c, 1e-6, 3600); break;
+        case 'r': repeats = (int)cli_integer(&c, 1, 64); break;
+        case 'o': out_path = optarg; break;
         }
-    }
-    if (min_time <= 0 || repeats < 1 || repeats > 64) {
-        fprintf(stderr, "bench_dist: --min-time must be positive and --repeats in [1, 64]\n");
-        return 2;
-    }
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows as they come, also into a pipe */
     if (fl_distributed_init("mpi") != FL_OK) {
         fprintf(stderr, "bench_dist: %s\n", fl_last_error());

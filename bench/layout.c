@@ -15,6 +15,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "flare/memory.h"
 #include "flare/tensor.h"
+#include "cli.h"
 #include "timing.h"
 
 #define MAX_LAYOUTS 16
@@ -51,49 +53,41 @@ static double time_batch(const layout *l, int64_t n, int threads, int64_t batch)
     return (bench_now() - start) / (double)batch;
 }
 
-static bool parse_size(const char *text, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(text, &end, 0);
-    *out = (size_t)v;
-    return *text && !*end && text[0] != '-';
-}
-
 int main(int argc, char **argv)
 {
     int rounds = 41;
     int64_t elements = 1000000;
     layout layouts[MAX_LAYOUTS];
     int count = 0;
-    bool usage = false;
-    for (int i = 1; i < argc && !usage; i++) {
-        bool option = strncmp(argv[i], "--", 2) == 0;
-        size_t value = 0;
-        if (option && (i + 1 == argc || !parse_size(argv[i + 1], &value) || value > 1000000000))
-            usage = true; /* every option takes a whole number */
-        else if (strcmp(argv[i], "--threads") == 0)
-            fl_set_num_threads((int)value), i++;
-        else if (strcmp(argv[i], "--rounds") == 0)
-            rounds = (int)value, i++;
-        else if (strcmp(argv[i], "--elements") == 0)
-            elements = (int64_t)value, i++;
-        else if (option || count == MAX_LAYOUTS || !parse_size(argv[i], &layouts[count++].spacing))
-            usage = true;
-    }
+    static const struct option options[] = {
+        {"threads", required_argument, NULL, 't'},
+        {"rounds", required_argument, NULL, 'r'},
+        {"elements", required_argument, NULL, 'e'},
+        {0},
+    };
+    char usage[160];
+    snprintf(usage, sizeof usage,
+             "bench_layout [--threads N] [--rounds R (1-1000)] [--elements N] "
+             "[SPACING (bytes, at least 4 * N) ...] (at most %d)",
+             MAX_LAYOUTS);
+    cli c = {.program = "bench_layout", .usage = usage, .options = options, .operands = MAX_LAYOUTS};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case 't': fl_set_num_threads((int)cli_integer(&c, 1, 1024)); break;
+        case 'r': rounds = (int)cli_integer(&c, 1, 1000); break;
+        case 'e': elements = cli_integer(&c, 1, 1000000000); break;
+        }
+    for (; optind < argc; optind++)
+        layouts[count++].spacing = (size_t)cli_integer_of(&c, "SPACING", argv[optind], 0, LLONG_MAX);
     if (count == 0) {
         const size_t defaults[] = {0x3d0a00, 0x3e0000, 0x3d1000, 0x3e0000, 0x3d0a00};
         for (; count < (int)(sizeof defaults / sizeof defaults[0]); count++)
             layouts[count].spacing = defaults[count];
     }
     size_t bytes = (size_t)elements * sizeof(float); /* elements <= 1e9 */
-    for (int k = 0; k < count && !usage; k++) /* the region is 2d + bytes long */
-        usage = layouts[k].spacing < bytes || layouts[k].spacing > (SIZE_MAX - bytes) / 2;
-    if (usage || rounds < 1 || rounds > 1000 || elements < 1 || fl_last_status() != FL_OK) {
-        fprintf(stderr, "usage: bench_layout [--threads N] [--rounds R (1-1000)] [--elements N] "
-                        "[SPACING (bytes, at least 4 * N) ...] (at most %d)\n",
-                MAX_LAYOUTS);
-        return 2;
-    }
+    for (int k = 0; k < count; k++) /* the region is 2d + bytes long */
+        if (layouts[k].spacing < bytes || layouts[k].spacing > (SIZE_MAX - bytes) / 2)
+            cli_fail(&c, "a spacing of %#zx does not fit %lld floats", layouts[k].spacing, (long long)elements);
 
     int threads = fl_num_threads();
     for (int k = 0; k < count; k++) {

@@ -18,6 +18,7 @@
 
 #include "../src/backends/lazy/lazy.h"
 #include "flare/tensor.h"
+#include "cli.h"
 #include "timing.h"
 
 /* 1e7 floats as rows of 1024 features. */
@@ -129,9 +130,10 @@ static double run_once(const bench_case *c, state *s)
 int main(int argc, char **argv)
 {
     int repeats = 10;
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--repeats") == 0)
-            repeats = atoi(argv[++i]);
+    static const struct option options[] = {{"repeats", required_argument, NULL, 'r'}, {0}};
+    cli c = {.program = "bench_lazy", .usage = "bench_lazy [--repeats R]", .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        repeats = (int)cli_integer(&c, 1, 10000);
     const char *backends[] = {"cpu", "lazy"};
     double *times = malloc((size_t)repeats * sizeof *times);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)

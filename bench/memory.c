@@ -1,11 +1,12 @@
 /*
  * The cost of an uncontended alloc + free pair (a cache hit) in each memory manager,
- * next to glibc's malloc and aligned_alloc. Usage: bench_memory [bytes] [pairs]
+ * next to glibc's malloc and aligned_alloc. Usage: bench_memory [BYTES [PAIRS]]
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "flare/memory.h"
+#include "cli.h"
 #include "timing.h"
 
 /* Keeps the compiler from dropping an allocation it can see is unused. */
@@ -47,8 +48,12 @@ static double malloc_pair_ns(size_t bytes, long pairs, int aligned)
 
 int main(int argc, char **argv)
 {
-    size_t bytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 16;
-    long pairs = argc > 2 ? atol(argv[2]) : 5000000;
+    static const struct option options[] = {{0}};
+    cli c = {.program = "bench_memory", .usage = "bench_memory [BYTES [PAIRS]]", .options = options, .operands = 2};
+    while (cli_next(&c, argc, argv) != -1)
+        ;
+    size_t bytes = optind < argc ? (size_t)cli_integer_of(&c, "BYTES", argv[optind], 1, 1 << 30) : 16;
+    long pairs = optind + 1 < argc ? (long)cli_integer_of(&c, "PAIRS", argv[optind + 1], 1, 1000000000) : 5000000;
     fl_memory_manager *caching = fl_memory_caching(SIZE_MAX, SIZE_MAX);
     fl_memory_set_manager(caching);
     for (int rep = 0; rep < 3; rep++)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "flare/tensor.h"
+#include "cli.h"
 #include "timing.h"
 
 /* ---- the cases ---------------------------------------------------------------- */
@@ -337,56 +338,37 @@ static void serve(const bool *selected, const options *o)
     unload(&loaded);
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: bench_ops [--threads N] [--filter REGEX] [--min-time SECONDS] [--repeats R] "
-                    "[--list] [--serve]\n");
-    exit(2);
-}
-
 int main(int argc, char **argv)
 {
     options o = {.min_time = 0.3, .repeats = 5};
     const char *filter = NULL;
     bool list = false, serving = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(arg, "--list") == 0) {
-            list = true;
-        } else if (strcmp(arg, "--serve") == 0) {
-            serving = true;
-        } else if (!value) {
-            usage();
-        } else if (strcmp(arg, "--threads") == 0) {
-            fl_set_num_threads(atoi(value));
-            i++;
-        } else if (strcmp(arg, "--filter") == 0) {
-            filter = value;
-            i++;
-        } else if (strcmp(arg, "--min-time") == 0) {
-            o.min_time = atof(value);
-            i++;
-        } else if (strcmp(arg, "--repeats") == 0) {
-            o.repeats = atoi(value);
-            i++;
-        } else {
-            usage();
+    static const struct option options[] = {
+        {"threads", required_argument, NULL, 't'},
+        {"filter", required_argument, NULL, 'f'},
+        {"min-time", required_argument, NULL, 'm'},
+        {"repeats", required_argument, NULL, 'r'},
+        {"list", no_argument, NULL, 'l'},
+        {"serve", no_argument, NULL, 's'},
+        {0},
+    };
+    cli c = {.program = "bench_ops",
+             .usage = "bench_ops [--threads N] [--filter REGEX] [--min-time SECONDS] [--repeats R] [--list] [--serve]",
+             .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case 't': fl_set_num_threads((int)cli_integer(&c, 1, 1024)); break;
+        case 'f': filter = optarg; break;
+        case 'm': o.min_time = cli_number(&c, 1e-6, 3600); break;
+        case 'r': o.repeats = (int)cli_integer(&c, 1, MAX_REPEATS); break;
+        case 'l': list = true; break;
+        case 's': serving = true; break;
         }
-    }
-    if (fl_last_status() != FL_OK) {
-        fprintf(stderr, "bench_ops: %s\n", fl_last_error());
-        return 2;
-    }
-    if (!(o.min_time > 0) || o.repeats < 1 || o.repeats > MAX_REPEATS) {
-        fprintf(stderr, "bench_ops: --min-time must be positive and --repeats from 1 to %d\n", MAX_REPEATS);
-        return 2;
-    }
 
     bool selected[CASE_COUNT];
     regex_t pattern;
     if (filter && regcomp(&pattern, filter, REG_EXTENDED | REG_NOSUB) != 0) {
-        fprintf(stderr, "bench_ops: bad --filter pattern '%s'\n", filter);
-        return 2;
+        cli_fail(&c, "bad --filter pattern '%s'", filter);
     }
     for (int i = 0; i < CASE_COUNT; i++)
         selected[i] = !filter || regexec(&pattern, cases[i].name, 0, NULL, 0) == 0;

@@ -34,6 +34,11 @@ typedef struct benchmark_model {
     double (*flops_per_sample)(model_size size);
 } benchmark_model;
 
+/* The CNN of the paper's Listing 8 (models/mnist.c): [N, 1, 28, 28] images to
+ * log-probabilities of 10 classes. Its parameter names are those of apps/mnist's
+ * checkpoints. */
+fl_module *mnist_cnn(void);
+
 /* Every model, NULL-terminated, in the order of the paper's Table 3 (then MNIST). */
 extern const benchmark_model *const benchmark_models[];
 const benchmark_model *benchmark_model_find(const char *name);

@@ -34,7 +34,6 @@
  * running statistics stay each rank's own, as with PyTorch's
  * DistributedDataParallel(broadcast_buffers=False)).
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +45,7 @@
 #include "flare/distributed.h"
 #include "flare/optim.h"
 #include "flare/profile.h"
+#include "cli.h"
 #include "models.h"
 #include "../../src/backends/lazy/lazy.h" /* fl_lazy_traffic: the fused passes' bytes */
 
@@ -62,89 +62,68 @@ typedef struct options {
 
 static const char *const size_names[MODEL_SIZES] = {"tiny", "cpu", "paper"};
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]\n"
-                 "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
-                 "       benchmark --model NAME --against BACKEND [...]\n"
-                 "       benchmark --model NAME --train-check STEPS [...]\n"
-                 "       benchmark --sgemm-peak [--threads T]\n"
-                 "       benchmark --list\n");
-}
-
-static bool parse_number(const char *flag, const char *text, double low, double high, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end || !(v >= low && v <= high)) {
-        fprintf(stderr, "benchmark: %s wants a number in [%g, %g], not '%s'\n", flag, low, high, text);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool parse_args(int argc, char **argv, options *o)
+static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.size = MODEL_CPU, .warmup = 2, .iters = 10, .lr = 0.01, .momentum = 0.9, .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-        double v;
-#define NUMBER(flag, low, high, target) \
-    if (strcmp(a, flag) == 0) { \
-        if (!value || !parse_number(flag, value, low, high, &v)) \
-            return value ? false : (fprintf(stderr, "benchmark: %s needs a value\n", flag), false); \
-        target = v; \
-        i++; \
-        continue; \
-    }
-        NUMBER("--batch", 1, 1 << 20, o->batch)
-        NUMBER("--warmup", 0, 1000, o->warmup)
-        NUMBER("--iters", 1, 100000, o->iters)
-        NUMBER("--threads", 1, 1024, o->threads)
-        NUMBER("--train-check", 1, 1e6, o->train_check)
-        NUMBER("--lr", 0, 100, o->lr)
-        NUMBER("--seed", 0, 1e15, o->seed)
-        NUMBER("--peak-gflops", 1e-3, 1e9, o->peak_gflops)
-#undef NUMBER
-        if (strcmp(a, "--model") == 0 && value) {
-            o->model = argv[++i];
-        } else if (strcmp(a, "--against") == 0 && value) {
-            o->against = argv[++i];
-        } else if (strcmp(a, "--size") == 0 && value) {
+    enum { MODEL = 256, AGAINST, SIZE, BATCH, WARMUP, ITERS, THREADS, TRAIN_CHECK, LR, SEED, PEAK_GFLOPS, JSON,
+           SGEMM_PEAK, LIST, DISTRIBUTED };
+    static const struct option options[] = {
+        {"model", required_argument, NULL, MODEL},
+        {"against", required_argument, NULL, AGAINST},
+        {"size", required_argument, NULL, SIZE},
+        {"batch", required_argument, NULL, BATCH},
+        {"warmup", required_argument, NULL, WARMUP},
+        {"iters", required_argument, NULL, ITERS},
+        {"threads", required_argument, NULL, THREADS},
+        {"train-check", required_argument, NULL, TRAIN_CHECK},
+        {"lr", required_argument, NULL, LR},
+        {"seed", required_argument, NULL, SEED},
+        {"peak-gflops", required_argument, NULL, PEAK_GFLOPS},
+        {"json", no_argument, NULL, JSON},
+        {"sgemm-peak", no_argument, NULL, SGEMM_PEAK},
+        {"list", no_argument, NULL, LIST},
+        {"distributed", no_argument, NULL, DISTRIBUTED},
+        {0},
+    };
+    cli c = {.program = "benchmark",
+             .usage = "benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]\n"
+                      "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
+                      "       benchmark --model NAME --against BACKEND [...]\n"
+                      "       benchmark --model NAME --train-check STEPS [...]\n"
+                      "       benchmark --sgemm-peak [--threads T]\n"
+                      "       benchmark --list",
+             .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case MODEL: o->model = optarg; break;
+        case AGAINST: o->against = optarg; break;
+        case SIZE: {
             int s = 0;
-            while (s < MODEL_SIZES && strcmp(size_names[s], value) != 0)
+            while (s < MODEL_SIZES && strcmp(size_names[s], optarg) != 0)
                 s++;
             if (s == MODEL_SIZES)
-                return fprintf(stderr, "benchmark: --size is tiny, cpu or paper, not '%s'\n", value), false;
+                cli_fail(&c, "--size is tiny, cpu or paper, not '%s'", optarg);
             o->size = (model_size)s;
-            i++;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = true;
-        } else if (strcmp(a, "--sgemm-peak") == 0) {
-            o->sgemm_peak = true;
-        } else if (strcmp(a, "--list") == 0) {
-            o->list = true;
-        } else if (strcmp(a, "--distributed") == 0) {
-            o->distributed = true;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        } else {
-            fprintf(stderr, "benchmark: unknown argument or missing value: '%s'\n", a);
-            usage(stderr);
-            return false;
+            break;
         }
-    }
+        case BATCH: o->batch = cli_integer(&c, 1, 1 << 20); break;
+        case WARMUP: o->warmup = (int)cli_integer(&c, 0, 1000); break;
+        case ITERS: o->iters = (int)cli_integer(&c, 1, 100000); break;
+        case THREADS: o->threads = (int)cli_integer(&c, 1, 1024); break;
+        case TRAIN_CHECK: o->train_check = (int)cli_integer(&c, 1, 1000000); break;
+        case LR: o->lr = cli_number(&c, 0, 100); break;
+        case SEED: o->seed = (uint64_t)cli_integer(&c, 0, (long long)1e15); break;
+        case PEAK_GFLOPS: o->peak_gflops = cli_number(&c, 1e-3, 1e9); break;
+        case JSON: o->json = true; break;
+        case SGEMM_PEAK: o->sgemm_peak = true; break;
+        case LIST: o->list = true; break;
+        case DISTRIBUTED: o->distributed = true; break;
+        }
     if (!o->model && !o->sgemm_peak && !o->list)
-        return fprintf(stderr, "benchmark: which model? (--model NAME; --list names them)\n"), false;
+        cli_fail(&c, "which model? (--model NAME; --list names them)");
     if (o->against && (o->distributed || o->train_check))
-        return fprintf(stderr, "benchmark: --against times training steps in one process; not with --%s\n",
-                       o->distributed ? "distributed" : "train-check"),
-               false;
-    return true;
+        cli_fail(&c, "--against times training steps in one process; not with --%s",
+                 o->distributed ? "distributed" : "train-check");
 }
 
 static double now(void)
@@ -449,8 +428,7 @@ static void report_pairs(const benchmark_model *bm, const options *o, const trai
 int main(int argc, char **argv)
 {
     options o;
-    if (!parse_args(argc, argv, &o))
-        return 2;
+    parse_args(argc, argv, &o);
     if (o.threads)
         fl_set_num_threads(o.threads);
     if (o.distributed && fl_distributed_init(NULL) != FL_OK)

@@ -1,6 +1,6 @@
 /*
  * The Flashlight paper's end-to-end example (section A.4.3) in Flare: the CNN of
- * Listing 8, trained with SGD by the loop of Listing 9 and evaluated as in Listings 10
+ * Listing 8 (mnist_cnn, models/mnist.c), trained with SGD by the loop of Listing 9 and evaluated as in Listings 10
  * and 11, on Fashion-MNIST from Debian's dataset-fashion-mnist package by default, or
  * on MNIST given a folder of its IDX files.
  *
@@ -37,6 +37,8 @@
 #include "flare/nn.h"
 #include "flare/optim.h"
 #include "flare/tensor.h"
+#include "cli.h"
+#include "models.h"
 
 #define VALIDATION_SIZE 5000
 #define EVAL_BATCH 256
@@ -50,82 +52,60 @@ typedef struct options {
     bool eval_only, no_eval, quiet, distributed;
 } options;
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
-                 "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
-                 "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n"
-                 "             [--stop-after N]\n");
-}
-
-static bool parse_number(const char *flag, const char *text, double low, double high, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end || !(v >= low && v <= high)) {
-        fprintf(stderr, "mnist: %s wants a number in [%g, %g], not '%s'\n", flag, low, high, text);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool parse_args(int argc, char **argv, options *o)
+static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.data = FL_FASHION_MNIST_DIR, .epochs = 5, .batch = 64, .lr = 0.05, .momentum = 0.9,
                    .seed = 1, .threads = 0, .workers = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-        double v;
-#define NUMBER(flag, low, high, target) \
-    if (strcmp(a, flag) == 0) { \
-        if (!value || !parse_number(flag, value, low, high, &v)) \
-            return value ? false : (fprintf(stderr, "mnist: %s needs a value\n", flag), false); \
-        target = v; \
-        i++; \
-        continue; \
-    }
-#define TEXT(flag, target) \
-    if (strcmp(a, flag) == 0) { \
-        if (!value) \
-            return fprintf(stderr, "mnist: %s needs a value\n", flag), false; \
-        target = value; \
-        i++; \
-        continue; \
-    }
-        NUMBER("--epochs", 0, 1000, o->epochs)
-        NUMBER("--stop-after", 1, 1000, o->stop_after)
-        NUMBER("--batch", 1, 1 << 20, o->batch)
-        NUMBER("--lr", 0, 100, o->lr)
-        NUMBER("--momentum", 0, 1, o->momentum)
-        NUMBER("--seed", 0, 1e15, o->seed)
-        NUMBER("--threads", 1, 1024, o->threads)
-        NUMBER("--workers", 0, 64, o->workers)
-        NUMBER("--train-limit", 1, 1e9, o->train_limit)
-        TEXT("--data", o->data)
-        TEXT("--json", o->json)
-        TEXT("--save", o->save)
-        TEXT("--load", o->load)
-#undef NUMBER
-#undef TEXT
-        if (strcmp(a, "--eval-only") == 0)
-            o->eval_only = true;
-        else if (strcmp(a, "--no-eval") == 0)
-            o->no_eval = true;
-        else if (strcmp(a, "--quiet") == 0)
-            o->quiet = true;
-        else if (strcmp(a, "--distributed") == 0)
-            o->distributed = true;
-        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return usage(stdout), exit(0), false;
-        else
-            return fprintf(stderr, "mnist: unknown argument '%s'\n", a), usage(stderr), false;
-    }
+    enum { EPOCHS = 256, STOP_AFTER, BATCH, LR, MOMENTUM, SEED, THREADS, WORKERS, TRAIN_LIMIT, DATA, JSON, SAVE, LOAD,
+           EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED };
+    static const struct option options[] = {
+        {"epochs", required_argument, NULL, EPOCHS},
+        {"stop-after", required_argument, NULL, STOP_AFTER},
+        {"batch", required_argument, NULL, BATCH},
+        {"lr", required_argument, NULL, LR},
+        {"momentum", required_argument, NULL, MOMENTUM},
+        {"seed", required_argument, NULL, SEED},
+        {"threads", required_argument, NULL, THREADS},
+        {"workers", required_argument, NULL, WORKERS},
+        {"train-limit", required_argument, NULL, TRAIN_LIMIT},
+        {"data", required_argument, NULL, DATA},
+        {"json", required_argument, NULL, JSON},
+        {"save", required_argument, NULL, SAVE},
+        {"load", required_argument, NULL, LOAD},
+        {"eval-only", no_argument, NULL, EVAL_ONLY},
+        {"no-eval", no_argument, NULL, NO_EVAL},
+        {"quiet", no_argument, NULL, QUIET},
+        {"distributed", no_argument, NULL, DISTRIBUTED},
+        {0},
+    };
+    cli c = {.program = "mnist",
+             .usage = "mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
+                      "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
+                      "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n"
+                      "             [--stop-after N]",
+             .options = options};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case EPOCHS: o->epochs = (int)cli_integer(&c, 0, 1000); break;
+        case STOP_AFTER: o->stop_after = (int)cli_integer(&c, 1, 1000); break;
+        case BATCH: o->batch = cli_integer(&c, 1, 1 << 20); break;
+        case LR: o->lr = cli_number(&c, 0, 100); break;
+        case MOMENTUM: o->momentum = cli_number(&c, 0, 1); break;
+        case SEED: o->seed = (uint64_t)cli_integer(&c, 0, (long long)1e15); break;
+        case THREADS: o->threads = (int)cli_integer(&c, 1, 1024); break;
+        case WORKERS: o->workers = (int)cli_integer(&c, 0, 64); break;
+        case TRAIN_LIMIT: o->train_limit = cli_integer(&c, 1, (long long)1e9); break;
+        case DATA: o->data = optarg; break;
+        case JSON: o->json = optarg; break;
+        case SAVE: o->save = optarg; break;
+        case LOAD: o->load = optarg; break;
+        case EVAL_ONLY: o->eval_only = true; break;
+        case NO_EVAL: o->no_eval = true; break;
+        case QUIET: o->quiet = true; break;
+        case DISTRIBUTED: o->distributed = true; break;
+        }
     if (o->eval_only && !o->load)
-        return fprintf(stderr, "mnist: --eval-only evaluates a checkpoint given with --load\n"), false;
-    return true;
+        cli_fail(&c, "--eval-only evaluates a checkpoint given with --load");
 }
 
 /* ---- data (Listing 7) ---- */
@@ -154,18 +134,6 @@ static fl_dataset *batches(fl_tensor *images, fl_tensor *labels, int64_t start, 
     fl_dataset *part = fl_partition_dataset(fl_span_dataset(all, start, count), fl_distributed_rank(),
                                             fl_distributed_size());
     return fl_batch_dataset(part, batch, false, NULL, NULL);
-}
-
-/* ---- the model (Listing 8) ---- */
-
-static fl_module *mnist_cnn(void)
-{
-    const fl_conv_params same = {.padding = {2, 2}};
-    return fl_nn_sequential(FL_MODULES(
-        fl_nn_conv2d(1, 32, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
-        fl_nn_conv2d(32, 64, 5, 5, &same, true), fl_nn_relu(), fl_nn_max_pool2d(2, 2, 0),
-        fl_nn_view(FL_SHAPE(-1, 7 * 7 * 64)), fl_nn_linear(7 * 7 * 64, 1024, true), fl_nn_relu(),
-        fl_nn_dropout(0.5), fl_nn_linear(1024, 10, true), fl_nn_log_softmax(1)));
 }
 
 /* ---- evaluation (Listings 10 and 11) ---- */
@@ -265,8 +233,7 @@ static int fail(const char *what)
 int main(int argc, char **argv)
 {
     options o;
-    if (!parse_args(argc, argv, &o))
-        return 2;
+    parse_args(argc, argv, &o);
     if (o.threads)
         fl_set_num_threads(o.threads);
     if (o.distributed && fl_distributed_init(NULL) != FL_OK)

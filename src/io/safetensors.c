@@ -15,16 +15,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "../tensor/internal.h"
 #include "flare/io.h"
-#include "json.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tensors are written as the host stores them; the format is little-endian"
 #endif
 
 /* The reference reader's limit on the header (MAX_HEADER_SIZE): a corrupt length
- * must not make us allocate gigabytes before the JSON is even looked at. */
+ * must not make us allocate gigabytes before the JSON is even looked at. The parsed
+ * header is a jansson tree, about 40 bytes per value: a header at this limit made of
+ * one long array of digits takes 2 GB to refuse, while 10,000 tensors take about a
+ * megabyte of text. */
 #define MAX_HEADER_BYTES 100000000u
 /* The reference writer pads the header with spaces to a multiple of this. */
 #define HEADER_ALIGNMENT 8
@@ -88,38 +92,49 @@ static bool write_all(int fd, const void *bytes, size_t length)
     return true;
 }
 
-/* The JSON header, padded, for tensors whose offsets are in places (by map index). */
-static void build_header(fl__buffer *b, const fl_tensor_map *map, const placed *by_index)
+/* A JSON value stored in a container, which owns it from then on (also on failure). */
+static bool set(json_t *object, const char *key, json_t *value) { return json_object_set_new(object, key, value) == 0; }
+static bool append(json_t *array, json_t *value) { return json_array_append_new(array, value) == 0; }
+
+/* The JSON header for tensors at the offsets in by_index (the map's order), padded
+ * with spaces; NULL when out of memory. */
+static char *build_header(const fl_tensor_map *map, const placed *by_index, size_t *length)
 {
-    fl__buffer_append(b, "{", 1);
+    json_t *root = json_object();
+    bool ok = root != NULL;
     size_t metadata = fl_tensor_map_metadata_count(map);
-    if (metadata) {
-        fl__buffer_json_string(b, "__metadata__");
-        fl__buffer_append(b, ":{", 2);
-        for (size_t i = 0; i < metadata; i++) {
+    if (ok && metadata) {
+        json_t *pairs = json_object();
+        ok = set(root, "__metadata__", pairs);
+        for (size_t i = 0; ok && i < metadata; i++) {
             const char *key = fl_tensor_map_metadata_key_at(map, i);
-            if (i)
-                fl__buffer_append(b, ",", 1);
-            fl__buffer_json_string(b, key);
-            fl__buffer_append(b, ":", 1);
-            fl__buffer_json_string(b, fl_tensor_map_metadata(map, key));
+            ok = set(pairs, key, json_string(fl_tensor_map_metadata(map, key)));
         }
-        fl__buffer_append(b, "}", 1);
     }
-    for (size_t i = 0; i < fl_tensor_map_count(map); i++) {
+    for (size_t i = 0; ok && i < fl_tensor_map_count(map); i++) {
         const fl_tensor *t = fl_tensor_map_tensor_at(map, i);
-        if (i || metadata)
-            fl__buffer_append(b, ",", 1);
-        fl__buffer_json_string(b, fl_tensor_map_name_at(map, i));
-        fl__buffer_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", tag_of(fl_dtype_of(t)));
-        for (int d = 0; d < fl_ndim(t); d++)
-            fl__buffer_printf(b, d ? ",%lld" : "%lld", (long long)fl_shape(t)[d]);
-        fl__buffer_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)by_index[i].begin,
-                          (unsigned long long)by_index[i].end);
+        /* Each container is made as it is stored, so that a failure leaks nothing. */
+        json_t *entry = json_object(), *shape = NULL, *offsets = NULL;
+        ok = set(root, fl_tensor_map_name_at(map, i), entry) && set(entry, "dtype", json_string(tag_of(fl_dtype_of(t)))) &&
+             set(entry, "shape", shape = json_array()) && set(entry, "data_offsets", offsets = json_array()) &&
+             append(offsets, json_integer((json_int_t)by_index[i].begin)) &&
+             append(offsets, json_integer((json_int_t)by_index[i].end));
+        for (int d = 0; ok && d < fl_ndim(t); d++)
+            ok = append(shape, json_integer(fl_shape(t)[d]));
     }
-    fl__buffer_append(b, "}", 1);
-    while (b->length % HEADER_ALIGNMENT)
-        fl__buffer_append(b, " ", 1);
+    char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text), padded = (n + HEADER_ALIGNMENT - 1) / HEADER_ALIGNMENT * HEADER_ALIGNMENT;
+    char *grown = realloc(text, padded + 1);
+    if (!grown) {
+        free(text);
+        return NULL;
+    }
+    memset(grown + n, ' ', padded - n);
+    *length = padded;
+    return grown;
 }
 
 /* Creates path.tmp.<pid>.<n> exclusively, so that concurrent savers (threads or
@@ -165,7 +180,8 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     size_t count = fl_tensor_map_count(map);
     placed *order = calloc(count ? count : 1, sizeof *order);
     placed *by_index = calloc(count ? count : 1, sizeof *by_index);
-    fl__buffer header = {0};
+    char *header = NULL;
+    size_t header_length = 0;
     void *scratch = NULL;
     char temporary[4096];
     int fd = -1;
@@ -192,9 +208,9 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
         order[k].end = offset += bytes;
         by_index[order[k].index] = order[k];
     }
-    build_header(&header, map, by_index);
+    header = build_header(map, by_index, &header_length);
     scratch = malloc(largest ? largest : 1);
-    if (header.failed || !scratch) {
+    if (!header || !scratch) {
         fl__error(status, save_fn, "'%s': out of memory", path);
         goto done;
     }
@@ -208,8 +224,8 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     created = true;
     uint8_t length[8];
     for (int i = 0; i < 8; i++)
-        length[i] = (uint8_t)((uint64_t)header.length >> (8 * i));
-    if (!write_all(fd, length, sizeof length) || !write_all(fd, header.data, header.length)) {
+        length[i] = (uint8_t)((uint64_t)header_length >> (8 * i));
+    if (!write_all(fd, length, sizeof length) || !write_all(fd, header, header_length)) {
         fl__error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
         goto done;
     }
@@ -252,7 +268,7 @@ done:
         close(fd);
     if (created)
         unlink(temporary);
-    fl__buffer_free(&header);
+    free(header);
     free(scratch);
     free(order);
     free(by_index);
@@ -276,16 +292,36 @@ typedef struct header {
     tensor_info *tensors;
     size_t count, capacity;
     char **metadata; /* key, value, key, value, ... */
-    size_t metadata_count, metadata_capacity; /* in pairs */
-    bool has_metadata;
+    size_t metadata_count; /* pairs */
 } header;
 
-/* The JSON cursor and the status its error will carry: FL_ERR_VALUE unless the file
- * is valid but beyond Flare (a dtype, a rank). */
-typedef struct parser {
-    fl__json json;
+/* Why a header was refused, and the status that goes with it: FL_ERR_VALUE unless
+ * the file is valid but beyond Flare (a dtype, a rank). */
+#define NO_BYTE SIZE_MAX
+
+typedef struct problem {
     fl_status status;
-} parser;
+    char message[320];
+} problem;
+
+/* Records the problem as the message will give it: "invalid header at byte N: ..."
+ * for one the parser located, "invalid header: ..." for one found in a value. */
+static bool refuse_at(problem *p, fl_status status, size_t at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static bool refuse_at(problem *p, fl_status status, size_t at, const char *fmt, ...)
+{
+    p->status = status;
+    int n = status == FL_ERR_MEMORY ? 0
+            : at == NO_BYTE         ? snprintf(p->message, sizeof p->message, "invalid header: ")
+                                    : snprintf(p->message, sizeof p->message, "invalid header at byte %zu: ", at);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->message + n, sizeof p->message - (size_t)n, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define refuse(p, status, ...) refuse_at(p, status, NO_BYTE, __VA_ARGS__)
 
 static void free_header(header *h)
 {
@@ -297,182 +333,188 @@ static void free_header(header *h)
     free(h->metadata);
 }
 
-static bool parse_dtype(parser *p, const char *name, tensor_info *info)
+/* What a value is, for a message: an integer is shown, anything else named. */
+static const char *describe(const json_t *v, char *buf, size_t size)
 {
-    size_t at = p->json.pos;
-    char *tag = fl__json_string(&p->json);
-    if (!tag)
-        return false;
-    bool known = false;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
+        return buf;
+    case JSON_REAL: return "a number with a fraction or exponent";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static bool parse_dtype(problem *p, const char *name, const json_t *value, tensor_info *info)
+{
+    char buf[32];
+    if (!json_is_string(value))
+        return refuse(p, FL_ERR_VALUE, "tensor '%s': dtype: expected a string, found %s", name,
+                      describe(value, buf, sizeof buf));
+    const char *tag = json_string_value(value);
     for (size_t i = 0; i < sizeof dtype_tags / sizeof dtype_tags[0]; i++)
         if (strcmp(tag, dtype_tags[i].tag) == 0) {
             info->dtype = dtype_tags[i].dtype;
-            known = true;
+            return true;
         }
-    if (!known) {
-        bool foreign = false;
-        for (size_t i = 0; i < sizeof foreign_tags / sizeof foreign_tags[0]; i++)
-            foreign |= strcmp(tag, foreign_tags[i]) == 0;
-        p->json.pos = at;
-        p->status = FL_ERR_DTYPE;
-        if (foreign)
-            fl__json_fail(&p->json, "tensor '%s' has dtype %s, which Flare does not support", name, tag);
-        else
-            fl__json_fail(&p->json, "tensor '%s' has an unknown dtype '%.32s'", name, tag);
-    }
-    free(tag);
-    return known;
+    for (size_t i = 0; i < sizeof foreign_tags / sizeof foreign_tags[0]; i++)
+        if (strcmp(tag, foreign_tags[i]) == 0)
+            return refuse(p, FL_ERR_DTYPE, "tensor '%s' has dtype %s, which Flare does not support", name, tag);
+    return refuse(p, FL_ERR_DTYPE, "tensor '%s' has an unknown dtype '%.32s'", name, tag);
 }
 
-static bool parse_shape(parser *p, const char *name, tensor_info *info)
+/* An array of at most max non-negative integers (a shape or data_offsets), whose
+ * length the caller checks. */
+static bool parse_integers(problem *p, const char *name, const char *field, const json_t *array, size_t max,
+                           uint64_t *values)
 {
-    fl__json *j = &p->json;
-    info->ndim = 0;
-    for (bool more = fl__json_open(j, '['); more; more = fl__json_next(j, ']')) {
-        uint64_t size;
-        if (info->ndim == FL_MAX_DIMS) {
-            p->status = FL_ERR_SHAPE;
-            return fl__json_fail(j, "tensor '%s' has more than %d dimensions", name, FL_MAX_DIMS);
-        }
-        if (!fl__json_uint(j, &size))
-            return false;
-        if (size > INT64_MAX)
-            return fl__json_fail(j, "tensor '%s' has a dimension of %llu", name, (unsigned long long)size);
-        info->shape[info->ndim++] = (int64_t)size;
+    char buf[32];
+    if (!json_is_array(array))
+        return refuse(p, FL_ERR_VALUE, "tensor '%s': %s: expected an array, found %s", name, field,
+                      describe(array, buf, sizeof buf));
+    size_t i;
+    json_t *v;
+    json_array_foreach(array, i, v) {
+        if (i == max)
+            break;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return refuse(p, FL_ERR_VALUE, "tensor '%s': %s[%zu]: expected a non-negative integer, found %s", name,
+                          field, i, describe(v, buf, sizeof buf));
+        values[i] = (uint64_t)json_integer_value(v);
     }
-    return !j->failed;
+    return true;
 }
 
-static bool parse_offsets(parser *p, const char *name, tensor_info *info)
+static bool parse_shape(problem *p, const char *name, const json_t *value, tensor_info *info)
 {
-    fl__json *j = &p->json;
-    uint64_t offsets[2];
-    int n = 0;
-    for (bool more = fl__json_open(j, '['); more; more = fl__json_next(j, ']')) {
-        if (n == 2)
-            return fl__json_fail(j, "tensor '%s': data_offsets has more than two entries", name);
-        if (!fl__json_uint(j, &offsets[n++]))
-            return false;
-    }
-    if (j->failed)
+    uint64_t sizes[FL_MAX_DIMS];
+    if (!parse_integers(p, name, "shape", value, FL_MAX_DIMS, sizes))
         return false;
-    if (n != 2)
-        return fl__json_fail(j, "tensor '%s': data_offsets needs two entries, not %d", name, n);
+    if (json_array_size(value) > FL_MAX_DIMS)
+        return refuse(p, FL_ERR_SHAPE, "tensor '%s' has more than %d dimensions", name, FL_MAX_DIMS);
+    info->ndim = (int)json_array_size(value);
+    for (int d = 0; d < info->ndim; d++)
+        info->shape[d] = (int64_t)sizes[d]; /* the parser refuses integers beyond int64 */
+    return true;
+}
+
+static bool parse_offsets(problem *p, const char *name, const json_t *value, tensor_info *info)
+{
+    uint64_t offsets[2];
+    if (!parse_integers(p, name, "data_offsets", value, 2, offsets))
+        return false;
+    if (json_array_size(value) != 2)
+        return refuse(p, FL_ERR_VALUE, "tensor '%s': data_offsets needs two entries, not %zu", name,
+                      json_array_size(value));
     info->begin = offsets[0];
     info->end = offsets[1];
     return true;
 }
 
-/* {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}, each field once. */
-static bool parse_tensor(parser *p, char *name, header *h)
+/* {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}; the parser has
+ * already refused a field given twice. */
+static bool parse_tensor(problem *p, const char *name, const json_t *entry, header *h)
 {
-    fl__json *j = &p->json;
+    char buf[32];
+    if (!json_is_object(entry))
+        return refuse(p, FL_ERR_VALUE, "tensor '%s': expected an object, found %s", name, describe(entry, buf, sizeof buf));
     if (h->count == h->capacity) {
         size_t capacity = h->capacity ? 2 * h->capacity : 16;
         tensor_info *tensors = realloc(h->tensors, capacity * sizeof *tensors);
-        if (!tensors) {
-            free(name);
-            return fl__json_fail(j, "out of memory");
-        }
+        if (!tensors)
+            return refuse(p, FL_ERR_MEMORY, "out of memory");
         h->tensors = tensors;
         h->capacity = capacity;
     }
-    tensor_info *info = &h->tensors[h->count++];
-    *info = (tensor_info){.name = name};
+    tensor_info *info = &h->tensors[h->count];
+    *info = (tensor_info){.name = strdup(name)};
+    if (!info->name)
+        return refuse(p, FL_ERR_MEMORY, "out of memory");
+    h->count++;
     enum { DTYPE = 1, SHAPE = 2, OFFSETS = 4 };
     unsigned seen = 0;
-    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
-        size_t at = j->pos;
-        char *field = fl__json_string(j);
-        if (!field || !fl__json_expect(j, ':')) {
-            free(field);
-            return false;
-        }
-        unsigned which = strcmp(field, "dtype") == 0 ? DTYPE
-                         : strcmp(field, "shape") == 0 ? SHAPE
-                         : strcmp(field, "data_offsets") == 0 ? OFFSETS : 0;
-        if (!which || (seen & which)) {
-            j->pos = at;
-            fl__json_fail(j, "tensor '%s' has %s field '%.32s'", name, which ? "a repeated" : "an unknown", field);
-            free(field);
-            return false;
-        }
-        free(field);
-        seen |= which;
-        bool ok = which == DTYPE ? parse_dtype(p, name, info)
-                  : which == SHAPE ? parse_shape(p, name, info) : parse_offsets(p, name, info);
+    const char *field;
+    json_t *value;
+    json_object_foreach((json_t *)entry, field, value) {
+        bool ok;
+        if (strcmp(field, "dtype") == 0)
+            seen |= DTYPE, ok = parse_dtype(p, name, value, info);
+        else if (strcmp(field, "shape") == 0)
+            seen |= SHAPE, ok = parse_shape(p, name, value, info);
+        else if (strcmp(field, "data_offsets") == 0)
+            seen |= OFFSETS, ok = parse_offsets(p, name, value, info);
+        else
+            ok = refuse(p, FL_ERR_VALUE, "tensor '%s' has an unknown field '%.32s'", name, field);
         if (!ok)
             return false;
     }
-    if (j->failed)
-        return false;
     if (seen != (DTYPE | SHAPE | OFFSETS))
-        return fl__json_fail(j, "tensor '%s' lacks its %s", name,
-                             !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
+        return refuse(p, FL_ERR_VALUE, "tensor '%s' lacks its %s", name,
+                      !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
     uint64_t bytes = fl_dtype_size(info->dtype);
     for (int d = 0; d < info->ndim; d++)
         if (__builtin_mul_overflow(bytes, (uint64_t)info->shape[d], &bytes))
-            return fl__json_fail(j, "tensor '%s' is too large to address", name);
+            return refuse(p, FL_ERR_VALUE, "tensor '%s' is too large to address", name);
     info->bytes = bytes;
     return true;
 }
 
 /* {"key": "value", ...} */
-static bool parse_metadata(parser *p, header *h)
+static bool parse_metadata(problem *p, const json_t *object, header *h)
 {
-    fl__json *j = &p->json;
-    if (h->has_metadata)
-        return fl__json_fail(j, "'__metadata__' appears twice");
-    h->has_metadata = true;
-    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
-        if (h->metadata_count == h->metadata_capacity) {
-            size_t capacity = h->metadata_capacity ? 2 * h->metadata_capacity : 8;
-            char **metadata = realloc(h->metadata, 2 * capacity * sizeof *metadata);
-            if (!metadata)
-                return fl__json_fail(j, "out of memory");
-            h->metadata = metadata;
-            h->metadata_capacity = capacity;
-        }
-        char *key = fl__json_string(j);
-        if (!key)
-            return false;
-        if (fl__json_expect(j, ':') && fl__json_peek(j) != '"')
-            fl__json_fail(j, "metadata '%s' is not a string", key);
-        char *value = fl__json_string(j);
-        if (!value) {
-            free(key);
-            return false;
-        }
-        h->metadata[2 * h->metadata_count] = key;
-        h->metadata[2 * h->metadata_count + 1] = value;
+    if (!json_is_object(object))
+        return refuse(p, FL_ERR_VALUE, "'__metadata__' is not an object");
+    size_t count = json_object_size(object);
+    h->metadata = calloc(2 * count + 1, sizeof *h->metadata);
+    if (!h->metadata)
+        return refuse(p, FL_ERR_MEMORY, "out of memory");
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)object, key, value) {
+        if (!json_is_string(value))
+            return refuse(p, FL_ERR_VALUE, "metadata '%s' is not a string", key);
+        char **pair = &h->metadata[2 * h->metadata_count];
+        pair[0] = strdup(key);
+        pair[1] = strdup(json_string_value(value));
         h->metadata_count++;
+        if (!pair[0] || !pair[1])
+            return refuse(p, FL_ERR_MEMORY, "out of memory");
     }
-    return !j->failed;
+    return true;
 }
 
-static bool parse_header(parser *p, header *h)
+/* The header's text, from byte base of the file: parsed by jansson, which checks the
+ * JSON itself (syntax, UTF-8, escapes, nesting depth, integer range, repeated keys),
+ * then walked here for what safetensors asks of it. */
+static bool parse_header(problem *p, const char *text, size_t length, size_t base, header *h)
 {
-    fl__json *j = &p->json;
     /* As the reference reader, no leading whitespace: the header must open at byte 8. */
-    if (j->length == 0 || j->text[0] != '{')
-        return fl__json_fail(j, "the header does not start with '{'");
-    for (bool more = fl__json_open(j, '{'); more; more = fl__json_next(j, '}')) {
-        char *name = fl__json_string(j);
-        if (!name || !fl__json_expect(j, ':')) {
-            free(name);
-            return false;
-        }
-        if (strcmp(name, "__metadata__") == 0) {
-            free(name);
-            if (fl__json_peek(j) != '{' && !j->failed)
-                return fl__json_fail(j, "'__metadata__' is not an object");
-            if (!parse_metadata(p, h))
-                return false;
-        } else if (!parse_tensor(p, name, h)) {
-            return false;
-        }
+    if (length == 0 || text[0] != '{')
+        return refuse_at(p, FL_ERR_VALUE, base, "the header does not start with '{'");
+    json_error_t error;
+    json_t *root = json_loadb(text, length, JSON_REJECT_DUPLICATES, &error);
+    if (!root) {
+        /* jansson's position is just past the token its message names ("near ..."):
+         * the byte given is that token's last, or the header's at its end. */
+        size_t at = error.position > 0 ? (size_t)error.position - 1 : 0;
+        fl_status status = json_error_code(&error) == json_error_out_of_memory ? FL_ERR_MEMORY : FL_ERR_VALUE;
+        return refuse_at(p, status, base + at, "%s", error.text);
     }
-    return fl__json_finish(j);
+    bool ok = true;
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value) {
+        ok = strcmp(name, "__metadata__") == 0 ? parse_metadata(p, value, h) : parse_tensor(p, name, value, h);
+        if (!ok)
+            break;
+    }
+    json_decref(root);
+    return ok;
 }
 
 static fl_status load_error(const char *path, fl_status status, const char *fmt, ...)
@@ -489,21 +531,6 @@ static fl_status load_error(const char *path, fl_status status, const char *fmt,
     return status;
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The first name that occurs twice among count names, or NULL. */
-static const char *repeated_name(char **names, size_t count)
-{
-    qsort(names, count, sizeof *names, by_name);
-    for (size_t i = 1; i < count; i++)
-        if (strcmp(names[i - 1], names[i]) == 0)
-            return names[i];
-    return NULL;
-}
-
 static int by_offsets(const void *a, const void *b)
 {
     const tensor_info *x = *(tensor_info *const *)a, *y = *(tensor_info *const *)b;
@@ -512,33 +539,15 @@ static int by_offsets(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-/* Names unique; each tensor's bytes match its dtype and shape; the tensors tile the
- * data section [0, data_size) exactly. */
+/* Each tensor's bytes match its dtype and shape; the tensors tile the data section
+ * [0, data_size) exactly. (The parser has refused a name given twice.) */
 static fl_status check_layout(const char *path, header *h, uint64_t data_offset, uint64_t file_size)
 {
-    size_t count = h->count, metadata = h->metadata_count;
-    void *scratch = malloc((count > metadata ? count : metadata) * sizeof(void *) + 1);
-    if (!scratch)
+    size_t count = h->count;
+    tensor_info **sorted = malloc(count * sizeof *sorted + 1);
+    if (!sorted)
         return load_error(path, FL_ERR_MEMORY, "out of memory checking %zu tensors", count);
-    char **names = scratch;
-    tensor_info **sorted = scratch;
     fl_status status = FL_OK;
-
-    for (size_t i = 0; i < metadata; i++)
-        names[i] = h->metadata[2 * i];
-    const char *twice = repeated_name(names, metadata);
-    if (twice) {
-        status = load_error(path, FL_ERR_VALUE, "metadata key '%s' appears twice", twice);
-        goto done;
-    }
-    for (size_t i = 0; i < count; i++)
-        names[i] = h->tensors[i].name;
-    twice = repeated_name(names, count);
-    if (twice) {
-        status = load_error(path, FL_ERR_VALUE, "tensor '%s' appears twice", twice);
-        goto done;
-    }
-
     for (size_t i = 0; i < count; i++) {
         tensor_info *t = &h->tensors[i];
         char shape[FL_DESC_SIZE];
@@ -581,7 +590,7 @@ static fl_status check_layout(const char *path, header *h, uint64_t data_offset,
         status = load_error(path, FL_ERR_VALUE, "%llu bytes after the last tensor's data (at byte %llu) belong to no tensor",
                             (unsigned long long)(data_size - covered), (unsigned long long)(data_offset + covered));
 done:
-    free(scratch);
+    free(sorted);
     return status;
 }
 
@@ -699,10 +708,9 @@ fl_status fl_load_safetensors(const char *path, fl_tensor_map **out)
         status = load_error(path, FL_ERR_IO, "reading the header: %s", errno ? strerror(errno) : "the file ended");
         goto done;
     }
-    parser p = {.status = FL_ERR_VALUE};
-    fl__json_init(&p.json, text, (size_t)length, sizeof prefix);
-    if (!parse_header(&p, &h)) {
-        status = load_error(path, p.status, "invalid header %s", p.json.error);
+    problem p;
+    if (!parse_header(&p, text, (size_t)length, sizeof prefix, &h)) {
+        status = load_error(path, p.status, "%s", p.message);
         goto done;
     }
     uint64_t data_offset = sizeof prefix + length;

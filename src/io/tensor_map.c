@@ -6,7 +6,6 @@
 
 #include "../tensor/internal.h"
 #include "flare/io.h"
-#include "json.h"
 
 /* Names with values, in insertion order, indexed by a hash of the name. */
 typedef struct named_list {
@@ -21,6 +20,43 @@ struct fl_tensor_map {
     named_list tensors;  /* values are fl_tensor * (references the map owns) */
     named_list metadata; /* values are malloc'd strings */
 };
+
+/* Names and metadata become JSON strings in a safetensors header, which must be
+ * UTF-8: no overlong forms, no surrogates. (jansson checks the same when it writes
+ * them, but cannot tell a bad string from a failed allocation.) */
+static bool utf8_valid(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t length = strlen(text), i = 0;
+    while (i < length) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        unsigned min, code;
+        if (c >= 0xc2 && c <= 0xdf)
+            n = 1, min = 0x80, code = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 2, min = 0x800, code = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 3, min = 0x10000, code = c & 0x07;
+        else
+            return false;
+        if (length - i <= n)
+            return false;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            code = (code << 6) | (s[i + k] & 0x3f);
+        }
+        if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
 
 static size_t hash(const char *s)
 {
@@ -127,7 +163,7 @@ fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *ten
             fl__error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
         return fl_last_status();
     }
-    if (!fl__utf8_valid(name, strlen(name))) {
+    if (!utf8_valid(name)) {
         fl__error(FL_ERR_VALUE, fn, "the name is not valid UTF-8");
         return FL_ERR_VALUE;
     }
@@ -197,9 +233,9 @@ fl_status fl_tensor_map_set_metadata(fl_tensor_map *map, const char *key, const 
         fl__error(FL_ERR_NULL, fn, "%s is NULL", !map ? "the map" : !key ? "the key" : "the value");
         return FL_ERR_NULL;
     }
-    if (!fl__utf8_valid(key, strlen(key)) || !fl__utf8_valid(value, strlen(value))) {
+    if (!utf8_valid(key) || !utf8_valid(value)) {
         fl__error(FL_ERR_VALUE, fn, "the %s is not valid UTF-8",
-                  fl__utf8_valid(key, strlen(key)) ? "value" : "key");
+                  utf8_valid(key) ? "value" : "key");
         return FL_ERR_VALUE;
     }
     char *copy = strdup(value);
