@@ -47,6 +47,14 @@ static int default_slot = -1;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Every snapshot, kept for the life of the process: a wrapper's base may point to
+ * one long after its name was registered again. */
+typedef struct snapshot {
+    fl_backend table;
+    struct snapshot *next;
+} snapshot;
+static snapshot *snapshots;
+
 static int slot_named(const char *name)
 {
     for (int i = 0; i < slot_count; i++)
@@ -122,11 +130,13 @@ static fl_status register_table(const fl_backend *table)
     } else if (copy->release != slots[i]->release) {
         status = FL_ERR_VALUE;
     } else {
-        fl_backend *snapshot = malloc(sizeof *snapshot);
-        if (snapshot) {
-            *snapshot = *slots[i];
+        snapshot *kept = malloc(sizeof *kept);
+        if (kept) {
+            kept->table = *slots[i];
+            kept->next = snapshots;
+            snapshots = kept;
             if (copy->base == slots[i])
-                copy->base = snapshot;
+                copy->base = &kept->table;
             write_entries(slots[i], copy);
         } else {
             status = FL_ERR_MEMORY;

@@ -83,12 +83,8 @@ static fl_tensor *cpu_twin(const fl_tensor *out)
 
 /* The primitive each node stands for, which memory telemetry attributes the
  * allocations of its materialization to. */
-static const char *const op_names[LAZY_OP_COUNT] = {
-    "value", "full", "reshape", "cast", "neg", "abs", "sign", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos",
-    "tanh", "sigmoid", "erf", "gelu", "gelu", "floor", "ceil", "round", "add", "sub", "mul", "div", "pow", "minimum",
-    "maximum", "gelu", "gelu",
-};
-_Static_assert(sizeof op_names / sizeof op_names[0] == LAZY_OP_COUNT, "a name for every operation");
+#define LAZY_OP_NAME(op, primitive) primitive,
+static const char *const op_names[LAZY_OP_COUNT] = {LAZY_OPS(LAZY_OP_NAME)};
 
 /* A constant as a CPU tensor of one element viewed with zero strides in t's shape,
  * for a delegated primitive, which reads strided operands: the zeros that a gradient

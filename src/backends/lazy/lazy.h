@@ -19,23 +19,30 @@
 
 #include "flare/backend.h"
 
-typedef enum lazy_op {
-    LAZY_VALUE, /* materialized: value holds the CPU tensor */
-    LAZY_CONSTANT,
-    /* a pending operation's values under another shape: row-major order is kept, so in
-     * a fused pass it is its operand's values, and written out it is a view of them */
-    LAZY_RESHAPE,
-    /* an f32 conversion of a value of another dtype (bool, u8, i32, i64, f64): a fused
-     * pass reads the value and converts it as it goes, like a leaf */
-    LAZY_CAST,
-    /* unary, f32 */
-    LAZY_NEG, LAZY_ABS, LAZY_SIGN, LAZY_EXP, LAZY_LOG, LAZY_LOG1P, LAZY_SQRT, LAZY_RSQRT, LAZY_SIN, LAZY_COS,
-    LAZY_TANH, LAZY_SIGMOID, LAZY_ERF, LAZY_GELU, LAZY_GELU_TANH, LAZY_FLOOR, LAZY_CEIL, LAZY_ROUND,
-    /* binary, f32 */
-    LAZY_ADD, LAZY_SUB, LAZY_MUL, LAZY_DIV, LAZY_POW, LAZY_MINIMUM, LAZY_MAXIMUM,
-    LAZY_GELU_GRAD, LAZY_GELU_TANH_GRAD, /* of (x, dy) */
-    LAZY_OP_COUNT
-} lazy_op;
+/* Every kind of node, in enum order, with the backend primitive it stands for (memory
+ * telemetry attributes a node's materialization to it): X(op, primitive name). */
+#define LAZY_OPS(X)                                                                          \
+    X(LAZY_VALUE, "value") /* materialized: value holds the CPU tensor */                    \
+    X(LAZY_CONSTANT, "full")                                                                 \
+    /* a pending operation's values under another shape: row-major order is kept, so in   \
+     * a fused pass it is its operand's values, and written out it is a view of them */    \
+    X(LAZY_RESHAPE, "reshape")                                                               \
+    /* an f32 conversion of a value of another dtype (bool, u8, i32, i64, f64): a fused    \
+     * pass reads the value and converts it as it goes, like a leaf */                     \
+    X(LAZY_CAST, "cast")                                                                     \
+    /* unary, f32 */                                                                       \
+    X(LAZY_NEG, "neg") X(LAZY_ABS, "abs") X(LAZY_SIGN, "sign") X(LAZY_EXP, "exp")            \
+    X(LAZY_LOG, "log") X(LAZY_LOG1P, "log1p") X(LAZY_SQRT, "sqrt") X(LAZY_RSQRT, "rsqrt")    \
+    X(LAZY_SIN, "sin") X(LAZY_COS, "cos") X(LAZY_TANH, "tanh") X(LAZY_SIGMOID, "sigmoid")    \
+    X(LAZY_ERF, "erf") X(LAZY_GELU, "gelu") X(LAZY_GELU_TANH, "gelu") X(LAZY_FLOOR, "floor") \
+    X(LAZY_CEIL, "ceil") X(LAZY_ROUND, "round")                                              \
+    /* binary, f32 */                                                                      \
+    X(LAZY_ADD, "add") X(LAZY_SUB, "sub") X(LAZY_MUL, "mul") X(LAZY_DIV, "div")              \
+    X(LAZY_POW, "pow") X(LAZY_MINIMUM, "minimum") X(LAZY_MAXIMUM, "maximum")                 \
+    X(LAZY_GELU_GRAD, "gelu") X(LAZY_GELU_TANH_GRAD, "gelu") /* of (x, dy) */
+
+#define LAZY_ENUM_ENTRY(op, primitive) op,
+typedef enum lazy_op { LAZY_OPS(LAZY_ENUM_ENTRY) LAZY_OP_COUNT } lazy_op;
 
 #define LAZY_FIRST_BINARY LAZY_ADD
 
