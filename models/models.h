@@ -1,8 +1,8 @@
 /*
  * The benchmark models of the Flashlight paper (Table 3), built from Flare's own
- * modules, shared by apps/benchmark and the tests. Each model has the CPU
- * configuration that runs on a small machine (issue "Benchmark suite") and the
- * paper's configuration for large ones.
+ * modules, shared by apps/benchmark and the tests. Each model has a configuration
+ * that trains in reasonable time on a CPU and the paper's configuration for large
+ * machines.
  *
  * A benchmark model is a table: how to build it, how to make a batch of random data
  * in memory (as the paper does), and its loss on a batch, so the harness can time
@@ -16,8 +16,8 @@
 #include "flare/tensor.h"
 
 /* TINY: the same architecture made small (fewer layers, channels, classes, a smaller
- * input) for tests and short training runs; CPU: the issue's configuration for this
- * machine; PAPER: Table 3's. */
+ * input) for tests and short training runs; CPU: sized for a CPU of a few cores (the
+ * README's benchmark table); PAPER: Table 3's. */
 typedef enum model_size { MODEL_TINY, MODEL_CPU, MODEL_PAPER, MODEL_SIZES } model_size;
 
 typedef struct benchmark_model {

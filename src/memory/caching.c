@@ -10,13 +10,13 @@
  *    pools never lend to each other, so small, short-lived tensors cannot cut up the
  *    blocks that large ones need.
  *  - The grain is fine on purpose. Tensors of one size carved one after another from a
- *    segment sit the rounded size apart, and some spacings are slow: at the coarser
- *    64 KiB grain this manager had, arrays of 1e6 floats were 0x3e0000 bytes apart, and
- *    `make bench-layout` timed their add 9-16% slower there than at 0x3d0a00, their
- *    spacing at 512 bytes, on this project's machine. Which spacings are slow depends
- *    on how the machine maps addresses to cache slices and memory channels, which no
- *    allocator can know; a fine grain at least does not make round sizes rounder.
- *    Segments keep a 64 KiB grain (SEGMENT_GRAIN).
+ *    segment sit the rounded size apart, and some spacings are slow: a coarse grain
+ *    such as 64 KiB puts tensors of 1e6 floats 0x3e0000 bytes apart, where an add over
+ *    them is measurably slower than at their 512-byte spacing (docs/BENCHMARKS.md,
+ *    `make bench-layout`). Which spacings are slow depends on how the machine maps
+ *    addresses to cache slices and memory channels, which no allocator can know; a
+ *    fine grain at least does not make round sizes rounder. Segments keep a 64 KiB
+ *    grain (SEGMENT_GRAIN).
  *  - A request takes the smallest fitting free block of its pool (best fit; exact-size
  *    bins below 1 MiB, eight bins per power of two above).
  *  - Small-pool blocks are always split when the rest is at least 512 bytes.

@@ -12,11 +12,9 @@
  * The algorithm: Winograd's F(4x4, 3x3) wherever oneDNN has a kernel for the shape
  * (3x3 kernels and stride 1 among its conditions; it answers "unimplemented"
  * otherwise), direct convolution elsewhere. Winograd does 2.25x fewer
- * multiplications by transforming tiles of the input, the weight and the output; the
- * three passes of bench-ops' 64-channel 56x56 layer run 1.7-1.8x faster with it here
- * (docs/ARCHITECTURE.md has the command). It rounds differently: against the exact
- * result its errors are 1.1-1.4e-6 of the largest output where direct convolution's
- * are 0.4-1.0e-6 (test_linalg). FLARE_CONV_ALGORITHM=direct, or
+ * multiplications by transforming tiles of the input, the weight and the output
+ * (docs/ARCHITECTURE.md has the measured effect and its command). It rounds
+ * differently: test_linalg holds both to the f64 result within their own bounds. FLARE_CONV_ALGORITHM=direct, or
  * cpu_conv_set_algorithm, restores the direct kernels everywhere.
  */
 #include <cblas.h>

@@ -89,15 +89,11 @@ cpu_conv_algorithm cpu_conv_get_algorithm(void);
 
 /* Marks a loop that streams memory with a cheap operation per element (add, a row
  * sum): the compiler vectorizes it with 256-bit registers even where the machine has
- * 512-bit ones. Such a loop waits on memory either way, and the wider registers cost
- * it on this project's AMD machine (Zen 4, which splits them in two): a build with
- * the mark took 0.935-0.970 of the time of one without on add and mul of 1e6 floats
- * (three runs of bench/same_process.py with both builds loaded); on row sums of
- * 4096x4096 it was level (0.96-1.01). Loops with arithmetic to do (exp, column sums,
- * convolutions) keep
- * the full width: builds that marked them took 1.3 times as long on exp_1e6 and 1.08
- * on sum_dim0_4096x4096 (same_process.py's other two cases). GCC on x86 only:
- * elsewhere the mark does nothing. */
+ * 512-bit ones. Such a loop waits on memory either way, and on CPUs that split
+ * 512-bit operations in two (AMD Zen 4) the wider registers only cost it. Loops with
+ * arithmetic to do (exp, column sums, convolutions) keep the full width, which pays
+ * there. docs/BENCHMARKS.md ("Vector width") has the A/B and its command. GCC on x86
+ * only: elsewhere the mark does nothing. */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #define CPU_STREAMING __attribute__((target("prefer-vector-width=256")))
 #else

@@ -33,10 +33,9 @@ typedef struct kernels {
 } kernels;
 
 /* 128 bytes of accumulators: four 256-bit registers, since the row kernels stream
- * (CPU_STREAMING). With 512-bit registers, two were better than four: bench_ceiling's
- * 4096x4096 row sums took 0.97 of a bare loop's time with two and 1.05 with four
- * (medians of five alternated runs). At 256 bits, 64, 128 and 256 bytes were within
- * 1% of each other on the same sums (40 alternated rounds in one process). */
+ * (CPU_STREAMING). Enough independent sums to hide the add latency, few enough that
+ * rows in cache do not pay for a long tail; docs/BENCHMARKS.md ("Vector width") has
+ * the measurements behind the number. */
 #define LANES(type) (128 / (int)sizeof(type))
 /* The width of a column tile: a few kilobytes of outputs stay in L1 while the
  * input rows stream past. */
