@@ -139,10 +139,10 @@ int main(int argc, char **argv)
             state s;
             setup(&s, backends[k]);
             run_once(&cases[c], &s); /* warm-up: first touch of the output buffers */
-            fl_lazy_traffic_reset();
+            fl__lazy_traffic_reset();
             for (int r = 0; r < repeats; r++)
                 times[r] = run_once(&cases[c], &s);
-            fl_lazy_traffic traffic = fl_lazy_traffic_get();
+            fl_lazy_traffic traffic = fl__lazy_traffic_get();
             if (fl_last_status() != FL_OK) {
                 printf("{\"name\": \"%s\", \"backend\": \"%s\", \"seconds\": null, \"error\": \"%s\"}\n",
                        cases[c].name, backends[k], fl_last_error());

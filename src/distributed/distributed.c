@@ -32,8 +32,8 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void register_builtins(void)
 {
-    fl_distributed_register(fl_distributed_single());
-    fl_distributed_register(fl_distributed_mpi());
+    fl_distributed_register(fl__distributed_single());
+    fl_distributed_register(fl__distributed_mpi());
 }
 
 fl_status fl_distributed_register(fl_distributed *engine)
@@ -119,7 +119,7 @@ void fl_distributed_shutdown(void)
 
 bool fl_distributed_is_initialized(void) { return active != NULL; }
 
-static fl_distributed *current(void) { return active ? active : fl_distributed_single(); }
+static fl_distributed *current(void) { return active ? active : fl__distributed_single(); }
 
 const char *fl_distributed_engine_name(void) { return current()->name; }
 int fl_distributed_rank(void) { return current()->rank(current()); }

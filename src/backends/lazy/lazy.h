@@ -148,7 +148,7 @@ typedef struct fl_lazy_traffic {
     uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
 } fl_lazy_traffic;
 
-fl_lazy_traffic fl_lazy_traffic_get(void);
-void fl_lazy_traffic_reset(void);
+fl_lazy_traffic fl__lazy_traffic_get(void);
+void fl__lazy_traffic_reset(void);
 
 #endif
