@@ -332,8 +332,8 @@ static void compiled_kernels_match_the_interpreter(void **state)
         for (int approximate = 0; approximate < 2; approximate++) {
             fl_variable *v = fl_v_new(x, true), *g = fl_v_gelu(v, approximate);
             assert_int_equal(fl_v_backward(g, fl_mul(x, row), false), FL_OK);
-            gelu[compiled][approximate][0] = fl_retain((fl_tensor *)fl_v_value(g));
-            gelu[compiled][approximate][1] = fl_retain((fl_tensor *)fl_v_grad(v));
+            gelu[compiled][approximate][0] = fl_retain(fl_v_value(g));
+            gelu[compiled][approximate][1] = fl_retain(fl_v_grad(v));
             fl_eval(gelu[compiled][approximate][0]);
             fl_eval(gelu[compiled][approximate][1]);
         }

@@ -212,7 +212,7 @@ void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size)
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch)
 {
     *scratch = NULL;
-    if (fl_eval((fl_tensor *)t) != FL_OK)
+    if (fl_eval(t) != FL_OK)
         return NULL;
     static const char nothing; /* empty tensors may have no storage; NULL means failure here */
     if (t->numel == 0)
@@ -305,7 +305,7 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
         return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a request");
     r->engine = engine;
     r->op = op;
-    r->input = fl_retain((fl_tensor *)t);
+    r->input = fl_retain(t);
     const void *send = fl__dist_host_input(fn, t, &r->scratch);
     r->result = send ? fl__dist_cpu_tensor(fn, t->dtype, ndim, shape) : NULL;
     if (!r->result) {

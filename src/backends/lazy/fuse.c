@@ -310,9 +310,9 @@ static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64
             float *y = s->store && step[i] ? (float *)cpu_data(s->store) + begin : own;
             apply(s->op, y, value[a], step[a], value[b], step[b], step[i] ? n : 1);
             if (s->store && !step[i]) {
-                float *out = (float *)cpu_data(s->store) + begin;
+                float *stored = (float *)cpu_data(s->store) + begin;
                 for (int64_t k = 0; k < n; k++)
-                    out[k] = y[0];
+                    stored[k] = y[0];
             }
             value[i] = y;
         }
