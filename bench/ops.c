@@ -177,15 +177,22 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
     plan p;
     if (!plan_case(c, in, o, &p))
         return m;
-    double samples[p.repeats];
+    double *samples = malloc((size_t)p.repeats * sizeof *samples);
+    if (!samples) {
+        fprintf(stderr, "bench_ops: out of memory for %d repeats\n", p.repeats);
+        return m;
+    }
     for (int r = 0; r < p.repeats; r++) {
         double elapsed = time_batch(c, in, p.iterations);
-        if (elapsed < 0)
+        if (elapsed < 0) {
+            free(samples);
             return m;
+        }
         samples[r] = elapsed / (double)p.iterations;
     }
     m.seconds = bench_median(samples, p.repeats); /* sorts them */
     m.fastest = samples[0];
+    free(samples);
     m.iterations = p.iterations;
     m.repeats = p.repeats;
     return m;
