@@ -1,8 +1,10 @@
 #!/bin/sh
-# libflare.so exports the public API and nothing else: every dynamic symbol it defines
-# must be a function or variable declared in include/flare/*.h. The check compiles a
-# file that includes every public header and takes the address of each export; an
-# export the headers do not declare fails to compile and is listed.
+# libflare.so exports the public API and nothing else.
+#  - Every dynamic symbol it defines must be a function or variable declared in
+#    include/flare/*.h: a file that includes every public header takes the address of
+#    each export, and an export no header declares fails to compile and is listed.
+#  - Every function those headers declare must be exported, or a user's program
+#    would not link (listed with GCC's -aux-info, which prints each declaration).
 # usage: abi_check.sh LIBFLARE_SO SOURCE_DIR [CC]
 set -eu
 lib=$1
@@ -10,6 +12,7 @@ source=$2
 cc=${3:-cc}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+failed=0
 
 # Declared outside the public headers until the backend contract declares them in
 # include/flare/backend.h; remove from this list when it does.
@@ -18,8 +21,9 @@ undeclared_ok="fl_cpu_backend fl_lazy_backend"
 nm -D --defined-only "$lib" | awk '{ print $NF }' | sed 's/@.*//' | sort -u >"$work/exports"
 [ -s "$work/exports" ] || { echo "abi check: $lib exports nothing"; exit 1; }
 
+for h in "$source"/include/flare/*.h; do echo "#include <flare/${h##*/}>"; done >"$work/headers.c"
 {
-    for h in "$source"/include/flare/*.h; do echo "#include <flare/${h##*/}>"; done
+    cat "$work/headers.c"
     echo "void *const flare_exports[] = {"
     while read -r symbol; do
         case " $undeclared_ok " in *" $symbol "*) continue ;; esac
@@ -37,6 +41,25 @@ if ! "$cc" -std=gnu11 -fsyntax-only -I"$source/include" "$work/exports.c" 2>"$wo
     fi
     echo "abi check: $lib exports symbols no public header declares:"
     echo "$offenders" | sed 's/^/    /'
-    exit 1
+    failed=1
 fi
-echo "abi check: $(wc -l <"$work/exports") exports, all declared in include/flare/"
+
+if "$cc" -std=gnu11 -fsyntax-only -I"$source/include" -aux-info "$work/declarations" "$work/headers.c" 2>/dev/null; then
+    # Lines such as: /* .../include/flare/tensor.h:64:NC */ extern fl_status fl_last_status (void);
+    grep '/include/flare/[^:]*:[0-9]*:[A-Z]* \*/ extern ' "$work/declarations" |
+        sed -E 's/^.*\*\/ extern //; s/^([^(]*[^A-Za-z0-9_(])?([A-Za-z_][A-Za-z0-9_]*) \(.*/\2/' |
+        sort -u >"$work/declared"
+    [ -s "$work/declared" ] || { echo "abi check: found no declarations in the public headers"; exit 1; }
+    missing=$(comm -23 "$work/declared" "$work/exports")
+    if [ -n "$missing" ]; then
+        echo "abi check: functions the public headers declare that $lib does not export:"
+        echo "$missing" | sed 's/^/    /'
+        failed=1
+    fi
+    declared="$(wc -l <"$work/declared") declared functions exported"
+else
+    declared="not checked that every declared function is exported ($cc has no -aux-info)"
+fi
+
+[ "$failed" = 0 ] || exit 1
+echo "abi check: $(wc -l <"$work/exports") exports, all declared in include/flare/; $declared"
