@@ -30,10 +30,14 @@ deps:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# CI (CI=true, as GitHub Actions and most CI services set it) builds with -Werror.
+WERROR     := $(if $(filter true 1,$(CI)),ON,OFF)
+
 $(BUILD)/Makefile: CMakeLists.txt | deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFLARE_WERROR=$(WERROR)
 
 build: deps $(BUILD)/Makefile
+	@grep -q '^FLARE_WERROR:BOOL=$(WERROR)$$' $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DFLARE_WERROR=$(WERROR)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
@@ -41,7 +45,7 @@ test: build
 
 # The whole suite once more under AddressSanitizer (with LeakSanitizer) and UBSan.
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF -DFLARE_WERROR=$(WERROR)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 

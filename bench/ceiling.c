@@ -141,7 +141,12 @@ static bool compare(const ceiling_case *c, fl_tensor *const *in, const arrays *a
         return false;
     n = (int64_t)ceil(min_time / rounds / t);
 
-    double flare[rounds], bare[rounds], ratio[rounds];
+    double *times = malloc(3 * (size_t)rounds * sizeof *times);
+    if (!times) {
+        fprintf(stderr, "bench_ceiling: out of memory for %d rounds\n", rounds);
+        return false;
+    }
+    double *flare = times, *bare = times + rounds, *ratio = times + 2 * rounds;
     int flare_faster = 0;
     for (int r = 0; r < rounds; r++) {
         if (r % 2 == 0) {
@@ -151,8 +156,10 @@ static bool compare(const ceiling_case *c, fl_tensor *const *in, const arrays *a
             bare[r] = time_bare(c, a, n);
             flare[r] = time_flare(c, in, n);
         }
-        if (flare[r] < 0)
+        if (flare[r] < 0) {
+            free(times);
             return false;
+        }
         ratio[r] = flare[r] / bare[r];
         flare_faster += ratio[r] < 1;
     }
@@ -160,6 +167,7 @@ static bool compare(const ceiling_case *c, fl_tensor *const *in, const arrays *a
     double bytes = (double)(a->rows * a->cols) * c->bytes_per_element;
     printf("%-20s %9.1f us %9.1f us %10.3f %10.3f %6d of %-3d %7.0f %7.0f\n", c->name, f * 1e6, b * 1e6, f / b,
            bench_median(ratio, rounds), flare_faster, rounds, bytes / f * 1e-9, bytes / b * 1e-9);
+    free(times);
     return true;
 }
 

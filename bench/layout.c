@@ -123,12 +123,17 @@ int main(int argc, char **argv)
     printf("z = x + y over %lld floats at x, x + d, x + 2d; %d threads, %d rounds of %lld\n\n", (long long)elements,
            threads, rounds, (long long)batch);
     printf("%-12s %12s %14s\n", "spacing d", "time", "ratio to first");
-    double ratio[rounds], ratio_median[MAX_LAYOUTS];
+    double *ratio = malloc((size_t)rounds * sizeof *ratio), ratio_median[MAX_LAYOUTS];
+    if (!ratio) {
+        fprintf(stderr, "bench_layout: out of memory\n");
+        return 1;
+    }
     for (int k = 0; k < count; k++) { /* before bench_median() sorts the times */
         for (int r = 0; r < rounds; r++)
             ratio[r] = layouts[k].times[r] / layouts[0].times[r];
         ratio_median[k] = bench_median(ratio, rounds);
     }
+    free(ratio);
     for (int k = 0; k < count; k++)
         printf("%#-12zx %9.1f us %14.3f\n", layouts[k].spacing, bench_median(layouts[k].times, rounds) * 1e6,
                ratio_median[k]);

@@ -131,9 +131,9 @@ int main(int argc, char **argv)
 {
     int repeats = 10;
     static const struct option options[] = {{"repeats", required_argument, NULL, 'r'}, {0}};
-    cli c = {.program = "bench_lazy", .usage = "bench_lazy [--repeats R]", .options = options};
-    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
-        repeats = (int)cli_integer(&c, 1, 10000);
+    cli command = {.program = "bench_lazy", .usage = "bench_lazy [--repeats R]", .options = options};
+    for (int key; (key = cli_next(&command, argc, argv)) != -1;)
+        repeats = (int)cli_integer(&command, 1, 10000);
     const char *backends[] = {"cpu", "lazy"};
     double *times = malloc((size_t)repeats * sizeof *times);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -141,10 +141,10 @@ int main(int argc, char **argv)
             state s;
             setup(&s, backends[k]);
             run_once(&cases[c], &s); /* warm-up: first touch of the output buffers */
-            fl_lazy_traffic_reset();
+            fl__lazy_traffic_reset();
             for (int r = 0; r < repeats; r++)
                 times[r] = run_once(&cases[c], &s);
-            fl_lazy_traffic traffic = fl_lazy_traffic_get();
+            fl_lazy_traffic traffic = fl__lazy_traffic_get();
             if (fl_last_status() != FL_OK) {
                 printf("{\"name\": \"%s\", \"backend\": \"%s\", \"seconds\": null, \"error\": \"%s\"}\n",
                        cases[c].name, backends[k], fl_last_error());

@@ -178,15 +178,22 @@ static measurement measure(const bench_case *c, fl_tensor *const *in, const opti
     plan p;
     if (!plan_case(c, in, o, &p))
         return m;
-    double samples[p.repeats];
+    double *samples = malloc((size_t)p.repeats * sizeof *samples);
+    if (!samples) {
+        fprintf(stderr, "bench_ops: out of memory for %d repeats\n", p.repeats);
+        return m;
+    }
     for (int r = 0; r < p.repeats; r++) {
         double elapsed = time_batch(c, in, p.iterations);
-        if (elapsed < 0)
+        if (elapsed < 0) {
+            free(samples);
             return m;
+        }
         samples[r] = elapsed / (double)p.iterations;
     }
     m.seconds = bench_median(samples, p.repeats); /* sorts them */
     m.fastest = samples[0];
+    free(samples);
     m.iterations = p.iterations;
     m.repeats = p.repeats;
     return m;
@@ -343,7 +350,7 @@ int main(int argc, char **argv)
     options o = {.min_time = 0.3, .repeats = 5};
     const char *filter = NULL;
     bool list = false, serving = false;
-    static const struct option options[] = {
+    static const struct option long_options[] = {
         {"threads", required_argument, NULL, 't'},
         {"filter", required_argument, NULL, 'f'},
         {"min-time", required_argument, NULL, 'm'},
@@ -354,7 +361,7 @@ int main(int argc, char **argv)
     };
     cli c = {.program = "bench_ops",
              .usage = "bench_ops [--threads N] [--filter REGEX] [--min-time SECONDS] [--repeats R] [--list] [--serve]",
-             .options = options};
+             .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
         case 't': fl_set_num_threads((int)cli_integer(&c, 1, 1024)); break;

@@ -44,11 +44,14 @@ static fl_variable *objective(gradcheck_fn fn, void *ctx, fl_variable *const *x,
     return fl_v_sum(fl_v_mul(y, fl_v_new(*weights, false)), FL_ALL_AXES, false);
 }
 
+/* More inputs than any function under test takes. */
+#define MAX_INPUTS 16
+
 static double evaluate(gradcheck_fn fn, void *ctx, fl_tensor *const *inputs, int count, fl_tensor **weights)
 {
     fl_scope scope = fl_scope_begin();
     bool was = fl_set_grad_enabled(false);
-    fl_variable *x[count];
+    fl_variable *x[MAX_INPUTS];
     for (int i = 0; i < count; i++)
         x[i] = fl_v_new(inputs[i], false);
     double value = fl_item(fl_v_value(objective(fn, ctx, x, weights)));
@@ -59,9 +62,13 @@ static double evaluate(gradcheck_fn fn, void *ctx, fl_tensor *const *inputs, int
 
 void support_gradcheck(gradcheck_fn fn, void *ctx, fl_tensor *const *inputs, int count, const char *file, int line)
 {
+    if (count < 1 || count > MAX_INPUTS) {
+        print_error("%s:%d: gradcheck: %d inputs; it takes 1 to %d\n", file, line, count, MAX_INPUTS);
+        _fail(file, line);
+    }
     fl_scope scope = fl_scope_begin();
     fl_tensor *weights = NULL;
-    fl_variable *x[count];
+    fl_variable *x[MAX_INPUTS];
     for (int i = 0; i < count; i++)
         x[i] = fl_v_new(inputs[i], fl_dtype_is_float(fl_dtype_of(inputs[i])));
     fl_variable *loss = objective(fn, ctx, x, &weights);
@@ -71,8 +78,8 @@ void support_gradcheck(gradcheck_fn fn, void *ctx, fl_tensor *const *inputs, int
         fl_release(weights);
         _fail(file, line);
     }
-    fl_tensor *probe[count];
-    memcpy(probe, inputs, sizeof probe);
+    fl_tensor *probe[MAX_INPUTS];
+    memcpy(probe, inputs, (size_t)count * sizeof *probe);
     int failures = 0;
     for (int i = 0; i < count && failures < 5; i++) {
         if (!fl_dtype_is_float(fl_dtype_of(inputs[i])))

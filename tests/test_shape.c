@@ -16,7 +16,7 @@ static const fl_tensor *cpu_tensor_of(const fl_tensor *t)
 {
     if (strcmp(fl_backend_name(t), "lazy") != 0)
         return t;
-    assert_int_equal(fl_eval((fl_tensor *)t), FL_OK);
+    assert_int_equal(fl_eval(t), FL_OK);
     return lazy_impl(t)->value;
 }
 

@@ -67,7 +67,7 @@ static void parse_args(int argc, char **argv, options *o)
     *o = (options){.size = MODEL_CPU, .warmup = 2, .iters = 10, .lr = 0.01, .momentum = 0.9, .seed = 1};
     enum { MODEL = 256, AGAINST, SIZE, BATCH, WARMUP, ITERS, THREADS, TRAIN_CHECK, LR, SEED, PEAK_GFLOPS, JSON,
            SGEMM_PEAK, LIST, DISTRIBUTED };
-    static const struct option options[] = {
+    static const struct option long_options[] = {
         {"model", required_argument, NULL, MODEL},
         {"against", required_argument, NULL, AGAINST},
         {"size", required_argument, NULL, SIZE},
@@ -92,7 +92,7 @@ static void parse_args(int argc, char **argv, options *o)
                       "       benchmark --model NAME --train-check STEPS [...]\n"
                       "       benchmark --sgemm-peak [--threads T]\n"
                       "       benchmark --list",
-             .options = options};
+             .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
         case MODEL: o->model = optarg; break;
@@ -509,7 +509,7 @@ int main(int argc, char **argv)
         for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
             if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
                 fl_profile_reset();
-                fl_lazy_traffic_reset();
+                fl__lazy_traffic_reset();
             }
             for (int k = 0; status == 0 && k < count; k++) {
                 trainee *t = &trainees[(i + k) % count]; /* who goes first alternates */
@@ -528,7 +528,7 @@ int main(int argc, char **argv)
                 report(bm, &o, &trainees[k], count, batch, parameter_count, peak);
             if (count == 2)
                 report_pairs(bm, &o, trainees);
-            fl_lazy_traffic t = fl_lazy_traffic_get();
+            fl_lazy_traffic t = fl__lazy_traffic_get();
             if (t.passes > 0 && !o.json) /* the lazy backend: what its fused passes moved, a step's share */
                 printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
                        "(%.1f and %.1f MB one operation at a time)\n",

@@ -58,7 +58,7 @@ static void parse_args(int argc, char **argv, options *o)
                    .seed = 1, .threads = 0, .workers = 1};
     enum { EPOCHS = 256, STOP_AFTER, BATCH, LR, MOMENTUM, SEED, THREADS, WORKERS, TRAIN_LIMIT, DATA, JSON, SAVE, LOAD,
            EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED };
-    static const struct option options[] = {
+    static const struct option long_options[] = {
         {"epochs", required_argument, NULL, EPOCHS},
         {"stop-after", required_argument, NULL, STOP_AFTER},
         {"batch", required_argument, NULL, BATCH},
@@ -83,7 +83,7 @@ static void parse_args(int argc, char **argv, options *o)
                       "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
                       "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n"
                       "             [--stop-after N]",
-             .options = options};
+             .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
         case EPOCHS: o->epochs = (int)cli_integer(&c, 0, 1000); break;

@@ -41,7 +41,7 @@ void fl_tensor_map_free(fl_tensor_map *map);
  * a tensor already there, which keeps its position. The name "__metadata__" is
  * reserved by the format. A NULL tensor is an error, or, if an error is already
  * recorded, the propagation of an earlier failure (the map is unchanged). */
-fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *tensor);
+fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, const fl_tensor *tensor);
 /* The tensor stored under name, borrowed: it stays valid while the map holds it
  * (fl_retain it to keep it longer). NULL and an error if there is none. */
 fl_tensor *fl_tensor_map_get(const fl_tensor_map *map, const char *name);

@@ -72,7 +72,10 @@ void fl_set_error_handler(fl_error_handler handler, void *user);
 
 /* ---- lifetime ------------------------------------------------------------------ */
 
-fl_tensor *fl_retain(fl_tensor *t);
+/* A reference of the caller's own to t (NULL passes through). It takes a const
+ * tensor, a borrowed one such as fl_v_value's, since a tensor's value never changes:
+ * only its reference count does, which is the handle's and not the value's. */
+fl_tensor *fl_retain(const fl_tensor *t);
 void fl_release(fl_tensor *t);
 
 typedef struct fl_scope {
@@ -165,8 +168,9 @@ fl_tensor *fl_randint(int64_t low, int64_t high, fl_dtype dtype, int ndim, const
 fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes);
 /* The value of a one-element tensor as a double (NAN and an error otherwise). */
 double fl_item(const fl_tensor *t);
-/* Materializes deferred work now (a no-op on eager backends). */
-fl_status fl_eval(fl_tensor *t);
+/* Materializes deferred work now (a no-op on eager backends). The value does not
+ * change, so a borrowed const tensor can be evaluated. */
+fl_status fl_eval(const fl_tensor *t);
 fl_status fl_print(const fl_tensor *t);
 fl_status fl_fprint(FILE *out, const fl_tensor *t);
 /* A tensor on another backend, or with another dtype, or both. */

@@ -113,7 +113,7 @@ fl_variable *fl_v_record(const fl_tensor *value, fl_variable *const *inputs, int
     node->nsaved = nsaved;
     node->saved = kept;
     for (int i = 0; i < nsaved; i++)
-        kept[i] = fl_retain((fl_tensor *)saved[i]);
+        kept[i] = fl_retain(saved[i]);
     node->context_size = context_size;
     if (context_size)
         memcpy(node->context, context, context_size);
@@ -240,8 +240,16 @@ static void leaf_received(fl_variable *leaf)
 static fl_status run_node(fl_node *n, bool retain_graph, node_list *ready)
 {
     fl_status status = FL_OK;
-    bool needs[n->nedges ? n->nedges : 1];
-    fl_tensor *grads[n->nedges ? n->nedges : 1];
+    /* A function may have any number of inputs: the arrays come from the heap. */
+    size_t count = n->nedges > 0 ? (size_t)n->nedges : 1;
+    bool *needs = calloc(count, sizeof *needs);
+    fl_tensor **grads = calloc(count, sizeof *grads);
+    if (!needs || !grads) {
+        free(needs);
+        free(grads);
+        return fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory for the %d gradients of a node", n->nedges),
+               FL_ERR_MEMORY;
+    }
     for (int i = 0; i < n->nedges; i++) {
         needs[i] = n->edges[i].node || n->edges[i].leaf;
         grads[i] = NULL;
@@ -277,6 +285,8 @@ static fl_status run_node(fl_node *n, bool retain_graph, node_list *ready)
             status = (fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY);
     }
     fl_scope_end(scope);
+    free(needs);
+    free(grads);
     fl_release(n->grad);
     n->grad = NULL;
     if (!retain_graph) {

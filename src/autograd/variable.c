@@ -26,7 +26,7 @@ fl_variable *fl__v_new_owned(const fl_tensor *value, bool requires_grad, fl_node
     if (!v)
         return fl__error(FL_ERR_MEMORY, "fl_v_new", "out of memory");
     v->refcount = 1;
-    v->value = fl_retain((fl_tensor *)value);
+    v->value = fl_retain(value);
     v->requires_grad = requires_grad;
     v->node = node;
     return v;
@@ -113,7 +113,7 @@ fl_status fl_v_set_value(fl_variable *v, const fl_tensor *value)
     if (!same_description("fl_v_set_value", "value", v, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->value;
-    v->value = fl_retain((fl_tensor *)value);
+    v->value = fl_retain(value);
     fl_release(old);
     return FL_OK;
 }
@@ -125,7 +125,7 @@ fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad)
     if (grad && !same_description("fl_v_set_grad", "gradient", v, grad))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->grad;
-    v->grad = fl_retain((fl_tensor *)grad);
+    v->grad = fl_retain(grad);
     fl_release(old);
     return FL_OK;
 }

@@ -64,8 +64,8 @@ static int slot_named(const char *name)
 }
 
 /* Checks table against the contract and returns a full-size copy (later entries
- * NULL), or NULL after recording why. */
-static fl_backend *checked_copy(const fl_backend *table)
+ * NULL) whose name is *name, a copy the caller owns; or NULL after recording why. */
+static fl_backend *checked_copy(const fl_backend *table, char **name)
 {
     const char *fn = "fl_backend_register";
     if (!table || !table->name || !*table->name)
@@ -84,16 +84,16 @@ static fl_backend *checked_copy(const fl_backend *table)
     if (!table->release)
         return fl__error(FL_ERR_VALUE, fn, "backend '%s' has no release entry", table->name);
     fl_backend *copy = calloc(1, sizeof *copy);
-    char *name = strdup(table->name);
-    if (!copy || !name) {
+    *name = strdup(table->name);
+    if (!copy || !*name) {
         free(copy);
-        free(name);
+        free(*name);
         return fl__error(FL_ERR_MEMORY, fn, "no memory for a copy of backend '%s'", table->name);
     }
     memcpy(copy, table, table->size);
     copy->version = FL_BACKEND_VERSION;
     copy->size = sizeof *copy;
-    copy->name = name; /* the copy outlives the caller's string */
+    copy->name = *name; /* the copy outlives the caller's string */
     return copy;
 }
 
@@ -111,7 +111,8 @@ static void write_entries(fl_backend *t, const fl_backend *copy)
 static fl_status register_table(const fl_backend *table)
 {
     const char *fn = "fl_backend_register";
-    fl_backend *copy = checked_copy(table);
+    char *name = NULL;
+    fl_backend *copy = checked_copy(table, &name);
     if (!copy)
         return fl_last_status();
     fl_status status = FL_OK;
@@ -151,8 +152,8 @@ static fl_status register_table(const fl_backend *table)
                   "backend '%s' is registered with another release entry: a replacement must be derived from "
                   "the table it replaces (fl_backend_derive), since tensors made on it keep their storage",
                   copy->name);
-    if (copy) {
-        free((char *)copy->name);
+    if (copy) { /* not kept: refused, or its entries were written into the name's table */
+        free(name);
         free(copy);
     }
     return status;

@@ -32,8 +32,8 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void register_builtins(void)
 {
-    fl_distributed_register(fl_distributed_single());
-    fl_distributed_register(fl_distributed_mpi());
+    fl_distributed_register(fl__distributed_single());
+    fl_distributed_register(fl__distributed_mpi());
 }
 
 fl_status fl_distributed_register(fl_distributed *engine)
@@ -119,7 +119,7 @@ void fl_distributed_shutdown(void)
 
 bool fl_distributed_is_initialized(void) { return active != NULL; }
 
-static fl_distributed *current(void) { return active ? active : fl_distributed_single(); }
+static fl_distributed *current(void) { return active ? active : fl__distributed_single(); }
 
 const char *fl_distributed_engine_name(void) { return current()->name; }
 int fl_distributed_rank(void) { return current()->rank(current()); }
@@ -225,7 +225,7 @@ static void *host_data(const fl_tensor *t)
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch)
 {
     *scratch = NULL;
-    if (fl_eval((fl_tensor *)t) != FL_OK)
+    if (fl_eval(t) != FL_OK)
         return NULL;
     static const char nothing; /* empty tensors may have no storage; NULL means failure here */
     if (t->numel == 0)
@@ -346,7 +346,7 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
         return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a request");
     r->engine = engine;
     r->op = op;
-    r->input = fl_retain((fl_tensor *)t);
+    r->input = fl_retain(t);
     const void *send = fl__dist_host_input(fn, t, &r->scratch);
     if (!send || !fl__dist_output_begin(fn, &r->result, t->backend, t->dtype, ndim, shape)) {
         request_free(r);

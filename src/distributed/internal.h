@@ -10,8 +10,8 @@
 
 #include "../tensor/internal.h"
 
-fl_distributed *fl_distributed_single(void);
-fl_distributed *fl_distributed_mpi(void);
+fl_distributed *fl__distributed_single(void);
+fl_distributed *fl__distributed_mpi(void);
 
 /* The engine collectives go to: the initialized one, else "single". NULL (and an error
  * naming fn) once a collective has failed. */

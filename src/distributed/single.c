@@ -64,4 +64,4 @@ static fl_distributed single_engine = {
     .wait = single_wait,
 };
 
-fl_distributed *fl_distributed_single(void) { return &single_engine; }
+fl_distributed *fl__distributed_single(void) { return &single_engine; }

@@ -418,7 +418,7 @@ static bool parse_offsets(problem *p, const char *name, const json_t *value, ten
 
 /* {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}; the parser has
  * already refused a field given twice. */
-static bool parse_tensor(problem *p, const char *name, const json_t *entry, header *h)
+static bool parse_tensor(problem *p, const char *name, json_t *entry, header *h)
 {
     char buf[32];
     if (!json_is_object(entry))
@@ -440,7 +440,7 @@ static bool parse_tensor(problem *p, const char *name, const json_t *entry, head
     unsigned seen = 0;
     const char *field;
     json_t *value;
-    json_object_foreach((json_t *)entry, field, value) {
+    json_object_foreach(entry, field, value) {
         bool ok;
         if (strcmp(field, "dtype") == 0)
             seen |= DTYPE, ok = parse_dtype(p, name, value, info);
@@ -465,7 +465,7 @@ static bool parse_tensor(problem *p, const char *name, const json_t *entry, head
 }
 
 /* {"key": "value", ...} */
-static bool parse_metadata(problem *p, const json_t *object, header *h)
+static bool parse_metadata(problem *p, json_t *object, header *h)
 {
     if (!json_is_object(object))
         return refuse(p, FL_ERR_VALUE, "'__metadata__' is not an object");
@@ -475,7 +475,7 @@ static bool parse_metadata(problem *p, const json_t *object, header *h)
         return refuse(p, FL_ERR_MEMORY, "out of memory");
     const char *key;
     json_t *value;
-    json_object_foreach((json_t *)object, key, value) {
+    json_object_foreach(object, key, value) {
         if (!json_is_string(value))
             return refuse(p, FL_ERR_VALUE, "metadata '%s' is not a string", key);
         char **pair = &h->metadata[2 * h->metadata_count];

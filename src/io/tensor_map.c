@@ -150,14 +150,14 @@ void fl_tensor_map_free(fl_tensor_map *map)
     free(map);
 }
 
-fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *tensor)
+fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, const fl_tensor *value)
 {
     static const char fn[] = "fl_tensor_map_set";
     if (!map || !name) {
         fl__error(FL_ERR_NULL, fn, "%s is NULL", map ? "the name" : "the map");
         return FL_ERR_NULL;
     }
-    if (!tensor) {
+    if (!value) {
         /* Either the caller's NULL, or an earlier failure's, whose error is kept. */
         if (fl_last_status() == FL_OK)
             fl__error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
@@ -172,7 +172,7 @@ fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, fl_tensor *ten
         return FL_ERR_VALUE;
     }
     size_t i = find(&map->tensors, name);
-    fl_retain(tensor);
+    fl_tensor *tensor = fl_retain(value);
     if (i != SIZE_MAX) {
         fl_release(map->tensors.values[i]);
         map->tensors.values[i] = tensor;

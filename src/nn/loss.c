@@ -77,7 +77,7 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
             return NULL;
         }
     }
-    fl_tensor *log_probs = from_logits ? fl_log_softmax(xv, class_axis) : (fl_tensor *)xv;
+    const fl_tensor *log_probs = from_logits ? fl_log_softmax(xv, class_axis) : xv;
     fl_tensor *loss = fl_neg(fl_gather(log_probs, class_axis, index));
     if (o.label_smoothing > 0) {
         fl_tensor *uniform = fl_neg(fl_mean(log_probs, FL_AXES(class_axis), true));

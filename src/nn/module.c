@@ -138,7 +138,7 @@ fl_status fl_module_add_buffer(fl_module *m, const char *name, const fl_tensor *
     member *slot = name_is_free(fn, m, name) ? append(fn, &m->buffers, name) : NULL;
     if (!slot)
         return fl_last_status();
-    slot->buffer = fl_retain((fl_tensor *)buffer);
+    slot->buffer = fl_retain(buffer);
     return FL_OK;
 }
 
@@ -208,7 +208,7 @@ fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *
     if (!same_shape_and_dtype(fn, name, found->buffer, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = found->buffer;
-    found->buffer = fl_retain((fl_tensor *)value);
+    found->buffer = fl_retain(value);
     fl_release(old);
     return FL_OK;
 }
@@ -351,7 +351,7 @@ static const fl_tensor *value_of(const member *item, bool is_parameter)
 
 static fl_status put_entry(const char *name, member *item, bool is_parameter, void *user)
 {
-    return fl_tensor_map_set(user, name, (fl_tensor *)value_of(item, is_parameter));
+    return fl_tensor_map_set(user, name, value_of(item, is_parameter));
 }
 
 fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out)

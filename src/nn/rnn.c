@@ -89,8 +89,13 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
     if (!state_fits(fn, "h0", h0, stacked, batch, h, dtype) || !state_fits(fn, "c0", c0, stacked, batch, h, dtype))
         return fl_last_status();
 
+    /* The last step of every layer and direction, for hn and cn. */
+    fl_variable **finals_h = calloc((size_t)stacked * 2, sizeof *finals_h);
+    if (!finals_h)
+        return fl__error(FL_ERR_MEMORY, fn, "out of memory for the states of %lld layers", (long long)stacked),
+               FL_ERR_MEMORY;
+    fl_variable **finals_c = finals_h + stacked;
     fl_scope scope = fl_scope_begin();
-    fl_variable *finals_h[2 * st->num_layers], *finals_c[2 * st->num_layers];
     fl_variable *seq = st->batch_first ? fl_v_transpose(x, 0, 1) : x; /* [T, N, features] */
     int64_t last = fl_dim(xt, st->batch_first ? 1 : 0) - 1;
     for (int layer = 0; layer < st->num_layers; layer++) {
@@ -129,6 +134,7 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
         if (results[i] && outs[i] && status == FL_OK)
             *outs[i] = fl_v_keep(results[i]);
     fl_scope_end(scope);
+    free(finals_h);
     /* Hand the results to the caller's scope, as every function returning a variable. */
     for (int i = 0; i < 3; i++)
         if (outs[i] && *outs[i])

@@ -44,9 +44,10 @@ fl__optim *fl__optim_create(const char *fn, const char *name, fl_variable *const
 bool fl__check_nonnegative(const char *fn, const char *option, double value);
 bool fl__check_beta(const char *fn, const char *option, double value); /* [0, 1) */
 
-/* buffer, or zeros shaped like it should be, in like's dtype. */
+/* buffer, or zeros shaped like it should be, in like's dtype; held by the scope. */
 fl_tensor *fl__buffer_or_zeros(const fl_tensor *buffer, const fl_tensor *like);
-/* grad + weight_decay * value, or grad itself when weight_decay is 0. */
+/* grad + weight_decay * value, or grad itself when weight_decay is 0; held by the
+ * scope. */
 fl_tensor *fl__decayed_grad(const fl_tensor *grad, const fl_tensor *value, double weight_decay);
 
 #endif

@@ -77,14 +77,15 @@ bool fl__check_beta(const char *fn, const char *option, double value)
 
 /* ---- helpers of the update rules ---- */
 
+/* Both run inside the step's scope: what they return, the scope holds. */
 fl_tensor *fl__buffer_or_zeros(const fl_tensor *buffer, const fl_tensor *like)
 {
-    return buffer ? (fl_tensor *)buffer : fl_zeros_like(like);
+    return buffer ? fl__out(fl_retain(buffer)) : fl_zeros_like(like);
 }
 
 fl_tensor *fl__decayed_grad(const fl_tensor *grad, const fl_tensor *value, double weight_decay)
 {
-    return weight_decay != 0 ? fl_add(grad, fl_mul_scalar(value, weight_decay)) : (fl_tensor *)grad;
+    return weight_decay != 0 ? fl_add(grad, fl_mul_scalar(value, weight_decay)) : fl__out(fl_retain(grad));
 }
 
 /* ---- the shared implementation ---- */

@@ -280,13 +280,13 @@ double fl_item(const fl_tensor *t)
     }
 }
 
-fl_status fl_eval(fl_tensor *t)
+fl_status fl_eval(const fl_tensor *t)
 {
     if (fl__null_args("fl_eval", 1, t))
         return fl_last_status();
     if (!t->backend->eval)
         return FL_OK;
-    int rc = t->backend->eval(t->backend, t);
+    int rc = t->backend->eval(t->backend, fl__mutable(t));
     if (rc) {
         char message[512], buf[FL_DESC_SIZE];
         fl_status status = fl__take_backend_error(message, sizeof message);
@@ -324,7 +324,7 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
     if (!target)
         return fl__error(FL_ERR_VALUE, "fl_to_backend", "no backend named '%s' is registered", backend_name);
     if (target == t->backend)
-        return fl__out(fl_retain((fl_tensor *)t));
+        return fl__out(fl_retain(t));
     FL_ENTRY_TYPE(from_host) from_host =
         fl__primitive("fl_to_backend", target, FL_PRIMITIVE(from_host), "from_host");
     if (!from_host)

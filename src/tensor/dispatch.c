@@ -106,7 +106,7 @@ fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const
 fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
 {
     if (t->dtype == dtype)
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     fl_unary_fn cast = fl__primitive("fl_cast", t->backend, FL_PRIMITIVE(cast), "cast");
     if (!cast)
         return NULL;
@@ -119,7 +119,7 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
 {
     if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0)
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     fl_unary_fn reshape = fl__primitive("fl_reshape", t->backend, FL_PRIMITIVE(reshape), "reshape");
     if (!reshape)
         return NULL;
@@ -132,7 +132,7 @@ fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
 {
     if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) == 0)
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (t->ndim > ndim)
         return fl__error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl__describe(t, a),

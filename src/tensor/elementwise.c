@@ -22,7 +22,7 @@ static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const 
     if (in == FL_BOOL && rule != UNARY_LOGICAL && rule != UNARY_FLOAT && rule != UNARY_FLOAT_TEST)
         return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors");
     if (!is_float && rule == UNARY_ROUNDING)
-        return fl__out(fl_retain((fl_tensor *)t));
+        return fl__out(fl_retain(t));
     if (!is_float && rule == UNARY_FLOAT_TEST)
         return fl__out(fl__full(t->backend, 0, FL_BOOL, t->ndim, t->shape));
     fl_dtype compute = rule == UNARY_LOGICAL ? FL_BOOL

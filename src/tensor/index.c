@@ -114,7 +114,7 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
 static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection *s)
 {
     if (s->whole)
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     FL_ENTRY_TYPE(slice) slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(slice), "slice");
     if (!slice)

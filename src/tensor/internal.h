@@ -11,12 +11,19 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "flare/backend.h"
 #include "flare/memory.h"
 #include "flare/tensor.h"
 
 /* ---- handles ---- */
+
+/* A tensor's value never changes; its reference count and its backend's state (a
+ * deferred value made concrete by eval) do. They are the handle's mutable part, as
+ * an object's reference count is in CPython, so functions that take a const tensor
+ * may still retain or evaluate it: this is the one place that drops the const. */
+static inline fl_tensor *fl__mutable(const fl_tensor *t) { return (fl_tensor *)(uintptr_t)t; }
 
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
 /* Registers t with the innermost open scope, if any; passes NULL through. */

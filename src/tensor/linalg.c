@@ -27,13 +27,13 @@ static bool same_backend(const char *fn, const fl_tensor *a, const fl_tensor *b)
 }
 
 /* Calls a primitive with two tensor inputs and an extra argument through a thunk. */
-typedef int (*call_fn)(const void *primitive, const fl_backend *backend, fl_tensor *out, const fl_tensor *a, const fl_tensor *b,
+typedef int (*call_fn)(void *primitive, const fl_backend *backend, fl_tensor *out, const fl_tensor *a, const fl_tensor *b,
                        const void *extra);
 
 static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, call_fn call, const fl_tensor *a,
                            const fl_tensor *b, const void *extra, fl_dtype dtype, int ndim, const int64_t *shape)
 {
-    const void *primitive = fl__primitive(fn, a->backend, offset, entry);
+    void *primitive = fl__primitive(fn, a->backend, offset, entry);
     if (!primitive)
         return NULL;
     fl_tensor *out = fl__new(a->backend, dtype, ndim, shape);
@@ -45,7 +45,7 @@ static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, cal
 
 /* ---- matmul ---- */
 
-static int call_matmul(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
+static int call_matmul(void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
                        const fl_tensor *b, const void *extra)
 {
     return ((fl_binary_fn)p)(backend, out, a, b);
@@ -241,7 +241,7 @@ static bool same_shape_as(const char *fn, const char *what, const fl_tensor *t, 
 
 typedef enum conv_op { CONV_FORWARD, CONV_BACKWARD_INPUT, CONV_BACKWARD_WEIGHT } conv_op;
 
-static int call_conv(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
+static int call_conv(void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *a,
                      const fl_tensor *b, const void *d)
 {
     return ((FL_ENTRY_TYPE(conv2d))p)(backend, out, a, b, d);
@@ -416,12 +416,12 @@ static bool resolve_pool(const char *fn, const fl_tensor *x, const fl_pool_param
     return true;
 }
 
-static int call_pool(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *x, const fl_tensor *unused, const void *d)
+static int call_pool(void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *x, const fl_tensor *unused, const void *d)
 {
     return ((FL_ENTRY_TYPE(pool2d))p)(backend, out, x, d);
 }
 
-static int call_pool_backward(const void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *dy, const fl_tensor *x,
+static int call_pool_backward(void *p, const fl_backend *backend, fl_tensor *out, const fl_tensor *dy, const fl_tensor *x,
                               const void *d)
 {
     return ((FL_ENTRY_TYPE(pool2d_backward))p)(backend, out, dy, x, d);

@@ -403,7 +403,7 @@ fl_status fl_sort(const fl_tensor *t, int axis, bool descending, fl_tensor **val
 static fl_tensor *leading(const char *fn, const fl_tensor *t, int a, int64_t k)
 {
     if (k == t->shape[a])
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     FL_ENTRY_TYPE(slice) slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(slice), "slice");
     if (!slice)

@@ -73,7 +73,7 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
     for (int i = 0; i < t->ndim; i++)
         identity = identity && axes[i] == i;
     if (identity)
-        return fl_retain((fl_tensor *)t);
+        return fl_retain(t);
     FL_ENTRY_TYPE(permute) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(permute), "permute");
     if (!primitive)

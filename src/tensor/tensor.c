@@ -28,11 +28,12 @@ fl_tensor *fl_tensor_alloc(const fl_backend *backend, fl_dtype dtype, int ndim, 
     return fl__new(backend, dtype, ndim, shape);
 }
 
-fl_tensor *fl_retain(fl_tensor *t)
+fl_tensor *fl_retain(const fl_tensor *t)
 {
-    if (t)
-        __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
-    return t;
+    fl_tensor *own = fl__mutable(t);
+    if (own)
+        __atomic_add_fetch(&own->refcount, 1, __ATOMIC_RELAXED);
+    return own;
 }
 
 void fl_release(fl_tensor *t)

@@ -259,7 +259,8 @@ static size_t workspace_offsets(const conv_plan *p, size_t offsets[4])
 /* Runs a plan on dense buffers: inputs in0 and in1, the output out. */
 static int run_plan(const conv_plan *p, const void *in0, const void *in1, void *out)
 {
-    void *buffers[3] = {(void *)in0, (void *)in1, out};
+    /* oneDNN's memory objects take non-const handles; the plan only reads in0, in1. */
+    void *buffers[3] = {(void *)(uintptr_t)in0, (void *)(uintptr_t)in1, out};
     dnnl_memory_t user[3] = {0}, inner[3] = {0}, scratch_memory = NULL;
     size_t offsets[4], workspace_bytes = workspace_offsets(p, offsets);
     fl_memory_manager *owner = NULL;

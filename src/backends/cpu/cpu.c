@@ -420,12 +420,12 @@ static int cpu_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
         src_dtype = FL_F32;
     }
     if (is_half(out->dtype)) {
-        float *f = (float *)src;
-        void *tmp = NULL;
+        const float *f = src;
+        float *tmp = NULL;
         if (src_dtype != FL_F32) {
-            tmp = f = cpu_scratch_alloc((size_t)n * sizeof(float));
-            if (f)
-                convert_native(f, FL_F32, src, src_dtype, n);
+            f = tmp = cpu_scratch_alloc((size_t)n * sizeof(float));
+            if (tmp)
+                convert_native(tmp, FL_F32, src, src_dtype, n);
         }
         if (f)
             f32_to_half(cpu_data(out), f, n, out->dtype == FL_BF16);

@@ -108,7 +108,9 @@ void cpu_register_reduce(fl_backend *b);      /* reduce.c, sort.c */
 int cpu_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis,
              bool descending); /* sort.c */
 void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update_slice, where, gather, ... */
-void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c, pool.c */
+void cpu_register_linalg(fl_backend *b);      /* matmul.c; it calls the two below */
+void cpu_register_conv(fl_backend *b);        /* conv.c */
+void cpu_register_pool(fl_backend *b);        /* pool.c */
 void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */
 void cpu_register_batch_norm(fl_backend *b);  /* batchnorm.c: the optional fused batch norm */
 void cpu_register_gelu(fl_backend *b);        /* gelu.c: the optional fused GELU */

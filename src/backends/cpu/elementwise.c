@@ -21,6 +21,11 @@
 
 typedef void (*unary_row)(void *restrict y, const void *x, int64_t sx, int64_t n);
 typedef void (*binary_row)(void *restrict y, const void *a, int64_t sa, const void *b, int64_t sb, int64_t n);
+/* The row of a unary or a binary operation, as the walk below calls either. */
+typedef union row_kernel {
+    unary_row unary;
+    binary_row binary;
+} row_kernel;
 
 /* ---- the driver ---- */
 
@@ -64,7 +69,7 @@ static void walk_init(walk *w, const fl_tensor *out, int ninputs, const fl_tenso
 
 /* Computes outputs [begin, end) of the flat output, a stretch of the innermost axis
  * at a time, carrying the outer index like an odometer. */
-static void walk_span(const walk *w, void *out, const void *row, int64_t begin, int64_t end)
+static void walk_span(const walk *w, void *out, row_kernel row, int64_t begin, int64_t end)
 {
     int last = w->ndim - 1;
     int64_t inner = w->shape[last], index[FL_MAX_DIMS], offset[2] = {0, 0};
@@ -81,9 +86,9 @@ static void walk_span(const walk *w, void *out, const void *row, int64_t begin, 
         int64_t n = inner - index[last] < end - pos ? inner - index[last] : end - pos;
         const void *a = w->data[0] + offset[0] * (int64_t)w->size[0];
         if (w->ninputs == 1)
-            ((unary_row)row)(y, a, w->strides[0][last], n);
+            row.unary(y, a, w->strides[0][last], n);
         else
-            ((binary_row)row)(y, a, w->strides[0][last], w->data[1] + offset[1] * (int64_t)w->size[1],
+            row.binary(y, a, w->strides[0][last], w->data[1] + offset[1] * (int64_t)w->size[1],
                               w->strides[1][last], n);
         pos += n;
         y += n * (int64_t)w->out_size;
@@ -100,10 +105,13 @@ static void walk_span(const walk *w, void *out, const void *row, int64_t begin, 
     }
 }
 
-static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, const void *row, const char *name)
+static int no_kernel(const char *name, const fl_tensor *a)
 {
-    if (!row)
-        return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(inputs[0]->dtype));
+    return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(a->dtype));
+}
+
+static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, row_kernel row)
+{
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)
         return rc;
@@ -111,9 +119,9 @@ static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, cons
     bool dense = cpu_contiguous(inputs[0]) && (ninputs == 1 || cpu_contiguous(inputs[1]));
     if (dense && n < CPU_PARALLEL_GRAIN) { /* the common small case, with nothing to set up */
         if (ninputs == 1)
-            ((unary_row)row)(cpu_data(out), cpu_data(inputs[0]), 1, n);
+            row.unary(cpu_data(out), cpu_data(inputs[0]), 1, n);
         else
-            ((binary_row)row)(cpu_data(out), cpu_data(inputs[0]), 1, cpu_data(inputs[1]), 1, n);
+            row.binary(cpu_data(out), cpu_data(inputs[0]), 1, cpu_data(inputs[1]), 1, n);
         return 0;
     }
     walk w;
@@ -138,14 +146,18 @@ static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, cons
 
 static int run_unary(fl_tensor *out, const fl_tensor *a, const unary_row *rows, const char *name)
 {
-    return run(out, 1, &a, (const void *)rows[a->dtype], name);
+    if (!rows[a->dtype])
+        return no_kernel(name, a);
+    return run(out, 1, &a, (row_kernel){.unary = rows[a->dtype]});
 }
 
 static int run_binary(fl_tensor *out, const fl_tensor *a, const fl_tensor *b, const binary_row *rows,
                       const char *name)
 {
+    if (!rows[a->dtype])
+        return no_kernel(name, a);
     const fl_tensor *inputs[2] = {a, b};
-    return run(out, 2, inputs, (const void *)rows[a->dtype], name);
+    return run(out, 2, inputs, (row_kernel){.binary = rows[a->dtype]});
 }
 
 /* ---- row functions ---- */

@@ -15,9 +15,9 @@
 #define GELU_LOOP(type, expr)                                                                      \
     do {                                                                                         \
         const type *restrict x = xv;                                                             \
-        const type *restrict dy = dyv;                                                           \
+        const type *restrict g = dyv;                                                            \
         type *restrict y = yv;                                                                   \
-        (void)dy;                                                                                \
+        (void)g;                                                                                 \
         _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)")   \
         for (int64_t i = 0; i < n; i++) {                                                        \
             type v = x[i];                                                                       \
@@ -28,11 +28,11 @@
 #define GELU_FORMS(type, erf_fn, exp_fn, tanh_fn)                                        \
     do {                                                                               \
         if (approximate && dy)                                                         \
-            GELU_LOOP(type, dy[i] * GELU_TANH_SLOPE(type, v, GELU_TANH_TERM(type, v, tanh_fn))); \
+            GELU_LOOP(type, g[i] * GELU_TANH_SLOPE(type, v, GELU_TANH_TERM(type, v, tanh_fn))); \
         else if (approximate)                                                          \
             GELU_LOOP(type, GELU_TANH_VALUE(type, v, GELU_TANH_TERM(type, v, tanh_fn))); \
         else if (dy)                                                                   \
-            GELU_LOOP(type, dy[i] * GELU_SLOPE(type, v, erf_fn, exp_fn));              \
+            GELU_LOOP(type, g[i] * GELU_SLOPE(type, v, erf_fn, exp_fn));              \
         else                                                                           \
             GELU_LOOP(type, GELU_VALUE(type, v, erf_fn));                              \
     } while (0)

@@ -174,8 +174,6 @@ static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a
     return failed ? fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed") : 0;
 }
 
-void cpu_register_conv(fl_backend *b);
-void cpu_register_pool(fl_backend *b);
 
 void cpu_register_linalg(fl_backend *b)
 {

@@ -284,11 +284,15 @@ static lazy_kernel compile(uint64_t hash, const char *body)
         return NULL;
     }
     /* argv: the compiler, its flags one by one, -o temporary, source */
-    char flags[512], *argv[48];
+    char flags[512], compiler[PATH_SIZE], *argv[48];
     snprintf(flags, sizeof flags, "%s", lazy_kernel_flags);
     const char *cc = getenv("FLARE_CC");
+    if (snprintf(compiler, sizeof compiler, "%s", cc && *cc ? cc : lazy_kernel_compiler) >= (int)sizeof compiler) {
+        unlink(source);
+        return NULL;
+    }
     int argc = 0;
-    argv[argc++] = (char *)(cc && *cc ? cc : lazy_kernel_compiler);
+    argv[argc++] = compiler;
     for (char *save, *t = strtok_r(flags, " ", &save); t && argc < 40; t = strtok_r(NULL, " ", &save))
         argv[argc++] = t;
     argv[argc++] = "-o";

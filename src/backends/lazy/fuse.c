@@ -308,9 +308,9 @@ static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64
             float *y = s->store && step[i] ? (float *)cpu_data(s->store) + begin : own;
             apply(s->op, y, value[a], step[a], value[b], step[b], step[i] ? n : 1);
             if (s->store && !step[i]) {
-                float *out = (float *)cpu_data(s->store) + begin;
+                float *stored = (float *)cpu_data(s->store) + begin;
                 for (int64_t k = 0; k < n; k++)
-                    out[k] = y[0];
+                    stored[k] = y[0];
             }
             value[i] = y;
         }
@@ -323,8 +323,8 @@ static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64
 
 static fl_lazy_traffic traffic;
 
-fl_lazy_traffic fl_lazy_traffic_get(void) { return traffic; }
-void fl_lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
+fl_lazy_traffic fl__lazy_traffic_get(void) { return traffic; }
+void fl__lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
 
 /* Adds the program's traffic: fused, each leaf read once and each stored slot
  * written once; unfused, every operation reading its operands and writing its
@@ -510,9 +510,9 @@ static lazy_kernel kernel_of(const program *p)
     return lazy_kernel_for(k, p->count);
 }
 
-static int run(fl_tensor *t);
+static int run(const fl_tensor *t);
 
-int lazy_run(fl_tensor *t)
+int lazy_run(const fl_tensor *t)
 {
     fl_profile_push("lazy fused pass");
     int rc = run(t);
@@ -520,7 +520,7 @@ int lazy_run(fl_tensor *t)
     return rc;
 }
 
-static int run(fl_tensor *t)
+static int run(const fl_tensor *t)
 {
     program *p = malloc(sizeof *p);
     if (!p)

@@ -109,7 +109,7 @@ static int broadcast_constant(const fl_tensor *t, float constant, fl_tensor **ou
 /* A reshape whose operand was materialized after it was made is a CPU view; a
  * constant is filled in, or, for a delegated primitive (operand true), viewed; anything
  * else runs as a fused pass. */
-static int materialize(fl_tensor *t, bool operand)
+static int materialize(const fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     bool view = l->op == LAZY_RESHAPE && lazy_impl(l->args[0])->op == LAZY_VALUE;
@@ -142,7 +142,7 @@ static int materialize(fl_tensor *t, bool operand)
     return 0;
 }
 
-static int evaluate(fl_tensor *t, bool operand)
+static int evaluate(const fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     if (l->op == LAZY_VALUE)
@@ -161,7 +161,7 @@ static int lazy_eval(const fl_backend *self, fl_tensor *t) { return evaluate(t, 
  * values, hence the cast. */
 static fl_tensor *value_of(const fl_tensor *t)
 {
-    if (evaluate((fl_tensor *)t, true))
+    if (evaluate(t, true))
         return NULL;
     return lazy_impl(t)->value;
 }
@@ -295,7 +295,7 @@ static int lazy_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
     lazy_tensor *l = node_new(out, LAZY_CAST);
     if (!l)
         return FL_ERR_MEMORY;
-    l->args[0] = fl_retain((fl_tensor *)a);
+    l->args[0] = fl_retain(a);
     l->nodes = 1;
     return 0;
 }
@@ -384,7 +384,7 @@ static int bound(const fl_tensor *a, int other_nodes)
 {
     lazy_tensor *l = lazy_impl(a);
     if (l->op > LAZY_CONSTANT && l->nodes + other_nodes + 1 > LAZY_MAX_NODES)
-        return evaluate((fl_tensor *)a, false);
+        return evaluate(a, false);
     return 0;
 }
 
@@ -400,8 +400,8 @@ static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor
     lazy_tensor *l = node_new(out, op);
     if (!l)
         return FL_ERR_MEMORY;
-    l->args[0] = fl_retain((fl_tensor *)a);
-    l->args[1] = b ? fl_retain((fl_tensor *)b) : NULL;
+    l->args[0] = fl_retain(a);
+    l->args[1] = b ? fl_retain(b) : NULL;
     l->nodes = 1 + node_nodes(a) + (b ? node_nodes(b) : 0);
     return 0;
 }
@@ -424,7 +424,7 @@ static int lazy_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor 
     lazy_tensor *l = node_new(out, LAZY_RESHAPE);
     if (!l)
         return FL_ERR_MEMORY;
-    l->args[0] = fl_retain((fl_tensor *)below);
+    l->args[0] = fl_retain(below);
     l->nodes = 1 + lazy_impl(below)->nodes;
     return 0;
 }

@@ -105,7 +105,7 @@ static inline lazy_tensor *lazy_impl(const fl_tensor *t) { return (lazy_tensor *
 
 /* fuse.c: computes the pending node t (and every pending node under it that is held
  * from outside the graph) in one pass; t becomes a value. Returns 0 or an fl_status. */
-int lazy_run(fl_tensor *t);
+int lazy_run(const fl_tensor *t);
 /* out (f32, reduced axes kept as size 1) = op over the axes of the pending node a,
  * fused with a's graph. Returns -1 if the reduction is not of a fusable form (the
  * caller then materializes a and delegates), else 0 or an fl_status. */
@@ -153,7 +153,7 @@ typedef struct fl_lazy_traffic {
     uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
 } fl_lazy_traffic;
 
-fl_lazy_traffic fl_lazy_traffic_get(void);
-void fl_lazy_traffic_reset(void);
+fl_lazy_traffic fl__lazy_traffic_get(void);
+void fl__lazy_traffic_reset(void);
 
 #endif

@@ -328,4 +328,4 @@ static fl_distributed mpi_engine = {
     .wait = mpi_wait,
 };
 
-fl_distributed *fl_distributed_mpi(void) { return &mpi_engine; }
+fl_distributed *fl__distributed_mpi(void) { return &mpi_engine; }
