@@ -64,7 +64,7 @@ fl_memory_manager *fl_memory_plain(void);
  * splits everything, as PyTorch does by default). cache_limit_bytes: when cached bytes exceed it, wholly free segments go
  * back to the system, oldest first (SIZE_MAX keeps everything; free space inside a
  * segment that is partly in use cannot be returned). NULL if out of memory. Its
- * destroy keeps the manager, reporting on stderr, while blocks are still in use.
+ * destroy keeps the manager, logging a warning (flare/config.h), while blocks are in use.
  * The rules in full: src/memory/caching.c. */
 fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/config.h"
 #include "../tensor/internal.h"
 
 /* The built-in backends, registered on first use (cpu first: it is the default;
@@ -36,7 +37,7 @@ static void register_builtins(void)
 {
     fl_backend_register(fl_cpu_backend());
     fl_backend_register(fl_lazy_backend());
-    const char *name = getenv("FLARE_BACKEND");
+    const char *name = fl__config()->backend;
     fl_backend *chosen = name && *name ? find_registered(name) : NULL;
     if (chosen)
         default_backend = chosen;
