@@ -120,7 +120,9 @@ static int explicit_configuration_ignores_the_environment(void)
 static int profile_from_environment(void)
 {
     EXPECT(fl_profile_enabled());
-    fl_release(fl_add(fl_scalar(1, FL_F32), fl_scalar(2, FL_F32)));
+    fl_scope scope = fl_scope_begin();
+    fl_add(fl_scalar(1, FL_F32), fl_scalar(2, FL_F32));
+    fl_scope_end(scope);
     return 0;
 }
 

@@ -21,9 +21,14 @@ static char out[OUTPUT], err[OUTPUT];
 
 static int child(const char *how)
 {
-    fl_tensor *x = fl_to_backend(fl_randn(FL_F32, FL_SHAPE(300, 257)), "lazy");
-    fl_tensor *y = fl_tanh(fl_exp(fl_mul_scalar(fl_abs(x), 0.5)));
-    if (fl_eval(y) != FL_OK) {
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *x = fl_keep(fl_to_backend(fl_randn(FL_F32, FL_SHAPE(300, 257)), "lazy"));
+    fl_tensor *y = fl_keep(fl_tanh(fl_exp(fl_mul_scalar(fl_abs(x), 0.5))));
+    fl_scope_end(scope);
+    fl_status status = fl_eval(y);
+    fl_release(y);
+    fl_release(x);
+    if (status != FL_OK) {
         printf("%s\n", fl_last_error());
         return 1;
     }

@@ -368,7 +368,7 @@ static bool seal(const char *path, uint64_t hash)
  * the file), else NULL. dlopen opens it again by name (a /proc/self/fd name would be
  * taken by glibc for an earlier kernel's read through the same descriptor number),
  * so the file loaded is checked to be the one verified. */
-static lazy_kernel load(uint64_t hash)
+static lazy_kernel load_once(uint64_t hash, bool *replaced)
 {
     char path[PATH_SIZE];
     path_of(path, sizeof path, hash, ".so");
@@ -402,14 +402,26 @@ static lazy_kernel load(uint64_t hash)
     if (!reason && !(library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
         fl__log(FL_LOG_WARNING, "the lazy backend could not load the kernel %s: %s", path, dlerror());
     else if (library && (stat(path, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)) {
-        dlclose(library); /* replaced since it was verified: let the next pass look again */
+        dlclose(library); /* replaced since it was verified (another process compiled it too) */
         library = NULL;
+        *replaced = true;
     }
     close(fd);
     if (reason && *reason)
         fl__log(FL_LOG_WARNING, "the lazy backend does not load the cached kernel %s: %s; compiling it again", path,
                 reason);
     return library ? (lazy_kernel)dlsym(library, "flare_kernel") : NULL;
+}
+
+static lazy_kernel load(uint64_t hash)
+{
+    lazy_kernel fn = NULL;
+    bool replaced = true;
+    for (int tries = 0; !fn && replaced && tries < 3; tries++) {
+        replaced = false;
+        fn = load_once(hash, &replaced);
+    }
+    return fn;
 }
 
 /* Under the lock: forgets a worker and compilers inherited through fork, which
