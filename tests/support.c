@@ -1,9 +1,13 @@
 #include "support.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static double *read_f64(const fl_tensor *t)
 {
@@ -222,4 +226,60 @@ fl_backend support_override(const fl_backend *table)
     fl_backend replaced = *registered;
     assert_int_equal(fl_backend_register(table), FL_OK);
     return replaced;
+}
+
+extern char **environ;
+
+static void read_back(FILE *f, char *out, size_t size)
+{
+    rewind(f);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
+int support_run_self(const char *scenario, const char *const *env, char *out, char *err, size_t size)
+{
+    size_t count = 0, extra = 0;
+    while (environ[count])
+        count++;
+    while (env[extra])
+        extra++;
+    char **envp = calloc(count + extra + 1, sizeof *envp);
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        bool replaced = false;
+        for (size_t j = 0; j < extra && !replaced; j++) {
+            size_t name = strcspn(env[j], "=");
+            replaced = strncmp(environ[i], env[j], name) == 0 && environ[i][name] == '=';
+        }
+        if (!replaced)
+            envp[n++] = environ[i];
+    }
+    size_t first_copy = n; /* posix_spawn takes non-const strings: copies, freed below */
+    for (size_t j = 0; j < extra; j++)
+        if (strchr(env[j], '='))
+            envp[n++] = strdup(env[j]);
+    FILE *o = tmpfile(), *e = tmpfile();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fileno(o), STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, fileno(e), STDERR_FILENO);
+    char exe[4096];
+    ssize_t length = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[length > 0 ? length : 0] = 0;
+    char *argv[] = {exe, strdup(scenario), NULL};
+    pid_t pid;
+    int status = -1;
+    if (posix_spawn(&pid, exe, &actions, NULL, argv, envp) == 0)
+        while (waitpid(pid, &status, 0) < 0)
+            ;
+    posix_spawn_file_actions_destroy(&actions);
+    for (size_t i = first_copy; i < n; i++)
+        free(envp[i]);
+    free(envp);
+    free(argv[1]);
+    read_back(o, out, size);
+    read_back(e, err, size);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -66,4 +66,10 @@ int support_scope_setup(void **state);
 int support_scope_teardown(void **state);
 #define scoped_test(f) cmocka_unit_test_setup_teardown(f, support_scope_setup, support_scope_teardown)
 
+/* Runs this test program again, as `program scenario` in a fresh process (one that has
+ * not read Flare's settings yet), with the NAME=VALUE entries of env (NULL-ended; a
+ * bare NAME unsets it) over this environment. Its stdout and stderr are returned in
+ * out and err (each of `size` bytes), and its exit status (-1 if it did not exit). */
+int support_run_self(const char *scenario, const char *const *env, char *out, char *err, size_t size);
+
 #endif

@@ -7,10 +7,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/cpu/cpu.h"
 #include "backends/lazy/lazy.h"
 #include "flare/autograd.h"
+#include "flare/config.h"
 #include "support.h"
 
 static fl_tensor *on(const char *backend, const fl_tensor *t) { return fl_to_backend(t, backend); }
@@ -312,6 +314,15 @@ static fl_tensor *compilable(const fl_tensor *x, const fl_tensor *row, const fl_
     return fl_add(y, fl_sign(y));
 }
 
+static char logged[8192];
+static int log_calls;
+
+static void capture(fl_log_level level, const char *message, void *user)
+{
+    log_calls++;
+    snprintf(logged, sizeof logged, "%s", message);
+}
+
 static void compiled_kernels_match_the_interpreter(void **state)
 {
     enum { R = 300, C = 257 }; /* over LAZY_COMPILE_MIN elements; tiles end mid-row */
@@ -352,16 +363,26 @@ static void compiled_kernels_match_the_interpreter(void **state)
             fl_release(gelu[1][approximate][k]);
         }
     /* A compiler that fails: reported once, counted, and the pass is interpreted. */
-    const char *cc = getenv("FLARE_CC");
-    setenv("FLARE_CC", "false", 1);
+    /* It goes to the log callback, and nothing to stderr. */
+    lazy_compile_set_compiler("false");
     lazy_compile_set_mode(LAZY_COMPILE_SYNC);
+    fl_set_log(capture, NULL);
+    fflush(stderr);
+    FILE *written = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(written), STDERR_FILENO);
     fl_tensor *odd = fl_ceil(fl_floor(fl_ceil(fl_mul_scalar(x, 7)))); /* a program nothing else compiles */
     assert_int_equal(fl_eval(odd), FL_OK);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    fl_set_log(NULL, NULL);
+    assert_int_equal(ftell(written), 0);
+    fclose(written);
     lazy_compile_set_mode(LAZY_COMPILE_ASYNC);
-    if (cc)
-        setenv("FLARE_CC", cc, 1);
-    else
-        unsetenv("FLARE_CC");
+    lazy_compile_set_compiler(NULL);
+    assert_int_equal(log_calls, 1);
+    assert_non_null(strstr(logged, "could not compile a fused kernel with 'false' (exit status 1; its output, kept in"));
     assert_int_equal(lazy_compile_stats_get().failed, after.failed + 1);
     assert_close(odd, fl_ceil(fl_mul_scalar(fl_to_backend(x, "cpu"), 7)), 0, 0);
     assert_no_error();

@@ -2,7 +2,7 @@
  * Where the time goes: a per-operation profile of every backend primitive called
  * through the tensor layer (and of the fused kernels), for whichever backend runs.
  *
- * Turned on by FLARE_PROFILE=1 in the environment (the table is then printed to
+ * Turned on by FLARE_PROFILE=1 (docs/CONFIG.md; the table is then printed to
  * stderr when the process exits) or by fl_profile_enable. Times are exclusive: an
  * operation that runs another one inside (a lazy backend's matmul computing its
  * pending operands in a fused pass) is charged only for the rest, and the inner one

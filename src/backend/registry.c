@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/config.h"
 #include "../tensor/internal.h"
 
 /* Every operation entry, from the one list in backend.h. */
@@ -160,18 +161,20 @@ static fl_status register_table(const fl_backend *table)
 }
 
 /* Runs inside pthread_once, so it must not call the public functions (which wait on
- * the same once). An unknown FLARE_BACKEND leaves cpu the default. */
+ * the same once). An unknown FLARE_BACKEND leaves cpu the default, with a warning. */
 static void register_builtins(void)
 {
     register_table(fl_cpu_backend());
     register_table(fl_lazy_backend());
-    const char *name = getenv("FLARE_BACKEND");
+    const char *name = fl__config()->backend;
     if (name && *name) {
         pthread_mutex_lock(&registry_lock);
         int i = slot_named(name);
         if (i >= 0)
             default_slot = i;
         pthread_mutex_unlock(&registry_lock);
+        if (i < 0)
+            fl__log(FL_LOG_WARNING, "FLARE_BACKEND names no registered backend ('%s'); using cpu", name);
     }
 }
 

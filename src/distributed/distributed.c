@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/config.h"
 #include "internal.h"
 
 /* ---- errors ---- */
@@ -77,12 +78,6 @@ static fl_distributed *active;  /* the initialized engine, or NULL */
 static bool failed;             /* a collective failed: the job is no longer consistent */
 static double timeout_seconds = NAN;
 
-static bool launched_by_mpirun(void)
-{
-    /* Open MPI's launcher, then MPICH's Hydra and any PMIx launcher. */
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 fl_status fl_distributed_init(const char *name)
 {
     const char *fn = "fl_distributed_init";
@@ -90,10 +85,8 @@ fl_status fl_distributed_init(const char *name)
         fl__error(FL_ERR_VALUE, fn, "the '%s' engine is already initialized", active->name);
         return FL_ERR_VALUE;
     }
-    if (!name) {
-        const char *env = getenv("FLARE_DISTRIBUTED");
-        name = env && *env ? env : launched_by_mpirun() ? "mpi" : "single";
-    }
+    if (!name)
+        name = fl__config()->distributed;
     fl_distributed *engine = fl_distributed_find(name);
     if (!engine) {
         fl__error(FL_ERR_VALUE, fn, "no distributed engine named '%s' is registered", name);
@@ -139,13 +132,8 @@ fl_status fl_distributed_set_timeout(double seconds)
 double fl_distributed_timeout(void)
 {
     if (isnan(timeout_seconds)) {
-        const char *env = getenv("FLARE_DIST_TIMEOUT");
-        char *end = NULL;
-        double value = env ? strtod(env, &end) : NAN;
-        bool valid = env && end != env && *end == '\0' && value >= 0 && !isinf(value);
-        if (env && !valid)
-            fprintf(stderr, "flare: ignoring FLARE_DIST_TIMEOUT='%s' (not a number of seconds >= 0)\n", env);
-        timeout_seconds = valid ? value : 300;
+        double configured = fl__config()->dist_timeout;
+        timeout_seconds = configured < 0 ? 0 : configured; /* 0 waits forever */
     }
     return timeout_seconds;
 }

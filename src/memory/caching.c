@@ -51,6 +51,7 @@
 #include <sys/mman.h>
 
 #include "flare/memory.h"
+#include "../tensor/config.h"
 
 /* Under AddressSanitizer, memory outside live blocks (free blocks, and each block's
  * rounding beyond the bytes asked for) is poisoned, so an overrun of a tensor is
@@ -495,8 +496,7 @@ static void caching_free(fl_memory_manager *m, void *ptr, size_t bytes)
     block *b = table_remove(c, ptr);
     if (!b) {
         unlock(c);
-        fprintf(stderr, "flare: caching memory manager: %p (%zu bytes) was not allocated by it; ignored\n", ptr,
-                bytes);
+        fl__log(FL_LOG_ERROR, "caching memory manager: %p (%zu bytes) was not allocated by it; ignored", ptr, bytes);
         return;
     }
     b->allocated = false;
@@ -570,7 +570,7 @@ static void caching_destroy(fl_memory_manager *m)
     if (live) {
         /* Freeing the rest would pull memory from under live tensors; keeping the
          * manager lets their frees still land. */
-        fprintf(stderr, "flare: caching memory manager destroyed with %zu bytes in use; kept alive\n", live);
+        fl__log(FL_LOG_WARNING, "caching memory manager destroyed with %zu bytes in use; kept alive", live);
         return;
     }
     while (c->chunks) {

@@ -8,6 +8,7 @@
 #include "flare/memory.h"
 /* Errors are recorded as everywhere else (error.c); nothing else above is used. */
 #include "../tensor/internal.h"
+#include "../tensor/config.h"
 
 static fl_memory_manager *current;
 /* The manager made at start-up. It lives as long as the process: blocks it handed out
@@ -21,12 +22,12 @@ static _Thread_local const char *operation = "";
 
 static void make_initial_manager(void)
 {
-    const char *name = getenv("FLARE_MEMORY");
+    const char *name = fl__config()->memory;
     if (name && strcmp(name, "plain") == 0) {
         initial = fl_memory_plain();
     } else {
         if (name && *name && strcmp(name, "caching") != 0)
-            fprintf(stderr, "flare: FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'\n", name);
+            fl__log(FL_LOG_WARNING, "FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'", name);
         initial = fl_memory_caching(SIZE_MAX, SIZE_MAX);
         if (!initial)
             initial = fl_memory_plain();

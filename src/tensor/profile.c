@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "flare/profile.h"
+#include "config.h"
 #include "internal.h"
 
 #define MAX_OPERATIONS 256
@@ -26,7 +27,7 @@ typedef struct frame {
     bool primitive;
 } frame;
 
-static bool enabled;
+static int enabled = -1; /* -1 until the settings are read (FLARE_PROFILE) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static fl_profile_entry table[MAX_OPERATIONS];
 static int used;
@@ -44,10 +45,14 @@ static double now(void)
 
 static void print_at_exit(void) { fl_profile_print(stderr); }
 
-__attribute__((constructor)) static void enable_from_environment(void)
+/* The report at exit is what FLARE_PROFILE asks for, so the handler is installed
+ * only then. It reads the table under its lock, so threads still
+ * running operations as the process exits do no harm. An explicit fl_profile_enable
+ * that came first wins over the setting. */
+void fl__profile_configure(bool on)
 {
-    const char *v = getenv("FLARE_PROFILE");
-    if (v && *v && strcmp(v, "0") != 0) {
+    int unset = -1;
+    if (__atomic_compare_exchange_n(&enabled, &unset, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) && on) {
         fl_profile_enable(true);
         atexit(print_at_exit);
     }
@@ -56,13 +61,21 @@ __attribute__((constructor)) static void enable_from_environment(void)
 void fl_profile_enable(bool on)
 {
     pthread_mutex_lock(&lock);
-    if (on && !enabled)
+    if (on && __atomic_load_n(&enabled, __ATOMIC_RELAXED) <= 0)
         since = now();
-    __atomic_store_n(&enabled, on, __ATOMIC_RELAXED);
+    __atomic_store_n(&enabled, (int)on, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }
 
-bool fl_profile_enabled(void) { return __atomic_load_n(&enabled, __ATOMIC_RELAXED); }
+bool fl_profile_enabled(void)
+{
+    int on = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
+    if (__builtin_expect(on < 0, 0)) {
+        fl__config();
+        on = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
+    }
+    return on > 0;
+}
 
 void fl_profile_reset(void)
 {

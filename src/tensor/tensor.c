@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "internal.h"
 
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
@@ -182,8 +183,7 @@ void fl_set_num_threads(int n)
 int fl_num_threads(void)
 {
     if (num_threads == 0) {
-        const char *env = getenv("FLARE_NUM_THREADS");
-        int n = env ? atoi(env) : 0;
+        int n = fl__config()->num_threads;
         if (n < 1)
             n = (int)sysconf(_SC_NPROCESSORS_ONLN);
         num_threads = n < 1 ? 1 : n;

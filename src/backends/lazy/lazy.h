@@ -132,8 +132,12 @@ lazy_kernel lazy_kernel_for(const lazy_kernel_slot *slots, int count);
 #define LAZY_COMPILE_MIN (1 << 16)
 
 enum { LAZY_COMPILE_OFF, LAZY_COMPILE_SYNC, LAZY_COMPILE_ASYNC };
-/* Overrides FLARE_LAZY_COMPILE (tests). */
+/* Override the lazy_compile and compiler settings (tests; NULL: the setting's). */
 void lazy_compile_set_mode(int mode);
+void lazy_compile_set_compiler(const char *cc);
+/* Stops running compilers, removes their temporaries and joins the background
+ * thread (fl_shutdown). */
+void lazy_compile_shutdown(void);
 
 typedef struct lazy_compile_stats {
     uint64_t compiled, loaded, failed; /* kernels compiled, loaded from the cache, failed */
