@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flare/extension.h"
-#include "flare/io.h"
+#include "flare/tensor_map.h"
+#include "internal.h"
 
 /* Names with values, in insertion order, indexed by a hash of the name. */
 typedef struct named_list {
