@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/backends/lazy/lazy.h"
+#include "flare/backend.h"
+#include "flare/profile.h"
 #include "flare/tensor.h"
 #include "cli.h"
 #include "timing.h"

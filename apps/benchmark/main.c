@@ -42,12 +42,12 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "flare/backend.h"
 #include "flare/distributed.h"
 #include "flare/optim.h"
 #include "flare/profile.h"
 #include "cli.h"
 #include "models.h"
-#include "../../src/backends/lazy/lazy.h" /* fl_lazy_traffic: the fused passes' bytes */
 
 typedef struct options {
     const char *model;
