@@ -65,5 +65,17 @@ int main(void)
     fl_clear_error();
     if (my_swish(NULL) || fl_last_status() != FL_ERR_NULL || strcmp(fl_last_error(), "my_swish: argument 1 is NULL"))
         return fail("wrong NULL error");
+    fl_clear_error();
+
+    /* Argument checks: shapes, and axes counted from the end. */
+    scope = fl_scope_begin();
+    fl_tensor *m = fl_full(0, FL_F32, 2, (int64_t[]){2, 3});
+    int axis;
+    unsigned mask;
+    ok = fl_same_shape(m, m) && !fl_same_shape(m, NULL) && fl_normalize_axis("f", -1, 2, &axis) && axis == 1 &&
+         fl_axes_mask("f", (int[]){-1, 0}, 2, 2, &mask) && mask == 3 && !fl_axes_mask("f", (int[]){1, -1}, 2, 2, &mask);
+    fl_scope_end(scope);
+    if (!ok || strcmp(fl_last_error(), "f: axis -1 is listed twice") != 0)
+        return fail("wrong argument checks");
     return 0;
 }

@@ -69,7 +69,7 @@ const char *fl_describe_shape(int ndim, const int64_t *shape, char *buf);
 
 /* ---- checking arguments ------------------------------------------------------------ */
 
-/* True if a and b have the same shape (dtypes may differ). */
+/* True if a and b have the same shape (dtypes may differ); false if either is NULL. */
 bool fl_same_shape(const fl_tensor *a, const fl_tensor *b);
 /* Turns axis, possibly negative (-1 is the last), into an index in [0, ndim) in *out.
  * Out of range: false and FL_ERR_AXIS naming fn. */

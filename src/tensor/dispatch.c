@@ -53,7 +53,7 @@ bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int
 
 bool fl_same_shape(const fl_tensor *a, const fl_tensor *b)
 {
-    return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+    return a && b && a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
 }
 
 bool fl__same_backend(const fl_tensor *a, const fl_tensor *b)
