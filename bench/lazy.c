@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/backends/lazy/lazy.h"
+#include "flare/backend.h"
+#include "flare/profile.h"
 #include "flare/tensor.h"
 #include "cli.h"
 #include "timing.h"
@@ -141,10 +142,10 @@ int main(int argc, char **argv)
             state s;
             setup(&s, backends[k]);
             run_once(&cases[c], &s); /* warm-up: first touch of the output buffers */
-            fl__lazy_traffic_reset();
+            fl_lazy_traffic_reset();
             for (int r = 0; r < repeats; r++)
                 times[r] = run_once(&cases[c], &s);
-            fl_lazy_traffic traffic = fl__lazy_traffic_get();
+            fl_lazy_traffic traffic = fl_lazy_traffic_get();
             if (fl_last_status() != FL_OK) {
                 printf("{\"name\": \"%s\", \"backend\": \"%s\", \"seconds\": null, \"error\": \"%s\"}\n",
                        cases[c].name, backends[k], fl_last_error());

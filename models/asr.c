@@ -73,12 +73,12 @@ static fl_variable *asr_forward(fl_module *m, fl_variable *features)
 {
     const asr_config *c = fl_module_state(m);
     const fl_tensor *x = fl_v_value(features);
-    if (fl__null_args("AsrTransformer", 1, x))
+    if (fl_null_args("AsrTransformer", 1, x))
         return NULL;
     if (fl_ndim(x) != 3 || fl_dim(x, 1) != c->features) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "AsrTransformer", "expects features [N, %lld, T], got %s",
-                         (long long)c->features, fl__describe(x, d));
+        return fl_error(FL_ERR_SHAPE, "AsrTransformer", "expects features [N, %lld, T], got %s",
+                         (long long)c->features, fl_describe(x, d));
     }
     fl_scope scope = fl_scope_begin();
     fl_variable *h = fl_v_transpose(glu(apply(m, "frontend", features), 1), 1, 2);
@@ -117,7 +117,7 @@ static fl_status asr_make_batch(model_size size, int64_t batch, fl_tensor **inpu
     if (!valid_size("asr.make_batch", size))
         return FL_ERR_VALUE;
     if (batch < 1)
-        return fl__error(FL_ERR_VALUE, "asr.make_batch", "batch must be positive, got %lld", (long long)batch),
+        return fl_error(FL_ERR_VALUE, "asr.make_batch", "batch must be positive, got %lld", (long long)batch),
                FL_ERR_VALUE;
     const asr_config *c = &configs[size];
     int64_t t = output_frames(c), low = t / 8 > 1 ? t / 8 : 1, high = t / 4 > 1 ? t / 4 : 1;

@@ -70,12 +70,12 @@ static fl_variable *bert_forward(fl_module *m, fl_variable *tokens)
 {
     const bert_config *c = fl_module_state(m);
     const fl_tensor *ids = fl_v_value(tokens);
-    if (fl__null_args("BertLike", 1, ids))
+    if (fl_null_args("BertLike", 1, ids))
         return NULL;
     if (fl_ndim(ids) != 2 || fl_dim(ids, 1) > c->max_positions) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "BertLike", "expects token ids [N, S] with S <= %lld, got %s",
-                         (long long)c->max_positions, fl__describe(ids, d));
+        return fl_error(FL_ERR_SHAPE, "BertLike", "expects token ids [N, S] with S <= %lld, got %s",
+                         (long long)c->max_positions, fl_describe(ids, d));
     }
     fl_scope scope = fl_scope_begin();
     fl_variable *positions = fl_v_new(fl_arange(0, (double)fl_dim(ids, 1), 1, FL_I64), false);
@@ -112,7 +112,7 @@ static fl_status bert_make_batch(model_size size, int64_t batch, fl_tensor **inp
     if (!valid_size("bert.make_batch", size))
         return FL_ERR_VALUE;
     if (batch < 1)
-        return fl__error(FL_ERR_VALUE, "bert.make_batch", "batch must be positive, got %lld", (long long)batch),
+        return fl_error(FL_ERR_VALUE, "bert.make_batch", "batch must be positive, got %lld", (long long)batch),
                FL_ERR_VALUE;
     const bert_config *c = &configs[size];
     fl_scope scope = fl_scope_begin();

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/extension.h"
+
 #include "models.h"
-#include "../src/tensor/internal.h"
 
 typedef struct named_child {
     const char *name;
@@ -43,7 +44,7 @@ static inline fl_module *module_with_config(const fl_module_type *type, const vo
 {
     void *copy = malloc(size);
     if (!copy)
-        return fl__error(FL_ERR_MEMORY, type->name, "out of memory");
+        return fl_error(FL_ERR_MEMORY, type->name, "out of memory");
     memcpy(copy, config, size);
     return fl_module_new(type, copy);
 }
@@ -52,7 +53,7 @@ static inline bool valid_size(const char *fn, model_size size)
 {
     if ((unsigned)size < MODEL_SIZES)
         return true;
-    fl__error(FL_ERR_VALUE, fn, "size %d is none of MODEL_TINY, MODEL_CPU, MODEL_PAPER", (int)size);
+    fl_error(FL_ERR_VALUE, fn, "size %d is none of MODEL_TINY, MODEL_CPU, MODEL_PAPER", (int)size);
     return false;
 }
 

@@ -41,12 +41,12 @@ static fl_variable *vit_forward(fl_module *m, fl_variable *images)
 {
     const vit_config *c = fl_module_state(m);
     const fl_tensor *x = fl_v_value(images);
-    if (fl__null_args("ViT", 1, x))
+    if (fl_null_args("ViT", 1, x))
         return NULL;
     if (fl_ndim(x) != 4 || fl_dim(x, 1) != 3 || fl_dim(x, 2) != c->image || fl_dim(x, 3) != c->image) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "ViT", "expects images [N, 3, %lld, %lld], got %s", (long long)c->image,
-                         (long long)c->image, fl__describe(x, d));
+        return fl_error(FL_ERR_SHAPE, "ViT", "expects images [N, 3, %lld, %lld], got %s", (long long)c->image,
+                         (long long)c->image, fl_describe(x, d));
     }
     int64_t n = fl_dim(x, 0);
     fl_scope scope = fl_scope_begin();
@@ -103,7 +103,7 @@ static fl_status vit_make_batch(model_size size, int64_t batch, fl_tensor **inpu
     if (!valid_size("vit.make_batch", size))
         return FL_ERR_VALUE;
     if (batch < 1)
-        return fl__error(FL_ERR_VALUE, "vit.make_batch", "batch must be positive, got %lld", (long long)batch),
+        return fl_error(FL_ERR_VALUE, "vit.make_batch", "batch must be positive, got %lld", (long long)batch),
                FL_ERR_VALUE;
     const vit_config *c = &configs[size];
     fl_scope scope = fl_scope_begin();

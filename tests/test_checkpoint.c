@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "flare/io.h"
 #include "flare/nn.h"
 #include "flare/optim.h"
 #include "support.h"

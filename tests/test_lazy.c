@@ -76,9 +76,9 @@ static void held_nodes_are_written_by_the_same_pass(void **state)
     fl_scope scope = fl_scope_begin(); /* the other intermediates are let go */
     fl_tensor *p = fl_keep(fl_sub(fl_add(g, c), fl_div(m, fl_add_scalar(m, 1))));
     fl_scope_end(scope);
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_int_equal(fl_eval(p), FL_OK);
-    assert_int_equal(fl__lazy_traffic_get().fused_written, 2 * 4 * 4); /* p and m */
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 2 * 4 * 4); /* p and m */
     assert_false(pending(p));
     assert_false(pending(m));
     assert_true(pending(c));
@@ -125,9 +125,9 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_keep(fl_exp(fl_add_scalar(fl_mul_scalar(x, 2), 1))); /* three operations */
     fl_scope_end(scope);
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_int_equal(fl_eval(y), FL_OK);
-    fl_lazy_traffic t = fl__lazy_traffic_get();
+    fl_lazy_traffic t = fl_lazy_traffic_get();
     assert_int_equal(t.passes, 1);
     assert_int_equal(t.operations, 3);
     assert_int_equal(t.fused_read, 4 * N);
@@ -135,10 +135,10 @@ static void traffic_counts_fused_and_unfused_bytes(void **state)
     assert_int_equal(t.unfused_read, 3 * 4 * N + 2 * 4); /* and the two scalars */
     assert_int_equal(t.unfused_written, 3 * 4 * N);
     /* Read while the scope still holds the intermediates, they are written too. */
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     fl_tensor *z = fl_exp(fl_add_scalar(fl_mul_scalar(x, 2), 1));
     assert_int_equal(fl_eval(z), FL_OK);
-    assert_int_equal(fl__lazy_traffic_get().fused_written, 3 * 4 * N);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 3 * 4 * N);
     fl_release(y);
     y = z;
     assert_values(fl_index(y, FL_INDEX(FL_AT(0))), 1e-6, 0, 20.085536923187668);
@@ -161,17 +161,17 @@ static void a_graph_read_again_is_kept(void **state)
     assert_values(fl_sum(cheap, FL_ALL_AXES, false), 0, 0, 225);
     assert_values(fl_max(cheap, FL_ALL_AXES, false), 0, 0, 29);
     assert_true(pending(cheap));
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     fl_tensor *sums = fl_sum(x, last, 1, false);
-    assert_int_equal(fl__lazy_traffic_get().passes, 1);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1);
     assert_values(fl_sum(x, last, 1, false), 0, 0, 25, 75, 125);
     assert_values(sums, 0, 0, 25, 75, 125);
-    assert_int_equal(fl__lazy_traffic_get().passes, 1); /* a copy */
+    assert_int_equal(fl_lazy_traffic_get().passes, 1); /* a copy */
     assert_true(pending(x));
     fl_tensor *mean = fl_mean(x, last, 1, true), *var = fl_var(x, last, 1, 0, true);
     fl_tensor *xhat = fl_div(fl_sub(x, mean), fl_sqrt(var));
     assert_int_equal(fl_eval(xhat), FL_OK);
-    fl_lazy_traffic t = fl__lazy_traffic_get();
+    fl_lazy_traffic t = fl_lazy_traffic_get();
     assert_int_equal(t.recomputed, 2);
     assert_false(pending(x));
     assert_values(x, 0, 0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29);
@@ -195,27 +195,27 @@ static void reshapes_keep_a_graph_pending(void **state)
     /* Fused reductions read through it: rows of 2 are trailing axes of [3, 2]. */
     assert_values(fl_sum(fl_reshape(z, FL_SHAPE(3, 2)), FL_AXES(-1), false), 0, 1e-6, 7, 15, 23);
     /* One pass writes z, and y (held by this scope) once: r is a view of y. */
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_values(z, 0, 1e-6, 2, 5, 6, 9, 10, 13);
-    assert_int_equal(fl__lazy_traffic_get().passes, 1);
-    assert_int_equal(fl__lazy_traffic_get().fused_written, 2 * 6 * 4);
+    assert_int_equal(fl_lazy_traffic_get().passes, 1);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 2 * 6 * 4);
     assert_false(pending(r));
     assert_ptr_equal(cpu_data(lazy_impl(r)->value), cpu_data(lazy_impl(y)->value));
     assert_values(r, 0, 0, 2, 4, 6, 8, 10, 12);
     /* A reshape whose operand was read after it was made is a view without a pass. */
     fl_tensor *w = fl_add_scalar(x, 1), *v = fl_reshape(w, FL_SHAPE(6));
     assert_values(w, 0, 0, 2, 3, 4, 5, 6, 7);
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_values(v, 0, 0, 2, 3, 4, 5, 6, 7);
-    assert_int_equal(fl__lazy_traffic_get().passes, 0);
+    assert_int_equal(fl_lazy_traffic_get().passes, 0);
     assert_ptr_equal(cpu_data(lazy_impl(v)->value), cpu_data(lazy_impl(w)->value));
     /* Not held from outside, the reshaped operation is computed inside the pass. */
     fl_scope scope = fl_scope_begin();
     fl_tensor *t = fl_keep(fl_reshape(fl_exp(fl_mul_scalar(x, 0)), FL_SHAPE(3, 2)));
     fl_scope_end(scope);
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_values(t, 0, 0, 1, 1, 1, 1, 1, 1);
-    assert_int_equal(fl__lazy_traffic_get().fused_written, 6 * 4);
+    assert_int_equal(fl_lazy_traffic_get().fused_written, 6 * 4);
     fl_release(t);
 }
 
@@ -246,9 +246,9 @@ static void casts_to_f32_are_read_by_the_pass(void **state)
     assert_values(fl_sum(mask, FL_ALL_AXES, false), 0, 0, 3);
     assert_true(pending(mask));
     fl_tensor *scaled = fl_mul_scalar(mask, 2);
-    fl__lazy_traffic_reset();
+    fl_lazy_traffic_reset();
     assert_values(scaled, 0, 0, 2, 2, 0, 0, 2, 0);
-    fl_lazy_traffic t = fl__lazy_traffic_get();
+    fl_lazy_traffic t = fl_lazy_traffic_get();
     assert_int_equal(t.fused_read, 6);            /* six bools */
     assert_int_equal(t.fused_written, 6 * 4);     /* the result */
     assert_true(pending(mask));

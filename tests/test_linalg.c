@@ -6,7 +6,7 @@
 
 #include "backends/cpu/cpu.h" /* cpu_conv_set_algorithm */
 #include "support.h"
-#include "tensor/internal.h" /* fl__out, to hand the views below to the test's scope */
+#include "tensor/internal.h" /* fl_out, to hand the views below to the test's scope */
 
 static fl_tensor *ref(const char *name) { return fixture("linalg.bin", name); }
 
@@ -21,14 +21,14 @@ static fl_tensor *permuted_view(const fl_tensor *t, const int *axes)
         shape[i] = fl_shape(t)[axes[i]];
     fl_tensor *out = fl_tensor_alloc(t->backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(t->backend->permute(t->backend, out, t, axes), 0);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 static fl_tensor *strided_view(const fl_tensor *t, const int64_t *shape, const int64_t *start, const int64_t *step)
 {
     fl_tensor *out = fl_tensor_alloc(t->backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(t->backend->slice(t->backend, out, t, start, step), 0);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 /* ---- matmul ---- */

@@ -20,7 +20,7 @@ static fl_tensor *permuted(const fl_tensor *t, const int *axes)
         shape[i] = fl_shape(t)[axes[i]];
     fl_tensor *view = fl_tensor_alloc(backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(backend->permute(backend, view, t, axes), 0);
-    return fl__out(view);
+    return fl_out(view);
 }
 
 static fl_tensor *sliced(const fl_tensor *t, const int64_t *shape, const int64_t *start, const int64_t *step)
@@ -28,7 +28,7 @@ static fl_tensor *sliced(const fl_tensor *t, const int64_t *shape, const int64_t
     const fl_backend *backend = fl_default_backend();
     fl_tensor *view = fl_tensor_alloc(backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(backend->slice(backend, view, t, start, step), 0);
-    return fl__out(view);
+    return fl_out(view);
 }
 
 static fl_tensor *expanded(const fl_tensor *t, const int64_t *shape)
@@ -36,7 +36,7 @@ static fl_tensor *expanded(const fl_tensor *t, const int64_t *shape)
     const fl_backend *backend = fl_default_backend();
     fl_tensor *view = fl_tensor_alloc(backend, fl_dtype_of(t), fl_ndim(t), shape);
     assert_int_equal(backend->expand(backend, view, t), 0);
-    return fl__out(view);
+    return fl_out(view);
 }
 
 /* ---- reductions over lists of axes ---- */

@@ -42,12 +42,12 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "flare/backend.h"
 #include "flare/distributed.h"
 #include "flare/optim.h"
 #include "flare/profile.h"
 #include "cli.h"
 #include "models.h"
-#include "../../src/backends/lazy/lazy.h" /* fl_lazy_traffic: the fused passes' bytes */
 
 typedef struct options {
     const char *model;
@@ -509,7 +509,7 @@ int main(int argc, char **argv)
         for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
             if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
                 fl_profile_reset();
-                fl__lazy_traffic_reset();
+                fl_lazy_traffic_reset();
             }
             for (int k = 0; status == 0 && k < count; k++) {
                 trainee *t = &trainees[(i + k) % count]; /* who goes first alternates */
@@ -528,7 +528,7 @@ int main(int argc, char **argv)
                 report(bm, &o, &trainees[k], count, batch, parameter_count, peak);
             if (count == 2)
                 report_pairs(bm, &o, trainees);
-            fl_lazy_traffic t = fl__lazy_traffic_get();
+            fl_lazy_traffic t = fl_lazy_traffic_get();
             if (t.passes > 0 && !o.json) /* the lazy backend: what its fused passes moved, a step's share */
                 printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
                        "(%.1f and %.1f MB one operation at a time)\n",

@@ -22,7 +22,9 @@
  * Shutdown. The lazy backend compiles kernels on a thread of its own, with the
  * system's compiler as a child process. fl_shutdown stops that compiler, removes its
  * temporary files and joins the thread; a program may call it before exiting (if it
- * does not, the same happens as the library is unloaded at exit).
+ * does not, the same happens as the library is unloaded at exit). A backend or an
+ * extension that runs work of its own in the background registers how to stop it
+ * with fl_at_shutdown, as the lazy backend does.
  */
 #ifndef FLARE_CONFIG_H
 #define FLARE_CONFIG_H
@@ -66,15 +68,29 @@ typedef struct fl_config {
  * of Flare reads a setting: afterwards it fails with FL_ERR_VALUE and changes nothing. */
 fl_status fl_init(const fl_config *config);
 
-/* Stops the lazy backend's compiler and joins its thread; idempotent. Flare stays
- * usable: a later pass that wants a kernel starts them again. */
+/* The settings in effect, read from the environment on the first call unless fl_init
+ * came first; for backends and extensions, which read settings only through it. Every
+ * field is resolved: memory, conv_algorithm and lazy_compile are one of their names,
+ * kernel_cache the directory to use, distributed the engine's name; backend and
+ * compiler may be NULL (the built-in choice). */
+const fl_config *fl_config_current(void);
+
+/* Runs every stop registered with fl_at_shutdown, most recent first: the lazy
+ * backend's compiler is stopped and its thread joined. Idempotent; Flare stays usable,
+ * and what a later operation starts again is stopped by the next fl_shutdown. */
 void fl_shutdown(void);
+/* Registers stop(user) with fl_shutdown; registering the same pair again does
+ * nothing. Thread-safe; FL_ERR_MEMORY past 16 registrations. */
+fl_status fl_at_shutdown(void (*stop)(void *user), void *user);
 
 /* Installs the log callback (NULL: none), replacing the configuration's. A message
  * being logged as it changes may still reach the previous one. */
 void fl_set_log(fl_log_fn fn, void *user);
 /* A log callback that prints "flare: <message>" to stderr. */
 void fl_log_stderr(fl_log_level level, const char *message, void *user);
+/* Formats a message for the log callback, if there is one: how backends and
+ * extensions warn without writing to stderr. */
+void fl_log_message(fl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

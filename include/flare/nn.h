@@ -24,8 +24,8 @@
 #define FLARE_NN_H
 
 #include "flare/autograd.h"
-#include "flare/io.h"
 #include "flare/tensor.h"
+#include "flare/tensor_map.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "flare/autograd.h"
-#include "flare/io.h"
+#include "flare/tensor_map.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -49,6 +49,19 @@ int fl_profile_entries(fl_profile_entry *out, int capacity);
  * ran outside any primitive (the caller's own work, the framework's bookkeeping). */
 void fl_profile_print(FILE *f);
 
+/* The lazy backend's memory traffic since the last reset, in bytes: what its fused
+ * passes read and wrote, and what the same operations would have read and written one
+ * at a time (every operation reading its operands and writing its result). */
+typedef struct fl_lazy_traffic {
+    uint64_t fused_read, fused_written;
+    uint64_t unfused_read, unfused_written;
+    uint64_t passes, operations; /* fused passes run, operations they computed */
+    uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
+} fl_lazy_traffic;
+
+fl_lazy_traffic fl_lazy_traffic_get(void);
+void fl_lazy_traffic_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@ static void relu_grad(fl_grad *g)
 
 fl_variable *fl_v_relu(fl_variable *x)
 {
-    if (fl__null_args("fl_v_relu", 1, x))
+    if (fl_null_args("fl_v_relu", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_maximum_scalar(x->value, 0);
@@ -33,7 +33,7 @@ static void leaky_relu_grad(fl_grad *g)
 
 fl_variable *fl_v_leaky_relu(fl_variable *x, double negative_slope)
 {
-    if (fl__null_args("fl_v_leaky_relu", 1, x))
+    if (fl_null_args("fl_v_leaky_relu", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     const fl_tensor *v = x->value;
@@ -51,7 +51,7 @@ static void gelu_grad(fl_grad *g)
 
 fl_variable *fl_v_gelu(fl_variable *x, bool approximate)
 {
-    if (fl__null_args("fl_v_gelu", 1, x))
+    if (fl_null_args("fl_v_gelu", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     const fl_tensor *v = x->value;
@@ -71,7 +71,7 @@ static void softmax_grad(fl_grad *g)
 
 fl_variable *fl_v_softmax(fl_variable *x, int axis)
 {
-    if (fl__null_args("fl_v_softmax", 1, x))
+    if (fl_null_args("fl_v_softmax", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_softmax(x->value, axis);
@@ -89,7 +89,7 @@ static void log_softmax_grad(fl_grad *g)
 
 fl_variable *fl_v_log_softmax(fl_variable *x, int axis)
 {
-    if (fl__null_args("fl_v_log_softmax", 1, x))
+    if (fl_null_args("fl_v_log_softmax", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_log_softmax(x->value, axis);

@@ -11,7 +11,7 @@ static void add_grad(fl_grad *g)
 
 fl_variable *fl_v_add(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_add", 2, a, b))
+    if (fl_null_args("fl_v_add", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_add(a->value, b->value), FL_VARS(a, b), add_grad, FL_SAVE_NOTHING, NULL, 0);
@@ -27,7 +27,7 @@ static void sub_grad(fl_grad *g)
 
 fl_variable *fl_v_sub(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_sub", 2, a, b))
+    if (fl_null_args("fl_v_sub", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_sub(a->value, b->value), FL_VARS(a, b), sub_grad, FL_SAVE_NOTHING, NULL, 0);
@@ -45,7 +45,7 @@ static void mul_grad(fl_grad *g)
 
 fl_variable *fl_v_mul(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_mul", 2, a, b))
+    if (fl_null_args("fl_v_mul", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_mul(a->value, b->value), FL_VARS(a, b), mul_grad, FL_SAVE(a->value, b->value),
@@ -64,7 +64,7 @@ static void div_grad(fl_grad *g)
 
 fl_variable *fl_v_div(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_div", 2, a, b))
+    if (fl_null_args("fl_v_div", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_div(a->value, b->value);
@@ -90,7 +90,7 @@ static void pow_grad(fl_grad *g)
 
 fl_variable *fl_v_pow(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_pow", 2, a, b))
+    if (fl_null_args("fl_v_pow", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_pow(a->value, b->value);
@@ -118,7 +118,7 @@ static void minimum_grad(fl_grad *g) { extremum_grad(g, false); }
 
 fl_variable *fl_v_maximum(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_maximum", 2, a, b))
+    if (fl_null_args("fl_v_maximum", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_maximum(a->value, b->value), FL_VARS(a, b), maximum_grad,
@@ -128,7 +128,7 @@ fl_variable *fl_v_maximum(fl_variable *a, fl_variable *b)
 
 fl_variable *fl_v_minimum(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_minimum", 2, a, b))
+    if (fl_null_args("fl_v_minimum", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_minimum(a->value, b->value), FL_VARS(a, b), minimum_grad,
@@ -142,7 +142,7 @@ static void add_scalar_grad(fl_grad *g) { g->input_grads[0] = g->output_grad; }
 
 fl_variable *fl_v_add_scalar(fl_variable *x, double value)
 {
-    if (fl__null_args("fl_v_add_scalar", 1, x))
+    if (fl_null_args("fl_v_add_scalar", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_add_scalar(x->value, value), FL_VARS(x), add_scalar_grad, FL_SAVE_NOTHING,
@@ -157,7 +157,7 @@ static void mul_scalar_grad(fl_grad *g)
 
 fl_variable *fl_v_mul_scalar(fl_variable *x, double value)
 {
-    if (fl__null_args("fl_v_mul_scalar", 1, x))
+    if (fl_null_args("fl_v_mul_scalar", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_mul_scalar(x->value, value), FL_VARS(x), mul_scalar_grad, FL_SAVE_NOTHING,
@@ -178,7 +178,7 @@ static void pow_scalar_grad(fl_grad *g)
 
 fl_variable *fl_v_pow_scalar(fl_variable *x, double value)
 {
-    if (fl__null_args("fl_v_pow_scalar", 1, x))
+    if (fl_null_args("fl_v_pow_scalar", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_pow_scalar(x->value, value), FL_VARS(x), pow_scalar_grad, FL_SAVE(x->value),
@@ -201,7 +201,7 @@ static void where_grad(fl_grad *g)
 
 fl_variable *fl_v_where(const fl_tensor *cond, fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_where", 3, cond, a, b))
+    if (fl_null_args("fl_v_where", 3, cond, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_where(cond, a->value, b->value), FL_VARS(a, b), where_grad, FL_SAVE(cond),
@@ -215,7 +215,7 @@ static void cast_grad(fl_grad *g) { g->input_grads[0] = g->output_grad; }
 /* A cast to a non-float dtype is a constant, as in PyTorch: integers have no gradient. */
 fl_variable *fl_v_cast(fl_variable *x, fl_dtype dtype)
 {
-    if (fl__null_args("fl_v_cast", 1, x))
+    if (fl_null_args("fl_v_cast", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_cast(x->value, dtype);

@@ -28,7 +28,7 @@ static void conv_grad(fl_grad *g)
 static fl_variable *convolve(const char *fn, fl_variable *x, fl_variable *weight, const fl_conv_params *params,
                              int spatial)
 {
-    if (fl__null_args(fn, 2, x, weight))
+    if (fl_null_args(fn, 2, x, weight))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = spatial == 2 ? fl_conv2d(x->value, weight->value, params)
@@ -62,7 +62,7 @@ static void pool_grad(fl_grad *g)
 
 fl_variable *fl_v_pool2d(fl_variable *x, const fl_pool_params *params)
 {
-    if (fl__null_args("fl_v_pool2d", 1, x))
+    if (fl_null_args("fl_v_pool2d", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_pool2d(x->value, params); /* it rejects NULL params */

@@ -71,27 +71,27 @@ fl_variable *fl_v_record(const fl_tensor *value, fl_variable *const *inputs, int
                          const fl_tensor *const *saved, int nsaved, const void *context, size_t context_size)
 {
     if (!value) /* the forward computation failed and recorded why */
-        return fl__null_args("fl_v_record", 1, value), NULL;
+        return fl_null_args("fl_v_record", 1, value), NULL;
     bool any = false;
     for (int i = 0; i < ninputs; i++) {
-        if (fl__null_args("fl_v_record", 1, inputs[i]))
+        if (fl_null_args("fl_v_record", 1, inputs[i]))
             return NULL;
         any |= inputs[i]->requires_grad;
     }
     for (int i = 0; i < nsaved; i++)
-        if (fl__null_args("fl_v_record", 1, saved[i]))
+        if (fl_null_args("fl_v_record", 1, saved[i]))
             return NULL;
     if (!any || !fl_grad_enabled())
         return fl__v_out(fl__v_new_owned(value, false, NULL));
     if (!grad_fn)
-        return fl__error(FL_ERR_NULL, "fl_v_record", "no gradient function");
+        return fl_error(FL_ERR_NULL, "fl_v_record", "no gradient function");
 
     fl_node *node = calloc(1, sizeof *node + context_size);
     fl_edge *edges = calloc((size_t)ninputs, sizeof *edges);
     fl_tensor **kept = nsaved ? calloc((size_t)nsaved, sizeof *kept) : NULL;
     if (!node || !edges || (nsaved && !kept)) {
         free(node), free(edges), free(kept);
-        return fl__error(FL_ERR_MEMORY, "fl_v_record", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_v_record", "out of memory");
     }
     node->refcount = 1;
     node->grad_fn = grad_fn;
@@ -184,7 +184,7 @@ static fl_status count_contributions(fl_node *root, unsigned pass, node_list *al
     return FL_OK;
 oom:
     free(stack.items);
-    return fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY;
+    return fl_error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY;
 }
 
 /* g summed over the axes along which it was broadcast from shape, then converted to
@@ -208,9 +208,9 @@ static fl_tensor *reduce_to_input(fl_tensor *g, const fl_edge *e)
         }
         if (!ok) {
             char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-            return fl__error(FL_ERR_SHAPE, "fl_v_backward",
-                             "a gradient function returned %s for an input of shape %s", fl__describe(g, a),
-                             fl__describe_shape(e->ndim, e->shape, b));
+            return fl_error(FL_ERR_SHAPE, "fl_v_backward",
+                             "a gradient function returned %s for an input of shape %s", fl_describe(g, a),
+                             fl_describe_shape(e->ndim, e->shape, b));
         }
         g = fl_reshape(fl_sum(g, axes, count, false), e->ndim, e->shape);
     }
@@ -247,7 +247,7 @@ static fl_status run_node(fl_node *n, bool retain_graph, node_list *ready)
     if (!needs || !grads) {
         free(needs);
         free(grads);
-        return fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory for the %d gradients of a node", n->nedges),
+        return fl_error(FL_ERR_MEMORY, "fl_v_backward", "out of memory for the %d gradients of a node", n->nedges),
                FL_ERR_MEMORY;
     }
     for (int i = 0; i < n->nedges; i++) {
@@ -282,7 +282,7 @@ static fl_status run_node(fl_node *n, bool retain_graph, node_list *ready)
         if (e->leaf)
             leaf_received(e->leaf);
         else if (--e->node->pending == 0 && !push(ready, e->node))
-            status = (fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY);
+            status = (fl_error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY);
     }
     fl_scope_end(scope);
     free(needs);
@@ -298,25 +298,25 @@ static fl_status run_node(fl_node *n, bool retain_graph, node_list *ready)
 
 fl_status fl_v_backward(fl_variable *root, const fl_tensor *grad, bool retain_graph)
 {
-    if (fl__null_args("fl_v_backward", 1, root))
+    if (fl_null_args("fl_v_backward", 1, root))
         return fl_last_status();
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (!root->requires_grad)
-        return fl__error(FL_ERR_VALUE, "fl_v_backward", "the variable %s does not require a gradient",
-                         fl__describe(root->value, a)),
+        return fl_error(FL_ERR_VALUE, "fl_v_backward", "the variable %s does not require a gradient",
+                         fl_describe(root->value, a)),
                FL_ERR_VALUE;
-    if (grad && !fl__same_shape(grad, root->value))
-        return fl__error(FL_ERR_SHAPE, "fl_v_backward", "the gradient %s does not match the root %s",
-                         fl__describe(grad, a), fl__describe(root->value, b)),
+    if (grad && !fl_same_shape(grad, root->value))
+        return fl_error(FL_ERR_SHAPE, "fl_v_backward", "the gradient %s does not match the root %s",
+                         fl_describe(grad, a), fl_describe(root->value, b)),
                FL_ERR_SHAPE;
     if (!grad && root->value->numel != 1)
-        return fl__error(FL_ERR_SHAPE, "fl_v_backward",
-                         "a gradient must be given for a root of more than one element, %s",
-                         fl__describe(root->value, a)),
+        return fl_error(FL_ERR_SHAPE, "fl_v_backward",
+                        "a gradient must be given for a root of more than one element, %s",
+                         fl_describe(root->value, a)),
                FL_ERR_SHAPE;
     if (root->node && root->node->freed)
-        return fl__error(FL_ERR_VALUE, "fl_v_backward",
-                         "the graph was freed by an earlier backward; pass retain_graph to go through it again"),
+        return fl_error(FL_ERR_VALUE, "fl_v_backward",
+                        "the graph was freed by an earlier backward; pass retain_graph to go through it again"),
                FL_ERR_VALUE;
 
     fl_scope scope = fl_scope_begin();
@@ -338,12 +338,12 @@ fl_status fl_v_backward(fl_variable *root, const fl_tensor *grad, bool retain_gr
     if (status == FL_OK)
         status = accumulate(&root->node->grad, seed);
     if (status == FL_OK && !push(&ready, root->node))
-        status = (fl__error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY);
+        status = (fl_error(FL_ERR_MEMORY, "fl_v_backward", "out of memory"), FL_ERR_MEMORY);
     while (status == FL_OK && ready.count) {
         fl_node *n = ready.items[--ready.count];
         if (n->freed)
-            status = (fl__error(FL_ERR_VALUE, "fl_v_backward",
-                                "part of the graph was freed by an earlier backward; pass retain_graph"),
+            status = (fl_error(FL_ERR_VALUE, "fl_v_backward",
+                               "part of the graph was freed by an earlier backward; pass retain_graph"),
                       FL_ERR_VALUE);
         else
             status = run_node(n, retain_graph, &ready);

@@ -37,14 +37,14 @@ static void index_select_grad(fl_grad *g)
 
 static fl_variable *gather_or_select(const char *fn, fl_variable *x, int axis, const fl_tensor *index, bool slices)
 {
-    if (fl__null_args(fn, 2, x, index))
+    if (fl_null_args(fn, 2, x, index))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = slices ? fl_index_select(x->value, axis, index) : fl_gather(x->value, axis, index);
     gather_context c = {.ndim = x->value->ndim};
     memcpy(c.shape, x->value->shape, sizeof c.shape);
     if (y) /* the forward checked the axis */
-        fl__axis(fn, axis, c.ndim, &c.axis);
+        fl_normalize_axis(fn, axis, c.ndim, &c.axis);
     fl_variable *v = fl_v_record(y, FL_VARS(x), slices ? index_select_grad : gather_grad, FL_SAVE(index), &c,
                                  sizeof c);
     return fl_v_scope_return(scope, v);

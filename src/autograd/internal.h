@@ -5,7 +5,8 @@
 #include <stddef.h>
 
 #include "flare/autograd.h"
-#include "../tensor/internal.h" /* errors, argument checks */
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 
 typedef struct fl_node fl_node;
 

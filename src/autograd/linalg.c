@@ -30,7 +30,7 @@ static void matmul_grad(fl_grad *g)
 
 fl_variable *fl_v_matmul(fl_variable *a, fl_variable *b)
 {
-    if (fl__null_args("fl_v_matmul", 2, a, b))
+    if (fl_null_args("fl_v_matmul", 2, a, b))
         return NULL;
     fl_scope scope = fl_scope_begin();
     matmul_context c = {a->value->ndim, b->value->ndim};

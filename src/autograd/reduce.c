@@ -15,7 +15,7 @@ static bool reduce_context_of(const char *fn, const fl_tensor *x, const int *axe
 {
     c->ndim = x->ndim;
     memcpy(c->shape, x->shape, sizeof c->shape);
-    return fl__axes_mask(fn, axes, count, x->ndim, &c->axes);
+    return fl_axes_mask(fn, axes, count, x->ndim, &c->axes);
 }
 
 /* dy, reduced with or without keepdims, reshaped to keep the reduced axes. */
@@ -35,7 +35,7 @@ static void sum_grad(fl_grad *g)
 
 fl_variable *fl_v_sum(fl_variable *x, const int *axes, int count, bool keepdims)
 {
-    if (fl__null_args("fl_v_sum", 1, x))
+    if (fl_null_args("fl_v_sum", 1, x))
         return NULL;
     reduce_context c;
     if (!reduce_context_of("fl_v_sum", x->value, axes, count, &c))
@@ -65,7 +65,7 @@ static void mean_grad(fl_grad *g)
 
 fl_variable *fl_v_mean(fl_variable *x, const int *axes, int count, bool keepdims)
 {
-    if (fl__null_args("fl_v_mean", 1, x))
+    if (fl_null_args("fl_v_mean", 1, x))
         return NULL;
     reduce_context c;
     if (!reduce_context_of("fl_v_mean", x->value, axes, count, &c))
@@ -101,7 +101,7 @@ static void var_grad(fl_grad *g)
 
 fl_variable *fl_v_var(fl_variable *x, const int *axes, int count, int correction, bool keepdims)
 {
-    if (fl__null_args("fl_v_var", 1, x))
+    if (fl_null_args("fl_v_var", 1, x))
         return NULL;
     var_context c = {.correction = correction};
     if (!reduce_context_of("fl_v_var", x->value, axes, count, &c.reduce))
@@ -152,7 +152,7 @@ static void min_grad(fl_grad *g) { extremum_grad(g, false); }
 
 static fl_variable *extremum(const char *fn, fl_variable *x, const int *axes, int count, bool keepdims, bool largest)
 {
-    if (fl__null_args(fn, 1, x))
+    if (fl_null_args(fn, 1, x))
         return NULL;
     reduce_context c;
     if (!reduce_context_of(fn, x->value, axes, count, &c))
@@ -184,7 +184,7 @@ static void logsumexp_grad(fl_grad *g)
 
 fl_variable *fl_v_logsumexp(fl_variable *x, const int *axes, int count, bool keepdims)
 {
-    if (fl__null_args("fl_v_logsumexp", 1, x))
+    if (fl_null_args("fl_v_logsumexp", 1, x))
         return NULL;
     reduce_context c;
     if (!reduce_context_of("fl_v_logsumexp", x->value, axes, count, &c))

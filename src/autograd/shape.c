@@ -34,7 +34,7 @@ static fl_variable *record_reshape(fl_scope scope, fl_variable *x, const fl_tens
 
 fl_variable *fl_v_reshape(fl_variable *x, int ndim, const int64_t *shape)
 {
-    if (fl__null_args("fl_v_reshape", 1, x))
+    if (fl_null_args("fl_v_reshape", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     return record_reshape(scope, x, fl_reshape(x->value, ndim, shape));
@@ -42,7 +42,7 @@ fl_variable *fl_v_reshape(fl_variable *x, int ndim, const int64_t *shape)
 
 fl_variable *fl_v_flatten(fl_variable *x, int start_axis, int end_axis)
 {
-    if (fl__null_args("fl_v_flatten", 1, x))
+    if (fl_null_args("fl_v_flatten", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     return record_reshape(scope, x, fl_flatten(x->value, start_axis, end_axis));
@@ -50,7 +50,7 @@ fl_variable *fl_v_flatten(fl_variable *x, int start_axis, int end_axis)
 
 fl_variable *fl_v_squeeze(fl_variable *x, int axis)
 {
-    if (fl__null_args("fl_v_squeeze", 1, x))
+    if (fl_null_args("fl_v_squeeze", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     return record_reshape(scope, x, fl_squeeze(x->value, axis));
@@ -58,7 +58,7 @@ fl_variable *fl_v_squeeze(fl_variable *x, int axis)
 
 fl_variable *fl_v_unsqueeze(fl_variable *x, int axis)
 {
-    if (fl__null_args("fl_v_unsqueeze", 1, x))
+    if (fl_null_args("fl_v_unsqueeze", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     return record_reshape(scope, x, fl_unsqueeze(x->value, axis));
@@ -78,7 +78,7 @@ static void permute_grad(fl_grad *g)
 
 fl_variable *fl_v_permute(fl_variable *x, const int *axes)
 {
-    if (fl__null_args("fl_v_permute", 1, x))
+    if (fl_null_args("fl_v_permute", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_permute(x->value, axes);
@@ -101,7 +101,7 @@ static void transpose_grad(fl_grad *g)
 
 fl_variable *fl_v_transpose(fl_variable *x, int axis0, int axis1)
 {
-    if (fl__null_args("fl_v_transpose", 1, x))
+    if (fl_null_args("fl_v_transpose", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     transpose_context c = {axis0, axis1};
@@ -117,7 +117,7 @@ static void expand_grad(fl_grad *g) { g->input_grads[0] = g->output_grad; }
 
 fl_variable *fl_v_expand(fl_variable *x, int ndim, const int64_t *shape)
 {
-    if (fl__null_args("fl_v_expand", 1, x))
+    if (fl_null_args("fl_v_expand", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_variable *y = fl_v_record(fl_expand(x->value, ndim, shape), FL_VARS(x), expand_grad, FL_SAVE_NOTHING, NULL, 0);
@@ -137,7 +137,7 @@ static void concat_grad(fl_grad *g)
     const join_context *c = g->context;
     fl_tensor **pieces = calloc((size_t)c->count, sizeof *pieces);
     if (!pieces) {
-        fl__error(FL_ERR_MEMORY, "fl_v_concat", "no memory for %d gradients", c->count);
+        fl_error(FL_ERR_MEMORY, "fl_v_concat", "no memory for %d gradients", c->count);
         return;
     }
     if (fl_split(g->output_grad, c->sizes, c->count, c->axis, pieces) == FL_OK)
@@ -165,15 +165,15 @@ static void stack_grad(fl_grad *g)
 static fl_variable *join(const char *fn, fl_variable *const *xs, int count, int axis, bool stack)
 {
     if (count < 1 || !xs)
-        return fl__error(FL_ERR_VALUE, fn, "needs at least one variable, got %d", count);
+        return fl_error(FL_ERR_VALUE, fn, "needs at least one variable, got %d", count);
     for (int i = 0; i < count; i++)
-        if (fl__null_args(fn, 1, xs[i]))
+        if (fl_null_args(fn, 1, xs[i]))
             return NULL;
     fl_tensor **values = calloc((size_t)count, sizeof *values);
     join_context *c = malloc(sizeof *c + (size_t)count * sizeof *c->sizes);
     if (!values || !c) {
         free(values), free(c);
-        return fl__error(FL_ERR_MEMORY, fn, "no memory for a list of %d inputs", count);
+        return fl_error(FL_ERR_MEMORY, fn, "no memory for a list of %d inputs", count);
     }
     for (int i = 0; i < count; i++)
         values[i] = xs[i]->value;
@@ -181,7 +181,7 @@ static fl_variable *join(const char *fn, fl_variable *const *xs, int count, int 
     fl_tensor *y = stack ? fl_stack(values, count, axis) : fl_concat(values, count, axis);
     fl_variable *result = NULL;
     /* The forward checked the axis (stack's ranges over one more axis than its inputs). */
-    if (y && fl__axis(fn, axis, y->ndim, &c->axis)) {
+    if (y && fl_normalize_axis(fn, axis, y->ndim, &c->axis)) {
         c->count = count;
         for (int i = 0; i < count; i++)
             c->sizes[i] = stack ? 1 : values[i]->shape[c->axis];
@@ -221,20 +221,20 @@ static void piece_grad(fl_grad *g)
 fl_status fl_v_split(fl_variable *x, const int64_t *sizes, int count, int axis, fl_variable **out)
 {
     if (!out)
-        return fl__error(FL_ERR_NULL, "fl_v_split", "out is NULL"), FL_ERR_NULL;
+        return fl_error(FL_ERR_NULL, "fl_v_split", "out is NULL"), FL_ERR_NULL;
     for (int i = 0; i < count; i++)
         out[i] = NULL;
-    if (fl__null_args("fl_v_split", 1, x))
+    if (fl_null_args("fl_v_split", 1, x))
         return fl_last_status();
     if (count < 1)
-        return fl__error(FL_ERR_VALUE, "fl_v_split", "needs at least one size, got %d", count), FL_ERR_VALUE;
+        return fl_error(FL_ERR_VALUE, "fl_v_split", "needs at least one size, got %d", count), FL_ERR_VALUE;
     fl_tensor **pieces = calloc((size_t)count, sizeof *pieces);
     if (!pieces)
-        return fl__error(FL_ERR_MEMORY, "fl_v_split", "no memory for %d pieces", count), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, "fl_v_split", "no memory for %d pieces", count), FL_ERR_MEMORY;
     fl_scope scope = fl_scope_begin();
     fl_status status = fl_split(x->value, sizes, count, axis, pieces);
     piece_context c = {.ndim = x->value->ndim};
-    if (status == FL_OK && !fl__axis("fl_v_split", axis, x->value->ndim, &c.axis))
+    if (status == FL_OK && !fl_normalize_axis("fl_v_split", axis, x->value->ndim, &c.axis))
         status = fl_last_status();
     if (status == FL_OK) {
         int64_t start = 0, total = x->value->shape[c.axis];
@@ -281,13 +281,13 @@ static void index_grad(fl_grad *g)
 
 fl_variable *fl_v_index(fl_variable *x, const fl_index_item *index, int count)
 {
-    if (fl__null_args("fl_v_index", 1, x))
+    if (fl_null_args("fl_v_index", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_index(x->value, index, count);
     index_context c = {.input = shape_of(x->value), .count = count};
     if (y && count > MAX_INDEX_ITEMS) /* unreachable: fl_index rejects such an index */
-        y = fl__error(FL_ERR_VALUE, "fl_v_index", "an index of %d entries is too long", count);
+        y = fl_error(FL_ERR_VALUE, "fl_v_index", "an index of %d entries is too long", count);
     if (y && count > 0)
         memcpy(c.items, index, (size_t)count * sizeof *index);
     return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), index_grad, FL_SAVE_NOTHING, &c, sizeof c));
@@ -311,7 +311,7 @@ static void pad_grad(fl_grad *g)
 
 fl_variable *fl_v_pad(fl_variable *x, const int64_t *before, const int64_t *after, double value)
 {
-    if (fl__null_args("fl_v_pad", 1, x))
+    if (fl_null_args("fl_v_pad", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_pad(x->value, before, after, value);
@@ -356,7 +356,7 @@ static void tile_grad(fl_grad *g)
 
 fl_variable *fl_v_tile(fl_variable *x, int count, const int64_t *repeats)
 {
-    if (fl__null_args("fl_v_tile", 1, x))
+    if (fl_null_args("fl_v_tile", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_tile(x->value, count, repeats);

@@ -8,7 +8,7 @@
 static fl_variable *unary(const char *fn, fl_variable *x, fl_tensor *(*forward)(const fl_tensor *), fl_grad_fn grad,
                           bool save_output)
 {
-    if (fl__null_args(fn, 1, x))
+    if (fl_null_args(fn, 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = forward(x->value);
@@ -23,7 +23,7 @@ static void neg_grad(fl_grad *g) { g->input_grads[0] = fl_neg(g->output_grad); }
 
 fl_variable *fl_v_neg(fl_variable *x)
 {
-    if (fl__null_args("fl_v_neg", 1, x))
+    if (fl_null_args("fl_v_neg", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     return fl_v_scope_return(scope, fl_v_record(fl_neg(x->value), FL_VARS(x), neg_grad, FL_SAVE_NOTHING, NULL, 0));
@@ -111,7 +111,7 @@ static void clamp_grad(fl_grad *g)
 
 fl_variable *fl_v_clamp(fl_variable *x, double low, double high)
 {
-    if (fl__null_args("fl_v_clamp", 1, x))
+    if (fl_null_args("fl_v_clamp", 1, x))
         return NULL;
     fl_scope scope = fl_scope_begin();
     clamp_context c = {low, high};

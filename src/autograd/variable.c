@@ -17,14 +17,14 @@ bool fl_grad_enabled(void) { return !grad_disabled; }
 
 static void release_variable(void *v) { fl_v_release(v); }
 
-/* Hands a fresh variable to the innermost scope, as fl__out does for tensors. */
+/* Hands a fresh variable to the innermost scope, as fl_out does for tensors. */
 static fl_variable *out(fl_variable *v) { return fl_scope_own(v, release_variable); }
 
 fl_variable *fl__v_new_owned(const fl_tensor *value, bool requires_grad, fl_node *node)
 {
     fl_variable *v = calloc(1, sizeof *v);
     if (!v)
-        return fl__error(FL_ERR_MEMORY, "fl_v_new", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_v_new", "out of memory");
     v->refcount = 1;
     v->value = fl_retain(value);
     v->requires_grad = requires_grad;
@@ -36,12 +36,12 @@ fl_variable *fl__v_out(fl_variable *v) { return out(v); }
 
 fl_variable *fl_v_new(const fl_tensor *value, bool requires_grad)
 {
-    if (fl__null_args("fl_v_new", 1, value))
+    if (fl_null_args("fl_v_new", 1, value))
         return NULL;
     if (requires_grad && !fl_dtype_is_float(fl_dtype_of(value))) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_DTYPE, "fl_v_new", "only floating-point variables can require a gradient, not %s",
-                         fl__describe(value, d));
+        return fl_error(FL_ERR_DTYPE, "fl_v_new", "only floating-point variables can require a gradient, not %s",
+                         fl_describe(value, d));
     }
     return out(fl__v_new_owned(value, requires_grad, NULL));
 }
@@ -96,20 +96,20 @@ void fl_v_zero_grad(fl_variable *v)
 
 static bool same_description(const char *fn, const char *what, const fl_variable *v, const fl_tensor *t)
 {
-    if (fl_dtype_of(t) == fl_dtype_of(v->value) && fl__same_shape(t, v->value))
+    if (fl_dtype_of(t) == fl_dtype_of(v->value) && fl_same_shape(t, v->value))
         return true;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-    fl__error(FL_ERR_SHAPE, fn, "the %s %s does not match the variable's %s", what, fl__describe(t, a),
-              fl__describe(v->value, b));
+    fl_error(FL_ERR_SHAPE, fn, "the %s %s does not match the variable's %s", what, fl_describe(t, a),
+              fl_describe(v->value, b));
     return false;
 }
 
 fl_status fl_v_set_value(fl_variable *v, const fl_tensor *value)
 {
-    if (fl__null_args("fl_v_set_value", 2, v, value))
+    if (fl_null_args("fl_v_set_value", 2, v, value))
         return fl_last_status();
     if (v->node)
-        return fl__error(FL_ERR_VALUE, "fl_v_set_value", "only a leaf's value can be replaced"), FL_ERR_VALUE;
+        return fl_error(FL_ERR_VALUE, "fl_v_set_value", "only a leaf's value can be replaced"), FL_ERR_VALUE;
     if (!same_description("fl_v_set_value", "value", v, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->value;
@@ -120,7 +120,7 @@ fl_status fl_v_set_value(fl_variable *v, const fl_tensor *value)
 
 fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad)
 {
-    if (fl__null_args("fl_v_set_grad", 1, v))
+    if (fl_null_args("fl_v_set_grad", 1, v))
         return fl_last_status();
     if (grad && !same_description("fl_v_set_grad", "gradient", v, grad))
         return FL_ERR_SHAPE;
@@ -132,21 +132,21 @@ fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad)
 
 fl_variable *fl_v_detach(const fl_variable *v)
 {
-    if (fl__null_args("fl_v_detach", 1, v))
+    if (fl_null_args("fl_v_detach", 1, v))
         return NULL;
     return out(fl__v_new_owned(v->value, false, NULL));
 }
 
 fl_status fl_v_add_grad_hook(fl_variable *leaf, fl_grad_hook fn, void *user)
 {
-    if (fl__null_args("fl_v_add_grad_hook", 2, leaf, fn))
+    if (fl_null_args("fl_v_add_grad_hook", 2, leaf, fn))
         return fl_last_status();
     if (leaf->node || !leaf->requires_grad)
-        return fl__error(FL_ERR_VALUE, "fl_v_add_grad_hook", "hooks go on leaves that require a gradient"),
+        return fl_error(FL_ERR_VALUE, "fl_v_add_grad_hook", "hooks go on leaves that require a gradient"),
                FL_ERR_VALUE;
     hook *hooks = realloc(leaf->hooks, (size_t)(leaf->nhooks + 1) * sizeof *hooks);
     if (!hooks)
-        return fl__error(FL_ERR_MEMORY, "fl_v_add_grad_hook", "out of memory"), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, "fl_v_add_grad_hook", "out of memory"), FL_ERR_MEMORY;
     hooks[leaf->nhooks++] = (hook){fn, user};
     leaf->hooks = hooks;
     return FL_OK;

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tensor/config.h"
-#include "../tensor/internal.h"
+#include "flare/backend.h"
+#include "flare/extension.h"
+
+#include "flare/config.h"
 
 /* Every operation entry, from the one list in backend.h. */
 #define NAME_OF(version, name, params) #name,
@@ -70,26 +72,26 @@ static fl_backend *checked_copy(const fl_backend *table, char **name)
 {
     const char *fn = "fl_backend_register";
     if (!table || !table->name || !*table->name)
-        return fl__error(FL_ERR_NULL, fn, "the table or its name is NULL or empty");
+        return fl_error(FL_ERR_NULL, fn, "the table or its name is NULL or empty");
     if (table->version < 1 || table->version > FL_BACKEND_VERSION)
-        return fl__error(FL_ERR_VALUE, fn,
+        return fl_error(FL_ERR_VALUE, fn,
                          "backend '%s' was written against version %d of fl_backend; this library knows "
                          "versions 1 to %d",
                          table->name, table->version, FL_BACKEND_VERSION);
     size_t expected = fl_backend_size(table->version);
     if (table->size != expected)
-        return fl__error(FL_ERR_VALUE, fn,
+        return fl_error(FL_ERR_VALUE, fn,
                          "backend '%s' says version %d with a table of %zu bytes, but version %d has %zu: it "
                          "was compiled against a different backend.h",
                          table->name, table->version, table->size, table->version, expected);
     if (!table->release)
-        return fl__error(FL_ERR_VALUE, fn, "backend '%s' has no release entry", table->name);
+        return fl_error(FL_ERR_VALUE, fn, "backend '%s' has no release entry", table->name);
     fl_backend *copy = calloc(1, sizeof *copy);
     *name = strdup(table->name);
     if (!copy || !*name) {
         free(copy);
         free(*name);
-        return fl__error(FL_ERR_MEMORY, fn, "no memory for a copy of backend '%s'", table->name);
+        return fl_error(FL_ERR_MEMORY, fn, "no memory for a copy of backend '%s'", table->name);
     }
     memcpy(copy, table, table->size);
     copy->version = FL_BACKEND_VERSION;
@@ -146,10 +148,10 @@ static fl_status register_table(const fl_backend *table)
     }
     pthread_mutex_unlock(&registry_lock);
     if (status == FL_ERR_MEMORY)
-        fl__error(status, fn, "cannot register backend '%s': out of memory or over %d names", copy->name,
+        fl_error(status, fn, "cannot register backend '%s': out of memory or over %d names", copy->name,
                   MAX_BACKENDS);
     else if (status == FL_ERR_VALUE)
-        fl__error(status, fn,
+        fl_error(status, fn,
                   "backend '%s' is registered with another release entry: a replacement must be derived from "
                   "the table it replaces (fl_backend_derive), since tensors made on it keep their storage",
                   copy->name);
@@ -166,7 +168,7 @@ static void register_builtins(void)
 {
     register_table(fl_cpu_backend());
     register_table(fl_lazy_backend());
-    const char *name = fl__config()->backend;
+    const char *name = fl_config_current()->backend;
     if (name && *name) {
         pthread_mutex_lock(&registry_lock);
         int i = slot_named(name);
@@ -174,7 +176,7 @@ static void register_builtins(void)
             default_slot = i;
         pthread_mutex_unlock(&registry_lock);
         if (i < 0)
-            fl__log(FL_LOG_WARNING, "FLARE_BACKEND names no registered backend ('%s'); using cpu", name);
+            fl_log_message(FL_LOG_WARNING, "FLARE_BACKEND names no registered backend ('%s'); using cpu", name);
     }
 }
 
@@ -214,7 +216,7 @@ fl_status fl_set_default_backend(const char *name)
         default_slot = i;
     pthread_mutex_unlock(&registry_lock);
     if (i < 0) {
-        fl__error(FL_ERR_VALUE, "fl_set_default_backend", "no backend named '%s' is registered",
+        fl_error(FL_ERR_VALUE, "fl_set_default_backend", "no backend named '%s' is registered",
                   name ? name : "(null)");
         return FL_ERR_VALUE;
     }

@@ -23,7 +23,7 @@ static fl_status batch_collate(batch_dataset *b, const int64_t *indices, int64_t
 {
     fl_sample *samples = calloc((size_t)count, sizeof *samples);
     if (!samples)
-        return fl__error(FL_ERR_MEMORY, "fl_batch_dataset", "cannot allocate %lld samples", (long long)count),
+        return fl_error(FL_ERR_MEMORY, "fl_batch_dataset", "cannot allocate %lld samples", (long long)count),
                FL_ERR_MEMORY;
     fl_status status = FL_OK;
     for (int64_t i = 0; i < count && status == FL_OK; i++)
@@ -33,13 +33,13 @@ static fl_status batch_collate(batch_dataset *b, const int64_t *indices, int64_t
         fl_scope scope = fl_scope_begin();
         status = b->collate(samples, count, out, b->user);
         if (status == FL_OK && (out->count < 0 || out->count > FL_SAMPLE_MAX_FIELDS)) {
-            fl__error(FL_ERR_VALUE, "fl_batch_dataset", "the collate function returned %d fields (at most %d)",
-                      out->count, FL_SAMPLE_MAX_FIELDS);
+            fl_error(FL_ERR_VALUE, "fl_batch_dataset", "the collate function returned %d fields (at most %d)",
+                     out->count, FL_SAMPLE_MAX_FIELDS);
             status = FL_ERR_VALUE;
         }
         for (int f = 0; status == FL_OK && f < out->count; f++) {
             if (!out->fields[f]) {
-                fl__error(FL_ERR_NULL, "fl_batch_dataset", "the collate function returned a NULL field %d", f);
+                fl_error(FL_ERR_NULL, "fl_batch_dataset", "the collate function returned a NULL field %d", f);
                 status = FL_ERR_NULL;
             }
         }
@@ -67,7 +67,7 @@ static fl_status batch_get(fl_dataset *ds, int64_t index, fl_sample *out)
         count = b->batch_size;
     int64_t *indices = malloc((size_t)count * sizeof *indices);
     if (!indices)
-        return fl__error(FL_ERR_MEMORY, "fl_batch_dataset", "cannot allocate %lld indices", (long long)count),
+        return fl_error(FL_ERR_MEMORY, "fl_batch_dataset", "cannot allocate %lld indices", (long long)count),
                FL_ERR_MEMORY;
     for (int64_t i = 0; i < count; i++)
         indices[i] = first + i;
@@ -103,18 +103,18 @@ fl_dataset *fl_batch_dataset(fl_dataset *source, int64_t size, bool drop_last, f
     static const char fn[] = "fl_batch_dataset";
     if (!source) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+            fl_error(FL_ERR_NULL, fn, "the source dataset is NULL");
         return NULL;
     }
     /* fl_stack takes an int count. */
     if (size < 1 || size > INT_MAX) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_VALUE, fn, "the batch size must be in [1, %d], got %lld", INT_MAX, (long long)size);
+        return fl_error(FL_ERR_VALUE, fn, "the batch size must be in [1, %d], got %lld", INT_MAX, (long long)size);
     }
     batch_dataset *b = malloc(sizeof *b);
     if (!b) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
     }
     *b = (batch_dataset){source, size, drop_last, collate, user};
     return fl__dataset_make(fn, &batch_ops, b);

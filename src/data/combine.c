@@ -32,13 +32,13 @@ static combined_dataset *combined_new(const char *fn, fl_dataset *const *sources
     if (!sources || count < 1) {
         fl__release_sources(sources, count);
         if (!sources)
-            return fl__error(FL_ERR_NULL, fn, "sources is NULL");
-        return fl__error(FL_ERR_VALUE, fn, "needs at least one source, got %d", count);
+            return fl_error(FL_ERR_NULL, fn, "sources is NULL");
+        return fl_error(FL_ERR_VALUE, fn, "needs at least one source, got %d", count);
     }
     for (int i = 0; i < count; i++) {
         if (!sources[i]) {
             if (fl_last_status() == FL_OK)
-                fl__error(FL_ERR_NULL, fn, "sources[%d] is NULL", i);
+                fl_error(FL_ERR_NULL, fn, "sources[%d] is NULL", i);
             fl__release_sources(sources, count);
             return NULL;
         }
@@ -55,7 +55,7 @@ static combined_dataset *combined_new(const char *fn, fl_dataset *const *sources
         }
         free(c);
         fl__release_sources(sources, count);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset of %d sources", count);
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset of %d sources", count);
     }
     c->count = count;
     int64_t total = 0;
@@ -122,8 +122,8 @@ static fl_status merge_fields(combined_dataset *c, const int64_t *indices, int64
         fl_status status = batch ? fl__dataset_gather(c->sources[i], indices, count, &part)
                                  : fl__dataset_fetch(c->sources[i], indices[0], &part);
         if (status == FL_OK && out->count + part.count > FL_SAMPLE_MAX_FIELDS) {
-            fl__error(FL_ERR_VALUE, "fl_merge_dataset", "the merged sample has more than %d fields",
-                      FL_SAMPLE_MAX_FIELDS);
+            fl_error(FL_ERR_VALUE, "fl_merge_dataset", "the merged sample has more than %d fields",
+                     FL_SAMPLE_MAX_FIELDS);
             fl_sample_release(&part);
             status = FL_ERR_VALUE;
         }
@@ -165,8 +165,8 @@ fl_dataset *fl_merge_dataset(fl_dataset *const *sources, int count)
     for (int i = 1; i < count; i++) {
         int64_t size = c->ends[i] - c->ends[i - 1];
         if (size != c->ends[0]) {
-            fl__error(FL_ERR_SHAPE, fn, "sources[0] has %lld samples but sources[%d] has %lld: merged sources must "
-                      "be of equal size", (long long)c->ends[0], i, (long long)size);
+            fl_error(FL_ERR_SHAPE, fn, "sources[0] has %lld samples but sources[%d] has %lld: merged sources must "
+                     "be of equal size", (long long)c->ends[0], i, (long long)size);
             fl_dataset tmp = {.state = c};
             combined_release(&tmp);
             return NULL;

@@ -17,10 +17,10 @@ void fl_sample_release(fl_sample *sample)
 fl_dataset *fl_dataset_new(const fl_dataset_ops *ops, void *state)
 {
     if (!ops || !ops->size || !ops->get)
-        return fl__error(FL_ERR_NULL, "fl_dataset_new", "ops and its size and get entries are required");
+        return fl_error(FL_ERR_NULL, "fl_dataset_new", "ops and its size and get entries are required");
     fl_dataset *ds = malloc(sizeof *ds);
     if (!ds)
-        return fl__error(FL_ERR_MEMORY, "fl_dataset_new", "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, "fl_dataset_new", "cannot allocate a dataset");
     *ds = (fl_dataset){.refcount = 1, .ops = ops, .state = state};
     return ds;
 }
@@ -31,7 +31,7 @@ fl_dataset *fl__dataset_make(const char *fn, const fl_dataset_ops *ops, void *st
     if (!ds) {
         fl_dataset tmp = {.refcount = 1, .ops = ops, .state = state};
         ops->release(&tmp);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
     }
     *ds = (fl_dataset){.refcount = 1, .ops = ops, .state = state};
     return ds;
@@ -62,7 +62,7 @@ void fl__release_sources(fl_dataset *const *sources, int count)
 fl_status fl__dataset_failure(const char *fn, const char *what)
 {
     if (fl_last_status() == FL_OK)
-        fl__error(FL_ERR_BACKEND, fn, "%s failed without recording an error", what);
+        fl_error(FL_ERR_BACKEND, fn, "%s failed without recording an error", what);
     return fl_last_status();
 }
 
@@ -70,7 +70,7 @@ int64_t fl_dataset_size(fl_dataset *ds)
 {
     if (!ds) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, "fl_dataset_size", "the dataset is NULL");
+            fl_error(FL_ERR_NULL, "fl_dataset_size", "the dataset is NULL");
         return -1;
     }
     return ds->ops->size(ds);
@@ -81,7 +81,7 @@ static fl_status to_scope(fl_sample *out)
 {
     fl_status status = FL_OK;
     for (int i = 0; i < out->count; i++) {
-        if (!fl__out(out->fields[i])) /* fl__out released it and recorded the error */
+        if (!fl_out(out->fields[i])) /* fl_out released it and recorded the error */
             status = FL_ERR_MEMORY;
     }
     if (status != FL_OK) {
@@ -97,19 +97,19 @@ static fl_status checked(const char *fn, fl_dataset *ds, fl_status status, fl_sa
 {
     if (status == FL_OK && (out->count < 0 || out->count > FL_SAMPLE_MAX_FIELDS)) {
         status = FL_ERR_VALUE;
-        fl__error(status, fn, "the %s dataset returned %d fields (at most %d)", ds->ops->name, out->count,
-                  FL_SAMPLE_MAX_FIELDS);
+        fl_error(status, fn, "the %s dataset returned %d fields (at most %d)", ds->ops->name, out->count,
+                 FL_SAMPLE_MAX_FIELDS);
         out->count = 0;
     }
     for (int i = 0; status == FL_OK && i < out->count; i++) {
         if (!out->fields[i]) {
             status = FL_ERR_NULL;
-            fl__error(status, fn, "the %s dataset returned a NULL field %d", ds->ops->name, i);
+            fl_error(status, fn, "the %s dataset returned a NULL field %d", ds->ops->name, i);
         }
     }
     if (status != FL_OK) {
         if (fl_last_status() == FL_OK)
-            fl__error(status, fn, "the %s dataset failed without recording an error", ds->ops->name);
+            fl_error(status, fn, "the %s dataset failed without recording an error", ds->ops->name);
         for (int i = 0; i < out->count; i++)
             fl_release(out->fields[i]); /* NULL-safe */
         out->count = 0;
@@ -129,13 +129,13 @@ fl_status fl_dataset_get(fl_dataset *ds, int64_t index, fl_sample *out)
         memset(out, 0, sizeof *out);
     if (!ds || !out) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, "fl_dataset_get", "%s is NULL", ds ? "out" : "the dataset");
+            fl_error(FL_ERR_NULL, "fl_dataset_get", "%s is NULL", ds ? "out" : "the dataset");
         return fl_last_status();
     }
     int64_t size = ds->ops->size(ds);
     if (index < -size || index >= size) {
-        fl__error(FL_ERR_INDEX, "fl_dataset_get", "index %lld is out of range for a %s dataset of %lld samples",
-                  (long long)index, ds->ops->name, (long long)size);
+        fl_error(FL_ERR_INDEX, "fl_dataset_get", "index %lld is out of range for a %s dataset of %lld samples",
+                 (long long)index, ds->ops->name, (long long)size);
         return FL_ERR_INDEX;
     }
     if (index < 0)
@@ -147,18 +147,18 @@ fl_status fl_dataset_get(fl_dataset *ds, int64_t index, fl_sample *out)
 fl_status fl__stack_samples(const fl_sample *samples, int64_t count, fl_sample *out, void *user)
 {
     if (count < 1)
-        return fl__error(FL_ERR_VALUE, "fl_collate", "no samples to stack"), FL_ERR_VALUE;
+        return fl_error(FL_ERR_VALUE, "fl_collate", "no samples to stack"), FL_ERR_VALUE;
     int fields = samples[0].count;
     for (int64_t i = 1; i < count; i++) {
         if (samples[i].count != fields) {
-            fl__error(FL_ERR_SHAPE, "fl_collate", "sample 0 has %d fields but sample %lld has %d", fields,
-                      (long long)i, samples[i].count);
+            fl_error(FL_ERR_SHAPE, "fl_collate", "sample 0 has %d fields but sample %lld has %d", fields,
+                     (long long)i, samples[i].count);
             return FL_ERR_SHAPE;
         }
     }
     fl_tensor **column = malloc((size_t)count * sizeof *column);
     if (!column)
-        return fl__error(FL_ERR_MEMORY, "fl_collate", "cannot allocate %lld pointers", (long long)count),
+        return fl_error(FL_ERR_MEMORY, "fl_collate", "cannot allocate %lld pointers", (long long)count),
                FL_ERR_MEMORY;
     fl_scope scope = fl_scope_begin();
     for (int f = 0; f < fields; f++) {
@@ -184,7 +184,7 @@ fl_status fl__dataset_gather(fl_dataset *ds, const int64_t *indices, int64_t cou
         return checked("fl_dataset_get_batch", ds, ds->ops->get_batch(ds, indices, count, out), out);
     fl_sample *samples = calloc((size_t)count, sizeof *samples);
     if (!samples)
-        return fl__error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld samples", (long long)count),
+        return fl_error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld samples", (long long)count),
                FL_ERR_MEMORY;
     fl_status status = FL_OK;
     for (int64_t i = 0; i < count && status == FL_OK; i++)
@@ -203,21 +203,21 @@ fl_status fl_dataset_get_batch(fl_dataset *ds, const int64_t *indices, int64_t c
         memset(out, 0, sizeof *out);
     if (!ds || !out || (!indices && count > 0)) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, "fl_dataset_get_batch", "%s is NULL",
-                      !ds ? "the dataset" : !out ? "out" : "indices");
+            fl_error(FL_ERR_NULL, "fl_dataset_get_batch", "%s is NULL",
+                     !ds ? "the dataset" : !out ? "out" : "indices");
         return fl_last_status();
     }
     if (count < 1) {
-        fl__error(FL_ERR_VALUE, "fl_dataset_get_batch", "a batch needs at least one index, got %lld",
-                  (long long)count);
+        fl_error(FL_ERR_VALUE, "fl_dataset_get_batch", "a batch needs at least one index, got %lld",
+                 (long long)count);
         return FL_ERR_VALUE;
     }
     int64_t size = ds->ops->size(ds);
     for (int64_t i = 0; i < count; i++) {
         if (indices[i] < 0 || indices[i] >= size) {
-            fl__error(FL_ERR_INDEX, "fl_dataset_get_batch",
-                      "indices[%lld] = %lld is out of range for a %s dataset of %lld samples", (long long)i,
-                      (long long)indices[i], ds->ops->name, (long long)size);
+            fl_error(FL_ERR_INDEX, "fl_dataset_get_batch",
+                     "indices[%lld] = %lld is out of range for a %s dataset of %lld samples", (long long)i,
+                     (long long)indices[i], ds->ops->name, (long long)size);
             return FL_ERR_INDEX;
         }
     }

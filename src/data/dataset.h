@@ -2,8 +2,9 @@
 #ifndef FLARE_DATA_DATASET_H
 #define FLARE_DATA_DATASET_H
 
-#include "../tensor/internal.h"
+#include "flare/backend.h" /* struct fl_tensor */
 #include "flare/data.h"
+#include "flare/extension.h"
 
 /* Sample index (in range) of ds, through its get entry, with what it returned checked:
  * the way wrappers read their sources. Owned references, as the fl_dataset_ops entries. */

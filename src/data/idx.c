@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "../tensor/internal.h"
 #include "flare/data.h"
+#include "flare/extension.h"
 
 #define INPUT_CHUNK (256 * 1024)
 /* The size of a gzipped file's content (or a pipe's) is unknown until it ends, so
@@ -51,7 +51,7 @@ static void *source_error(source *s, fl_status status, const char *fmt, ...)
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     s->failed = true;
-    return fl__error(status, "fl_load_idx", "%s: %s", s->path, message);
+    return fl_error(status, "fl_load_idx", "%s: %s", s->path, message);
 }
 
 static bool refill(source *s)
@@ -328,7 +328,7 @@ static fl_tensor *load(source *s)
         return source_error(s, FL_ERR_IO,
                             "the dimension sizes %s at offset 4 describe more than the %" PRIu64
                             " bytes a sane IDX file holds",
-                            fl__describe_shape(ndim, shape, buf), FL_IDX_MAX_BYTES);
+                            fl_describe_shape(ndim, shape, buf), FL_IDX_MAX_BYTES);
     }
 
     unsigned char *data = read_values(s, numel * type->size, (size_t)numel * tensor_size);
@@ -344,14 +344,14 @@ static fl_tensor *load(source *s)
 static fl_tensor *load_idx(const char *path)
 {
     if (!path)
-        return fl__error(FL_ERR_NULL, "fl_load_idx", "the path is NULL");
+        return fl_error(FL_ERR_NULL, "fl_load_idx", "the path is NULL");
     source s;
     fl_tensor *t = source_open(&s, path) ? load(&s) : NULL;
     source_close(&s);
     return t;
 }
 
-fl_tensor *fl_load_idx(const char *path) { return fl__out(load_idx(path)); }
+fl_tensor *fl_load_idx(const char *path) { return fl_out(load_idx(path)); }
 
 /* ---- MNIST and Fashion-MNIST ---- */
 
@@ -361,12 +361,12 @@ static fl_tensor *load_mnist_file(const char *dir, const char *split, const char
     struct stat st;
     int n = snprintf(path, size, "%s/%s-%s", dir, split, name);
     if (n < 0 || (size_t)n + 3 >= size)
-        return fl__error(FL_ERR_VALUE, "fl_load_mnist", "the folder name is too long: %s", dir);
+        return fl_error(FL_ERR_VALUE, "fl_load_mnist", "the folder name is too long: %s", dir);
     if (stat(path, &st) != 0) {
         strcat(path, ".gz");
         if (stat(path, &st) != 0)
-            return fl__error(FL_ERR_IO, "fl_load_mnist", "%s/%s-%s: no such file, plain or with .gz: %s", dir, split,
-                             name, strerror(errno));
+            return fl_error(FL_ERR_IO, "fl_load_mnist", "%s/%s-%s: no such file, plain or with .gz: %s", dir, split,
+                            name, strerror(errno));
     }
     return load_idx(path);
 }
@@ -376,18 +376,18 @@ static fl_status check_mnist(const fl_tensor *images, const char *images_path, c
 {
     char buf[FL_DESC_SIZE];
     if (fl_dtype_of(images) != FL_U8 || fl_ndim(images) != 3) {
-        fl__error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %s; images are u8 [N, rows, cols]", images_path,
-                  fl__describe(images, buf));
+        fl_error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %s; images are u8 [N, rows, cols]", images_path,
+                  fl_describe(images, buf));
         return FL_ERR_SHAPE;
     }
     if (fl_dtype_of(labels) != FL_U8 || fl_ndim(labels) != 1) {
-        fl__error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %s; labels are u8 [N]", labels_path,
-                  fl__describe(labels, buf));
+        fl_error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %s; labels are u8 [N]", labels_path,
+                  fl_describe(labels, buf));
         return FL_ERR_SHAPE;
     }
     if (fl_dim(images, 0) != fl_dim(labels, 0)) {
-        fl__error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %" PRId64 " images but %s holds %" PRId64 " labels",
-                  images_path, fl_dim(images, 0), labels_path, fl_dim(labels, 0));
+        fl_error(FL_ERR_SHAPE, "fl_load_mnist", "%s holds %" PRId64 " images but %s holds %" PRId64 " labels",
+                 images_path, fl_dim(images, 0), labels_path, fl_dim(labels, 0));
         return FL_ERR_SHAPE;
     }
     return FL_OK;
@@ -400,7 +400,7 @@ fl_status fl_load_mnist(const char *dir, bool train, fl_tensor **images, fl_tens
     if (labels)
         *labels = NULL;
     if (!dir || !images || !labels) {
-        fl__error(FL_ERR_NULL, "fl_load_mnist", "%s is NULL", !dir ? "dir" : !images ? "images" : "labels");
+        fl_error(FL_ERR_NULL, "fl_load_mnist", "%s is NULL", !dir ? "dir" : !images ? "images" : "labels");
         return FL_ERR_NULL;
     }
     const char *split = train ? "train" : "t10k";
@@ -416,8 +416,8 @@ fl_status fl_load_mnist(const char *dir, bool train, fl_tensor **images, fl_tens
     }
     /* Hand both to the caller's scope, if one is open; one that cannot take a tensor
      * releases it. */
-    *images = fl__out(x);
-    *labels = fl__out(y);
+    *images = fl_out(x);
+    *labels = fl_out(y);
     if (!*images || !*labels) {
         *images = *labels = NULL;
         return FL_ERR_MEMORY;

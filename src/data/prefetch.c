@@ -124,7 +124,7 @@ static fl_status prefetch_get(fl_dataset *ds, int64_t index, fl_sample *out)
     p->next = index + 1;
     pthread_cond_broadcast(&p->work);
     if (status != FL_OK)
-        fl__error(status, "fl_prefetch_dataset", "sample %lld: %s", (long long)index, s->message);
+        fl_error(status, "fl_prefetch_dataset", "sample %lld: %s", (long long)index, s->message);
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->consumer);
     return status;
@@ -191,21 +191,21 @@ fl_dataset *fl_prefetch_dataset(fl_dataset *source, int workers, int depth)
     static const char fn[] = "fl_prefetch_dataset";
     if (!source) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+            fl_error(FL_ERR_NULL, fn, "the source dataset is NULL");
         return NULL;
     }
     if (depth == 0 && workers >= 1 && workers <= MAX_WORKERS)
         depth = 2 * workers;
     if (workers < 1 || workers > MAX_WORKERS || depth < workers || depth > 64 * MAX_WORKERS) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_VALUE, fn, "needs 1 to %d workers and a depth of at least the worker count "
-                         "(at most %d), got %d workers and depth %d", MAX_WORKERS, 64 * MAX_WORKERS, workers,
-                         depth);
+        return fl_error(FL_ERR_VALUE, fn, "needs 1 to %d workers and a depth of at least the worker count "
+                        "(at most %d), got %d workers and depth %d", MAX_WORKERS, 64 * MAX_WORKERS, workers,
+                        depth);
     }
     prefetch_dataset *p = calloc(1, sizeof *p);
     if (!p) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
     }
     p->source = source;
     p->size = fl_dataset_size(source);
@@ -220,7 +220,7 @@ fl_dataset *fl_prefetch_dataset(fl_dataset *source, int workers, int depth)
     fl_dataset tmp = {.state = p};
     if (!p->threads || !p->slots) {
         prefetch_release(&tmp);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate %d workers and %d slots", workers, depth);
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate %d workers and %d slots", workers, depth);
     }
     for (int i = 0; i < depth; i++)
         p->slots[i].index = -1;
@@ -229,8 +229,8 @@ fl_dataset *fl_prefetch_dataset(fl_dataset *source, int workers, int depth)
         if (rc != 0) {
             int failed = p->started + 1;
             prefetch_release(&tmp);
-            return fl__error(FL_ERR_BACKEND, fn, "cannot start worker thread %d of %d: %s", failed, workers,
-                             strerror(rc));
+            return fl_error(FL_ERR_BACKEND, fn, "cannot start worker thread %d of %d: %s", failed, workers,
+                            strerror(rc));
         }
     }
     return fl__dataset_make(fn, &prefetch_ops, p);

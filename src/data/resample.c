@@ -35,7 +35,7 @@ static fl_status mapped_get_batch(fl_dataset *ds, const int64_t *indices, int64_
     mapped_dataset *m = ds->state;
     int64_t *mapped = malloc((size_t)count * sizeof *mapped);
     if (!mapped)
-        return fl__error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld indices", (long long)count),
+        return fl_error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld indices", (long long)count),
                FL_ERR_MEMORY;
     for (int64_t i = 0; i < count; i++)
         mapped[i] = source_index(m, indices[i]);
@@ -81,7 +81,7 @@ static mapped_dataset *mapped_new(const char *fn, fl_dataset *source, int64_t co
 {
     if (!source) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+            fl_error(FL_ERR_NULL, fn, "the source dataset is NULL");
         return NULL;
     }
     mapped_dataset *m = calloc(1, sizeof *m);
@@ -90,7 +90,7 @@ static mapped_dataset *mapped_new(const char *fn, fl_dataset *source, int64_t co
     if (!m || (count > 0 && !m->indices)) {
         free(m);
         fl_dataset_release(source);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset of %lld indices", (long long)count);
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset of %lld indices", (long long)count);
     }
     m->source = source;
     m->count = count < 0 ? 0 : count;
@@ -102,7 +102,7 @@ fl_dataset *fl_resample_dataset(fl_dataset *source, const int64_t *indices, int6
     static const char fn[] = "fl_resample_dataset";
     if (source && ((!indices && count > 0) || count < 0)) {
         fl_dataset_release(source);
-        return fl__error(indices ? FL_ERR_VALUE : FL_ERR_NULL, fn, "%s", indices ? "the count is negative"
+        return fl_error(indices ? FL_ERR_VALUE : FL_ERR_NULL, fn, "%s", indices ? "the count is negative"
                                                                             : "indices is NULL");
     }
     mapped_dataset *m = mapped_new(fn, source, count);
@@ -111,8 +111,8 @@ fl_dataset *fl_resample_dataset(fl_dataset *source, const int64_t *indices, int6
     int64_t size = fl_dataset_size(source);
     for (int64_t i = 0; i < count; i++) {
         if (indices[i] < 0 || indices[i] >= size) {
-            fl__error(FL_ERR_INDEX, fn, "indices[%lld] = %lld is out of range for a %s dataset of %lld samples",
-                      (long long)i, (long long)indices[i], source->ops->name, (long long)size);
+            fl_error(FL_ERR_INDEX, fn, "indices[%lld] = %lld is out of range for a %s dataset of %lld samples",
+                     (long long)i, (long long)indices[i], source->ops->name, (long long)size);
             fl_dataset tmp = {.state = m};
             mapped_release(&tmp);
             return NULL;
@@ -197,8 +197,8 @@ fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count)
         return NULL;
     int64_t size = fl_dataset_size(source);
     if (start < 0 || count < 0 || start > size || count > size - start) {
-        fl__error(FL_ERR_INDEX, fn, "samples [%lld, %lld + %lld) are out of range for a %s dataset of %lld samples",
-                  (long long)start, (long long)start, (long long)count, source->ops->name, (long long)size);
+        fl_error(FL_ERR_INDEX, fn, "samples [%lld, %lld + %lld) are out of range for a %s dataset of %lld samples",
+                 (long long)start, (long long)start, (long long)count, source->ops->name, (long long)size);
         fl_dataset tmp = {.state = m};
         mapped_release(&tmp);
         return NULL;
@@ -212,12 +212,12 @@ fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size)
 {
     if (source && (world_size < 1 || rank < 0 || rank >= world_size)) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_VALUE, "fl_partition_dataset", "rank %d is not in a world of size %d", rank,
-                         world_size);
+        return fl_error(FL_ERR_VALUE, "fl_partition_dataset", "rank %d is not in a world of size %d", rank,
+                        world_size);
     }
     if (!source) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, "fl_partition_dataset", "the source dataset is NULL");
+            fl_error(FL_ERR_NULL, "fl_partition_dataset", "the source dataset is NULL");
         return NULL;
     }
     int64_t share = fl_dataset_size(source) / world_size;

@@ -72,28 +72,28 @@ fl_dataset *fl_tensor_dataset(fl_tensor *const *tensors, int count)
 {
     static const char fn[] = "fl_tensor_dataset";
     if (!tensors)
-        return fl__error(FL_ERR_NULL, fn, "tensors is NULL");
+        return fl_error(FL_ERR_NULL, fn, "tensors is NULL");
     if (count < 1 || count > FL_SAMPLE_MAX_FIELDS)
-        return fl__error(FL_ERR_VALUE, fn, "needs 1 to %d tensors, got %d", FL_SAMPLE_MAX_FIELDS, count);
+        return fl_error(FL_ERR_VALUE, fn, "needs 1 to %d tensors, got %d", FL_SAMPLE_MAX_FIELDS, count);
     for (int f = 0; f < count; f++) {
         if (!tensors[f]) {
             if (fl_last_status() == FL_OK)
-                fl__error(FL_ERR_NULL, fn, "tensors[%d] is NULL", f);
+                fl_error(FL_ERR_NULL, fn, "tensors[%d] is NULL", f);
             return NULL;
         }
     }
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     for (int f = 0; f < count; f++) {
         if (tensors[f]->ndim == 0)
-            return fl__error(FL_ERR_SHAPE, fn, "tensors[%d] is %s: samples are slices along axis 0, so it must be "
-                             "at least 1-D", f, fl__describe(tensors[f], a));
+            return fl_error(FL_ERR_SHAPE, fn, "tensors[%d] is %s: samples are slices along axis 0, so it must be "
+                             "at least 1-D", f, fl_describe(tensors[f], a));
         if (tensors[f]->shape[0] != tensors[0]->shape[0])
-            return fl__error(FL_ERR_SHAPE, fn, "tensors[0] is %s but tensors[%d] is %s: their lengths (axis 0) "
-                             "differ", fl__describe(tensors[0], a), f, fl__describe(tensors[f], b));
+            return fl_error(FL_ERR_SHAPE, fn, "tensors[0] is %s but tensors[%d] is %s: their lengths (axis 0) "
+                             "differ", fl_describe(tensors[0], a), f, fl_describe(tensors[f], b));
     }
     tensor_dataset *t = calloc(1, sizeof *t);
     if (!t)
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
     t->count = count;
     for (int f = 0; f < count; f++)
         t->tensors[f] = fl_retain(tensors[f]);

@@ -29,8 +29,8 @@ static fl_status transform_get(fl_dataset *ds, int64_t index, fl_sample *out)
         fl_scope_end(scope);
         if (!mapped) {
             if (fl_last_status() == FL_OK)
-                fl__error(FL_ERR_VALUE, "fl_transform_dataset",
-                          "the transform of field %d returned NULL without recording an error", f);
+                fl_error(FL_ERR_VALUE, "fl_transform_dataset",
+                         "the transform of field %d returned NULL without recording an error", f);
             status = fl_last_status();
             break;
         }
@@ -69,19 +69,19 @@ fl_dataset *fl_transform_dataset(fl_dataset *source, const fl_transform_fn *tran
     static const char fn[] = "fl_transform_dataset";
     if (!source) {
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, fn, "the source dataset is NULL");
+            fl_error(FL_ERR_NULL, fn, "the source dataset is NULL");
         return NULL;
     }
     if (!transforms || count < 0 || count > FL_SAMPLE_MAX_FIELDS) {
         fl_dataset_release(source);
         if (!transforms)
-            return fl__error(FL_ERR_NULL, fn, "transforms is NULL");
-        return fl__error(FL_ERR_VALUE, fn, "needs 0 to %d transforms, got %d", FL_SAMPLE_MAX_FIELDS, count);
+            return fl_error(FL_ERR_NULL, fn, "transforms is NULL");
+        return fl_error(FL_ERR_VALUE, fn, "needs 0 to %d transforms, got %d", FL_SAMPLE_MAX_FIELDS, count);
     }
     transform_dataset *t = calloc(1, sizeof *t);
     if (!t) {
         fl_dataset_release(source);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a dataset");
     }
     t->source = source;
     t->count = count;

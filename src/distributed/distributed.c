@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tensor/config.h"
+#include "flare/config.h"
+#include "../tensor/internal.h" /* calls the backends' host-access entries */
 #include "internal.h"
 
 /* ---- errors ---- */
@@ -40,7 +41,7 @@ static void register_builtins(void)
 fl_status fl_distributed_register(fl_distributed *engine)
 {
     if (!engine || !engine->name) {
-        fl__error(FL_ERR_NULL, "fl_distributed_register", "the engine or its name is NULL");
+        fl_error(FL_ERR_NULL, "fl_distributed_register", "the engine or its name is NULL");
         return FL_ERR_NULL;
     }
     fl_status status = FL_OK;
@@ -54,9 +55,9 @@ fl_status fl_distributed_register(fl_distributed *engine)
         engines[engine_count++] = engine;
     pthread_mutex_unlock(&registry_lock);
     if (status == FL_ERR_VALUE)
-        fl__error(status, "fl_distributed_register", "an engine named '%s' is already registered", engine->name);
+        fl_error(status, "fl_distributed_register", "an engine named '%s' is already registered", engine->name);
     else if (status != FL_OK)
-        fl__error(status, "fl_distributed_register", "at most %d engines can be registered", MAX_ENGINES);
+        fl_error(status, "fl_distributed_register", "at most %d engines can be registered", MAX_ENGINES);
     return status;
 }
 
@@ -82,14 +83,14 @@ fl_status fl_distributed_init(const char *name)
 {
     const char *fn = "fl_distributed_init";
     if (active) {
-        fl__error(FL_ERR_VALUE, fn, "the '%s' engine is already initialized", active->name);
+        fl_error(FL_ERR_VALUE, fn, "the '%s' engine is already initialized", active->name);
         return FL_ERR_VALUE;
     }
     if (!name)
-        name = fl__config()->distributed;
+        name = fl_config_current()->distributed;
     fl_distributed *engine = fl_distributed_find(name);
     if (!engine) {
-        fl__error(FL_ERR_VALUE, fn, "no distributed engine named '%s' is registered", name);
+        fl_error(FL_ERR_VALUE, fn, "no distributed engine named '%s' is registered", name);
         return FL_ERR_VALUE;
     }
     if (!fl__dist_check(fn, engine->init(engine)))
@@ -121,8 +122,8 @@ int fl_distributed_size(void) { return current()->size(current()); }
 fl_status fl_distributed_set_timeout(double seconds)
 {
     if (!(seconds >= 0) || isinf(seconds)) {
-        fl__error(FL_ERR_VALUE, "fl_distributed_set_timeout", "the timeout must be finite and >= 0 seconds, not %g",
-                  seconds);
+        fl_error(FL_ERR_VALUE, "fl_distributed_set_timeout", "the timeout must be finite and >= 0 seconds, not %g",
+                 seconds);
         return FL_ERR_VALUE;
     }
     timeout_seconds = seconds;
@@ -132,7 +133,7 @@ fl_status fl_distributed_set_timeout(double seconds)
 double fl_distributed_timeout(void)
 {
     if (isnan(timeout_seconds)) {
-        double configured = fl__config()->dist_timeout;
+        double configured = fl_config_current()->dist_timeout;
         timeout_seconds = configured < 0 ? 0 : configured; /* 0 waits forever */
     }
     return timeout_seconds;
@@ -141,7 +142,7 @@ double fl_distributed_timeout(void)
 fl_distributed *fl__dist_engine(const char *fn)
 {
     if (failed)
-        return fl__error(FL_ERR_DISTRIBUTED, fn, "an earlier collective failed; the job cannot continue");
+        return fl_error(FL_ERR_DISTRIBUTED, fn, "an earlier collective failed; the job cannot continue");
     return current();
 }
 
@@ -155,7 +156,7 @@ bool fl__dist_check(const char *fn, int rc)
         status = (fl_status)rc;
     if (status == FL_ERR_DISTRIBUTED && active)
         failed = true;
-    fl__error(status, fn, "%s", *message ? message : "the engine failed");
+    fl_error(status, fn, "%s", *message ? message : "the engine failed");
     return false;
 }
 
@@ -170,15 +171,15 @@ bool fl__dist_accepts(const char *fn, const fl_tensor *t, fl_dist_op op)
 {
     char desc[FL_DESC_SIZE];
     if (t->dtype != FL_F32 && t->dtype != FL_F64 && t->dtype != FL_I32 && t->dtype != FL_I64) {
-        fl__error(FL_ERR_DTYPE, fn, "collectives take f32, f64, i32 or i64 tensors, not %s", fl__describe(t, desc));
+        fl_error(FL_ERR_DTYPE, fn, "collectives take f32, f64, i32 or i64 tensors, not %s", fl_describe(t, desc));
         return false;
     }
     if ((unsigned)op > FL_DIST_MIN) {
-        fl__error(FL_ERR_VALUE, fn, "unknown reduction %d", (int)op);
+        fl_error(FL_ERR_VALUE, fn, "unknown reduction %d", (int)op);
         return false;
     }
     if (op == FL_DIST_MEAN && !fl_dtype_is_float(t->dtype)) {
-        fl__error(FL_ERR_DTYPE, fn, "a mean needs a float tensor, not %s", fl__describe(t, desc));
+        fl_error(FL_ERR_DTYPE, fn, "a mean needs a float tensor, not %s", fl_describe(t, desc));
         return false;
     }
     return true;
@@ -224,7 +225,7 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
     *scratch = malloc(bytes);
     if (!*scratch)
-        return fl__error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+        return fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
     if (fl_to_host(t, *scratch, bytes) != FL_OK) {
         free(*scratch);
         *scratch = NULL;
@@ -252,7 +253,7 @@ bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backen
     out->data = out->staging;
     if (!out->staging) {
         fl__dist_output_abandon(out);
-        fl__error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+        fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
         return false;
     }
     return true;
@@ -305,7 +306,7 @@ static void request_free(fl_dist_request *r)
 
 static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *t, fl_dist_op op, int root)
 {
-    if (fl__null_args(fn, 1, t) || !fl__dist_accepts(fn, t, op))
+    if (fl_null_args(fn, 1, t) || !fl__dist_accepts(fn, t, op))
         return NULL;
     fl_distributed *engine = fl__dist_engine(fn);
     if (!engine)
@@ -316,7 +317,7 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     if (kind == BROADCAST && (root < 0 || root >= size))
-        return fl__error(FL_ERR_VALUE, fn, "root %d is not a rank of this job of %d", root, size);
+        return fl_error(FL_ERR_VALUE, fn, "root %d is not a rank of this job of %d", root, size);
     if (kind == ALL_GATHER) {
         if (ndim == 0)
             shape[ndim++] = 1;
@@ -324,14 +325,14 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
     }
     if (kind == REDUCE_SCATTER) {
         if (ndim == 0 || shape[0] % size != 0)
-            return fl__error(FL_ERR_SHAPE, fn, "the first axis of %s must divide among %d ranks", fl__describe(t, desc),
-                             size);
+            return fl_error(FL_ERR_SHAPE, fn, "the first axis of %s must divide among %d ranks", fl_describe(t, desc),
+                            size);
         shape[0] /= size;
     }
 
     fl_dist_request *r = calloc(1, sizeof *r);
     if (!r)
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a request");
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a request");
     r->engine = engine;
     r->op = op;
     r->input = fl_retain(t);
@@ -377,7 +378,7 @@ static fl_tensor *finish(const char *fn, fl_dist_request *r)
         result = fl__dist_output_finish(fn, &r->result);
     }
     request_free(r);
-    return fl__out(result);
+    return fl_out(result);
 }
 
 fl_tensor *fl_all_reduce(const fl_tensor *t, fl_dist_op op)
@@ -394,7 +395,7 @@ fl_dist_request *fl_all_reduce_async(const fl_tensor *t, fl_dist_op op)
 fl_tensor *fl_dist_wait(fl_dist_request *request)
 {
     if (!request)
-        return fl__error(FL_ERR_NULL, "fl_dist_wait", "the request is NULL");
+        return fl_error(FL_ERR_NULL, "fl_dist_wait", "the request is NULL");
     return finish("fl_dist_wait", request);
 }
 

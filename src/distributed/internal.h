@@ -6,9 +6,9 @@
 #ifndef FLARE_DISTRIBUTED_INTERNAL_H
 #define FLARE_DISTRIBUTED_INTERNAL_H
 
+#include "flare/backend.h" /* struct fl_tensor */
 #include "flare/distributed.h"
-
-#include "../tensor/internal.h"
+#include "flare/extension.h"
 
 fl_distributed *fl__distributed_single(void);
 fl_distributed *fl__distributed_mpi(void);

@@ -44,10 +44,10 @@ fl_dist_reducer *fl_dist_reducer_new(const fl_tensor *const *templates, int coun
 {
     const char *fn = "fl_dist_reducer_new";
     if (!templates || count <= 0)
-        return fl__error(templates ? FL_ERR_VALUE : FL_ERR_NULL, fn, "needs a list of at least one tensor (got %s, %d)",
-                         templates ? "a list" : "NULL", count);
+        return fl_error(templates ? FL_ERR_VALUE : FL_ERR_NULL, fn, "needs a list of at least one tensor (got %s, %d)",
+                        templates ? "a list" : "NULL", count);
     for (int i = 0; i < count; i++)
-        if (fl__null_args(fn, 1, templates[i]) || !fl__dist_accepts(fn, templates[i], op))
+        if (fl_null_args(fn, 1, templates[i]) || !fl__dist_accepts(fn, templates[i], op))
             return NULL;
     fl_dist_reducer *r = calloc(1, sizeof *r);
     if (r) {
@@ -56,7 +56,7 @@ fl_dist_reducer *fl_dist_reducer_new(const fl_tensor *const *templates, int coun
     }
     if (!r || !r->slots || !r->buckets) {
         fl_dist_reducer_free(r);
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a reducer of %d tensors", count);
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a reducer of %d tensors", count);
     }
     r->op = op;
     r->count = count;
@@ -112,25 +112,25 @@ fl_status fl_dist_reducer_add(fl_dist_reducer *reducer, int index, const fl_tens
 {
     const char *fn = "fl_dist_reducer_add";
     if (!reducer) {
-        fl__error(FL_ERR_NULL, fn, "the reducer is NULL");
+        fl_error(FL_ERR_NULL, fn, "the reducer is NULL");
         return FL_ERR_NULL;
     }
-    if (fl__null_args(fn, 1, t))
+    if (fl_null_args(fn, 1, t))
         return fl_last_status();
     if (index < 0 || index >= reducer->count) {
-        fl__error(FL_ERR_INDEX, fn, "index %d is not one of the reducer's %d tensors", index, reducer->count);
+        fl_error(FL_ERR_INDEX, fn, "index %d is not one of the reducer's %d tensors", index, reducer->count);
         return FL_ERR_INDEX;
     }
     slot *s = &reducer->slots[index];
     char got[FL_DESC_SIZE], want[FL_DESC_SIZE];
     if (t->dtype != s->dtype || t->ndim != s->ndim || memcmp(t->shape, s->shape, (size_t)s->ndim * sizeof *s->shape)) {
-        fl__describe_shape(s->ndim, s->shape, want);
-        fl__error(FL_ERR_SHAPE, fn, "tensor %d is %s, but its template is %s%s", index, fl__describe(t, got),
-                  fl_dtype_name(s->dtype), want);
+        fl_describe_shape(s->ndim, s->shape, want);
+        fl_error(FL_ERR_SHAPE, fn, "tensor %d is %s, but its template is %s%s", index, fl_describe(t, got),
+                 fl_dtype_name(s->dtype), want);
         return FL_ERR_SHAPE;
     }
     if (s->added) {
-        fl__error(FL_ERR_VALUE, fn, "tensor %d was already added in this round", index);
+        fl_error(FL_ERR_VALUE, fn, "tensor %d was already added in this round", index);
         return FL_ERR_VALUE;
     }
     bucket *b = &reducer->buckets[s->bucket];
@@ -175,31 +175,31 @@ static fl_tensor *result(const char *fn, fl_dist_reducer *r, int index)
     fl_tensor *view = fl_reshape(fl_index(flat, FL_INDEX(FL_RANGE(s->offset, s->offset + s->numel))), s->ndim, s->shape);
     if (view && view->backend != s->backend)
         view = fl_to_backend(view, s->backend->name);
-    return fl__scope_return(scope, view);
+    return fl_scope_return(scope, view);
 }
 
 fl_status fl_dist_reducer_finish(fl_dist_reducer *reducer, fl_tensor **out)
 {
     const char *fn = "fl_dist_reducer_finish";
     if (!reducer) {
-        fl__error(FL_ERR_NULL, fn, "the reducer is NULL");
+        fl_error(FL_ERR_NULL, fn, "the reducer is NULL");
         return FL_ERR_NULL;
     }
     if (!out) {
         end_round(fn, reducer, true);
-        fl__error(FL_ERR_NULL, fn, "the output list is NULL");
+        fl_error(FL_ERR_NULL, fn, "the output list is NULL");
         return FL_ERR_NULL;
     }
     for (int i = 0; i < reducer->count; i++)
         if (!reducer->slots[i].added) {
             end_round(fn, reducer, true);
-            fl__error(FL_ERR_VALUE, fn, "tensor %d of %d was not added in this round", i, reducer->count);
+            fl_error(FL_ERR_VALUE, fn, "tensor %d of %d was not added in this round", i, reducer->count);
             return FL_ERR_VALUE;
         }
     if (reducer->next_start < reducer->bucket_count) { /* the add that should have started it failed */
         end_round(fn, reducer, false);
-        fl__error(FL_ERR_DISTRIBUTED, fn, "bucket %d of %d could not start its all-reduce", reducer->next_start,
-                  reducer->bucket_count);
+        fl_error(FL_ERR_DISTRIBUTED, fn, "bucket %d of %d could not start its all-reduce", reducer->next_start,
+                 reducer->bucket_count);
         return FL_ERR_DISTRIBUTED;
     }
     fl_distributed *engine = reducer->engine;
@@ -248,7 +248,7 @@ fl_status fl_all_reduce_many(const fl_tensor *const *tensors, int count, fl_dist
 {
     const char *fn = "fl_all_reduce_many";
     if (!out) {
-        fl__error(FL_ERR_NULL, fn, "the output list is NULL");
+        fl_error(FL_ERR_NULL, fn, "the output list is NULL");
         return FL_ERR_NULL;
     }
     fl_dist_reducer *r = fl_dist_reducer_new(tensors, count, op, bucket_bytes);

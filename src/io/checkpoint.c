@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/extension.h"
 #include "flare/io.h"
 #include "flare/nn.h"
 #include "flare/optim.h"
-#include "../tensor/internal.h"
 
 #define OPTIMIZER_PREFIX "optimizer."
 #define RANDOM_SEED_KEY "flare.random_seed"
@@ -17,7 +17,7 @@
 fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
                              const char *const *metadata)
 {
-    if (fl__null_args("fl_checkpoint_save", 2, path, model))
+    if (fl_null_args("fl_checkpoint_save", 2, path, model))
         return fl_last_status();
     fl_tensor_map *map = fl_tensor_map_create();
     if (!map)
@@ -36,7 +36,7 @@ fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_
         status = fl_tensor_map_set_metadata(map, RANDOM_COUNTER_KEY, counter_text);
     for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
         if (!metadata[i + 1])
-            status = (fl__error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
+            status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
                       FL_ERR_VALUE);
         else
             status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
@@ -61,14 +61,14 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
     const char *fn = "fl_checkpoint_load";
     if (file)
         *file = NULL;
-    if (fl__null_args(fn, 2, path, model))
+    if (fl_null_args(fn, 2, path, model))
         return fl_last_status();
     fl_tensor_map *map = NULL, *weights = fl_tensor_map_create(), *before = fl_tensor_map_create();
     fl_status status = weights && before ? fl_load_safetensors(path, &map) : fl_last_status();
     uint64_t seed = 0, counter = 0;
     if (status == FL_OK && (!parse_u64(fl_tensor_map_metadata(map, RANDOM_SEED_KEY), &seed) ||
                             !parse_u64(fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY), &counter)))
-        status = (fl__error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
+        status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
                   FL_ERR_VALUE);
     for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
         const char *name = fl_tensor_map_name_at(map, i);
@@ -93,7 +93,7 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
         char message[512];
         snprintf(message, sizeof message, "%s", fl_last_error());
         fl_clear_error();
-        fl__error(status, fn, "%s: %s", path, message);
+        fl_error(status, fn, "%s: %s", path, message);
     }
     fl_tensor_map_free(weights);
     fl_tensor_map_free(before);

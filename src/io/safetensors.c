@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "../tensor/internal.h"
+#include "flare/extension.h"
 #include "flare/io.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -174,7 +174,7 @@ static void sync_directory(const char *path)
 fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
 {
     if (!path || !map) {
-        fl__error(FL_ERR_NULL, save_fn, "%s is NULL", path ? "the map" : "the path");
+        fl_error(FL_ERR_NULL, save_fn, "%s is NULL", path ? "the map" : "the path");
         return FL_ERR_NULL;
     }
     size_t count = fl_tensor_map_count(map);
@@ -188,7 +188,7 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     bool created = false; /* the temporary exists and is ours to remove */
     fl_status status = FL_ERR_MEMORY;
     if (!order || !by_index) {
-        fl__error(status, save_fn, "'%s': out of memory", path);
+        fl_error(status, save_fn, "'%s': out of memory", path);
         goto done;
     }
 
@@ -211,14 +211,14 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     header = build_header(map, by_index, &header_length);
     scratch = malloc(largest ? largest : 1);
     if (!header || !scratch) {
-        fl__error(status, save_fn, "'%s': out of memory", path);
+        fl_error(status, save_fn, "'%s': out of memory", path);
         goto done;
     }
 
     status = FL_ERR_IO;
     fd = create_temporary(path, temporary, sizeof temporary);
     if (fd < 0) {
-        fl__error(status, save_fn, "'%s': cannot create a temporary file beside it: %s", path, strerror(errno));
+        fl_error(status, save_fn, "'%s': cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;
     }
     created = true;
@@ -226,7 +226,7 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     for (int i = 0; i < 8; i++)
         length[i] = (uint8_t)((uint64_t)header_length >> (8 * i));
     if (!write_all(fd, length, sizeof length) || !write_all(fd, header, header_length)) {
-        fl__error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
+        fl_error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
         goto done;
     }
     for (size_t k = 0; k < count; k++) {
@@ -237,26 +237,26 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
         if (rc != FL_OK) {
             /* fl_to_host recorded why; the tensor's name goes with it if it was first. */
             status = rc;
-            fl__error(rc, save_fn, "'%s': reading tensor '%s' failed", path, fl_tensor_map_name_at(map, order[k].index));
+            fl_error(rc, save_fn, "'%s': reading tensor '%s' failed", path, fl_tensor_map_name_at(map, order[k].index));
             goto done;
         }
         if (!write_all(fd, scratch, bytes)) {
-            fl__error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
+            fl_error(status, save_fn, "'%s': writing %s: %s", path, temporary, strerror(errno));
             goto done;
         }
     }
     if (fsync(fd) != 0) {
-        fl__error(status, save_fn, "'%s': flushing %s: %s", path, temporary, strerror(errno));
+        fl_error(status, save_fn, "'%s': flushing %s: %s", path, temporary, strerror(errno));
         goto done;
     }
     int rc = close(fd);
     fd = -1;
     if (rc != 0) {
-        fl__error(status, save_fn, "'%s': closing %s: %s", path, temporary, strerror(errno));
+        fl_error(status, save_fn, "'%s': closing %s: %s", path, temporary, strerror(errno));
         goto done;
     }
     if (rename(temporary, path) != 0) {
-        fl__error(status, save_fn, "'%s': renaming %s over it: %s", path, temporary, strerror(errno));
+        fl_error(status, save_fn, "'%s': renaming %s over it: %s", path, temporary, strerror(errno));
         goto done;
     }
     created = false;
@@ -527,7 +527,7 @@ static fl_status load_error(const char *path, fl_status status, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    fl__error(status, load_fn, "'%s': %s", path, message);
+    fl_error(status, load_fn, "'%s': %s", path, message);
     return status;
 }
 
@@ -560,7 +560,7 @@ static fl_status check_layout(const char *path, header *h, uint64_t data_offset,
             status = load_error(path, FL_ERR_VALUE, "tensor '%s' has data_offsets [%llu, %llu] (%llu bytes) but %s%s needs %llu",
                                 t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
                                 (unsigned long long)(t->end - t->begin), tag_of(t->dtype),
-                                fl__describe_shape(t->ndim, t->shape, shape), (unsigned long long)t->bytes);
+                                fl_describe_shape(t->ndim, t->shape, shape), (unsigned long long)t->bytes);
             goto done;
         }
         sorted[i] = t;
@@ -656,7 +656,7 @@ fl_status fl_load_safetensors(const char *path, fl_tensor_map **out)
     if (out)
         *out = NULL;
     if (!path || !out) {
-        fl__error(FL_ERR_NULL, load_fn, "%s is NULL", path ? "out" : "the path");
+        fl_error(FL_ERR_NULL, load_fn, "%s is NULL", path ? "out" : "the path");
         return FL_ERR_NULL;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -51,7 +51,7 @@
 #include <sys/mman.h>
 
 #include "flare/memory.h"
-#include "../tensor/config.h"
+#include "flare/config.h"
 
 /* Under AddressSanitizer, memory outside live blocks (free blocks, and each block's
  * rounding beyond the bytes asked for) is poisoned, so an overrun of a tensor is
@@ -496,7 +496,7 @@ static void caching_free(fl_memory_manager *m, void *ptr, size_t bytes)
     block *b = table_remove(c, ptr);
     if (!b) {
         unlock(c);
-        fl__log(FL_LOG_ERROR, "caching memory manager: %p (%zu bytes) was not allocated by it; ignored", ptr, bytes);
+        fl_log_message(FL_LOG_ERROR, "caching memory manager: %p (%zu bytes) was not allocated by it; ignored", ptr, bytes);
         return;
     }
     b->allocated = false;
@@ -570,7 +570,7 @@ static void caching_destroy(fl_memory_manager *m)
     if (live) {
         /* Freeing the rest would pull memory from under live tensors; keeping the
          * manager lets their frees still land. */
-        fl__log(FL_LOG_WARNING, "caching memory manager destroyed with %zu bytes in use; kept alive", live);
+        fl_log_message(FL_LOG_WARNING, "caching memory manager destroyed with %zu bytes in use; kept alive", live);
         return;
     }
     while (c->chunks) {

@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "flare/memory.h"
-/* Errors are recorded as everywhere else (error.c); nothing else above is used. */
-#include "../tensor/internal.h"
-#include "../tensor/config.h"
+#include "flare/extension.h" /* errors are recorded as everywhere else */
+#include "flare/config.h"
 
 static fl_memory_manager *current;
 /* The manager made at start-up. It lives as long as the process: blocks it handed out
@@ -22,12 +21,12 @@ static _Thread_local const char *operation = "";
 
 static void make_initial_manager(void)
 {
-    const char *name = fl__config()->memory;
+    const char *name = fl_config_current()->memory;
     if (name && strcmp(name, "plain") == 0) {
         initial = fl_memory_plain();
     } else {
         if (name && *name && strcmp(name, "caching") != 0)
-            fl__log(FL_LOG_WARNING, "FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'", name);
+            fl_log_message(FL_LOG_WARNING, "FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'", name);
         initial = fl_memory_caching(SIZE_MAX, SIZE_MAX);
         if (!initial)
             initial = fl_memory_plain();
@@ -70,19 +69,19 @@ fl_status fl_memory_set_manager(fl_memory_manager *m)
 {
     const char *fn = "fl_memory_set_manager";
     if (!m || !m->name) {
-        fl__error(FL_ERR_NULL, fn, "the manager or its name is NULL");
+        fl_error(FL_ERR_NULL, fn, "the manager or its name is NULL");
         return FL_ERR_NULL;
     }
     size_t expected = fl_memory_manager_size(m->version);
     if (!expected || m->size != expected) {
-        fl__error(FL_ERR_VALUE, fn,
+        fl_error(FL_ERR_VALUE, fn,
                   "manager '%s' says version %d with a table of %zu bytes; this library knows versions 1 to %d "
                   "(version %d has %zu): it was compiled against a different memory.h",
                   m->name, m->version, m->size, FL_MEMORY_VERSION, m->version, expected);
         return FL_ERR_VALUE;
     }
     if (!m->alloc || !m->free || !m->stats) {
-        fl__error(FL_ERR_VALUE, fn, "manager '%s' lacks alloc, free or stats", m->name);
+        fl_error(FL_ERR_VALUE, fn, "manager '%s' lacks alloc, free or stats", m->name);
         return FL_ERR_VALUE;
     }
     pthread_once(&initial_once, make_initial_manager);
@@ -94,7 +93,7 @@ fl_status fl_memory_manager_destroy(fl_memory_manager *m)
 {
     const char *fn = "fl_memory_manager_destroy";
     if (!m) {
-        fl__error(FL_ERR_NULL, fn, "the manager is NULL");
+        fl_error(FL_ERR_NULL, fn, "the manager is NULL");
         return FL_ERR_NULL;
     }
     pthread_once(&initial_once, make_initial_manager);
@@ -105,7 +104,7 @@ fl_status fl_memory_manager_destroy(fl_memory_manager *m)
                       : stats.in_use                                   ? "blocks it handed out are in use"
                                                                        : NULL;
     if (why) {
-        fl__error(FL_ERR_VALUE, fn, "cannot destroy manager '%s': %s (%zu bytes in use)", m->name, why,
+        fl_error(FL_ERR_VALUE, fn, "cannot destroy manager '%s': %s (%zu bytes in use)", m->name, why,
                   stats.in_use);
         return FL_ERR_VALUE;
     }

@@ -2,7 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../tensor/internal.h"
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 #include "flare/meter.h"
 
 void fl_edit_distance_meter_reset(fl_edit_distance_meter *m) { *m = (fl_edit_distance_meter){0}; }
@@ -14,20 +15,20 @@ fl_status fl_edit_distance_meter_add(fl_edit_distance_meter *m, const int64_t *p
 {
     static const char fn[] = "fl_edit_distance_meter_add";
     if (!m || (!prediction && prediction_length > 0) || (!reference && reference_length > 0))
-        return fl__error(FL_ERR_NULL, fn, "%s is NULL", !m ? "the meter" : !prediction ? "prediction" : "reference"),
+        return fl_error(FL_ERR_NULL, fn, "%s is NULL", !m ? "the meter" : !prediction ? "prediction" : "reference"),
                FL_ERR_NULL;
     if (prediction_length < 0 || reference_length < 0)
-        return fl__error(FL_ERR_VALUE, fn, "negative lengths %lld and %lld", (long long)prediction_length,
-                         (long long)reference_length),
+        return fl_error(FL_ERR_VALUE, fn, "negative lengths %lld and %lld", (long long)prediction_length,
+                        (long long)reference_length),
                FL_ERR_VALUE;
     int64_t rows = prediction_length + 1, cols = reference_length + 1;
     if ((uint64_t)rows > SIZE_MAX / sizeof(int64_t) / (uint64_t)cols)
-        return fl__error(FL_ERR_MEMORY, fn, "sequences of %lld and %lld tokens are too long",
-                         (long long)prediction_length, (long long)reference_length),
+        return fl_error(FL_ERR_MEMORY, fn, "sequences of %lld and %lld tokens are too long",
+                        (long long)prediction_length, (long long)reference_length),
                FL_ERR_MEMORY;
     int64_t *d = malloc((size_t)rows * (size_t)cols * sizeof *d);
     if (!d)
-        return fl__error(FL_ERR_MEMORY, fn, "cannot allocate a %lld x %lld table", (long long)rows, (long long)cols),
+        return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a %lld x %lld table", (long long)rows, (long long)cols),
                FL_ERR_MEMORY;
 #define D(i, j) d[(i) * cols + (j)]
     for (int64_t i = 0; i < rows; i++)
@@ -68,10 +69,10 @@ static int64_t *sequence(const char *fn, const char *what, const fl_tensor *t)
 {
     char desc[FL_DESC_SIZE];
     if (t->ndim != 1 || !fl_dtype_is_integer(t->dtype))
-        return fl__error(FL_ERR_SHAPE, fn, "%s must be a 1-D integer tensor, got %s", what, fl__describe(t, desc));
+        return fl_error(FL_ERR_SHAPE, fn, "%s must be a 1-D integer tensor, got %s", what, fl_describe(t, desc));
     int64_t *values = malloc((size_t)t->numel * sizeof *values + 1);
     if (!values)
-        return fl__error(FL_ERR_MEMORY, fn, "cannot copy %s %s", what, fl__describe(t, desc));
+        return fl_error(FL_ERR_MEMORY, fn, "cannot copy %s %s", what, fl_describe(t, desc));
     fl_scope scope = fl_scope_begin();
     fl_tensor *wide = fl_cast(t, FL_I64);
     fl_status status = wide ? fl_to_host(wide, values, (size_t)t->numel * sizeof *values) : FL_ERR_MEMORY;
@@ -88,8 +89,8 @@ fl_status fl_edit_distance_meter_add_tensors(fl_edit_distance_meter *m, const fl
 {
     static const char fn[] = "fl_edit_distance_meter_add_tensors";
     if (!m)
-        return fl__error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
-    if (fl__null_args(fn, 2, prediction, reference))
+        return fl_error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
+    if (fl_null_args(fn, 2, prediction, reference))
         return fl_last_status();
     int64_t *p = sequence(fn, "prediction", prediction);
     int64_t *r = p ? sequence(fn, "reference", reference) : NULL;

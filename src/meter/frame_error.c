@@ -1,5 +1,6 @@
 /* The frame error meter: the percentage of mismatched predictions. */
-#include "../tensor/internal.h"
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 #include "flare/meter.h"
 
 void fl_frame_error_meter_reset(fl_frame_error_meter *m) { *m = (fl_frame_error_meter){0}; }
@@ -8,13 +9,13 @@ fl_status fl_frame_error_meter_add(fl_frame_error_meter *m, const fl_tensor *pre
 {
     static const char fn[] = "fl_frame_error_meter_add";
     if (!m)
-        return fl__error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
-    if (fl__null_args(fn, 2, predictions, targets))
+        return fl_error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
+    if (fl_null_args(fn, 2, predictions, targets))
         return fl_last_status();
-    if (!fl__same_shape(predictions, targets)) {
+    if (!fl_same_shape(predictions, targets)) {
         char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-        fl__error(FL_ERR_SHAPE, fn, "predictions %s and targets %s differ in shape", fl__describe(predictions, a),
-                  fl__describe(targets, b));
+        fl_error(FL_ERR_SHAPE, fn, "predictions %s and targets %s differ in shape", fl_describe(predictions, a),
+                  fl_describe(targets, b));
         return FL_ERR_SHAPE;
     }
     fl_scope scope = fl_scope_begin();

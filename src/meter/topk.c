@@ -1,13 +1,14 @@
 /* The top-k accuracy meter. */
-#include "../tensor/internal.h"
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 #include "flare/meter.h"
 
 fl_status fl_topk_meter_init(fl_topk_meter *m, int64_t k)
 {
     if (!m)
-        return fl__error(FL_ERR_NULL, "fl_topk_meter_init", "the meter is NULL"), FL_ERR_NULL;
+        return fl_error(FL_ERR_NULL, "fl_topk_meter_init", "the meter is NULL"), FL_ERR_NULL;
     if (k < 1)
-        return fl__error(FL_ERR_VALUE, "fl_topk_meter_init", "k must be at least 1, got %lld", (long long)k),
+        return fl_error(FL_ERR_VALUE, "fl_topk_meter_init", "k must be at least 1, got %lld", (long long)k),
                FL_ERR_VALUE;
     *m = (fl_topk_meter){.k = k};
     return FL_OK;
@@ -17,23 +18,23 @@ fl_status fl_topk_meter_add(fl_topk_meter *m, const fl_tensor *logits, const fl_
 {
     static const char fn[] = "fl_topk_meter_add";
     if (!m)
-        return fl__error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
-    if (fl__null_args(fn, 2, logits, targets))
+        return fl_error(FL_ERR_NULL, fn, "the meter is NULL"), FL_ERR_NULL;
+    if (fl_null_args(fn, 2, logits, targets))
         return fl_last_status();
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-    fl__describe(logits, a);
-    fl__describe(targets, b);
+    fl_describe(logits, a);
+    fl_describe(targets, b);
     if (m->k < 1)
-        return fl__error(FL_ERR_VALUE, fn, "k is %lld: call fl_topk_meter_init first", (long long)m->k),
+        return fl_error(FL_ERR_VALUE, fn, "k is %lld: call fl_topk_meter_init first", (long long)m->k),
                FL_ERR_VALUE;
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
-        return fl__error(FL_ERR_SHAPE, fn, "needs logits [N, C] and targets [N], got %s and %s", a, b), FL_ERR_SHAPE;
+        return fl_error(FL_ERR_SHAPE, fn, "needs logits [N, C] and targets [N], got %s and %s", a, b), FL_ERR_SHAPE;
     if (!fl_dtype_is_float(logits->dtype) || !fl_dtype_is_integer(targets->dtype))
-        return fl__error(FL_ERR_DTYPE, fn, "needs float logits and integer targets, got %s and %s", a, b),
+        return fl_error(FL_ERR_DTYPE, fn, "needs float logits and integer targets, got %s and %s", a, b),
                FL_ERR_DTYPE;
     if (m->k > logits->shape[1])
-        return fl__error(FL_ERR_VALUE, fn, "k = %lld is more than the %lld classes of logits %s", (long long)m->k,
-                         (long long)logits->shape[1], a),
+        return fl_error(FL_ERR_VALUE, fn, "k = %lld is more than the %lld classes of logits %s", (long long)m->k,
+                        (long long)logits->shape[1], a),
                FL_ERR_VALUE;
     fl_scope scope = fl_scope_begin();
     fl_status status = FL_OK;
@@ -47,8 +48,8 @@ fl_status fl_topk_meter_add(fl_topk_meter *m, const fl_tensor *logits, const fl_
     if (targets->numel > 0 && (!low || !high))
         status = fl_last_status();
     else if (targets->numel > 0 && (fl_item(low) < 0 || fl_item(high) >= (double)logits->shape[1])) {
-        fl__error(FL_ERR_INDEX, fn, "targets %s hold classes from %.0f to %.0f, outside [0, %lld)", b, fl_item(low),
-                  fl_item(high), (long long)logits->shape[1]);
+        fl_error(FL_ERR_INDEX, fn, "targets %s hold classes from %.0f to %.0f, outside [0, %lld)", b, fl_item(low),
+                 fl_item(high), (long long)logits->shape[1]);
         status = FL_ERR_INDEX;
     }
     fl_tensor *top = NULL;

@@ -28,7 +28,7 @@ static fl_module *with_state(const char *fn, const fl_module_type *type, const v
 {
     void *state = malloc(size);
     if (!state)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     memcpy(state, value, size);
     return fl_module_new(type, state);
 }

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 
 /* ---- scaled dot-product attention ---- */
 
@@ -46,18 +46,18 @@ static bool sdpa_arguments_fit(const char *fn, const fl_tensor *q, const fl_tens
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], d[FL_DESC_SIZE];
     fl_dtype dtype = fl_dtype_of(q);
     if (!fl_dtype_is_float(dtype) || fl_dtype_of(k) != dtype || fl_dtype_of(v) != dtype)
-        return fl__error(FL_ERR_DTYPE, fn, "q, k and v must share a floating dtype, got %s, %s and %s",
-                         fl__describe(q, a), fl__describe(k, b), fl__describe(v, d)),
+        return fl_error(FL_ERR_DTYPE, fn, "q, k and v must share a floating dtype, got %s, %s and %s",
+                         fl_describe(q, a), fl_describe(k, b), fl_describe(v, d)),
                false;
     if (fl_ndim(q) < 2 || fl_ndim(k) < 2 || fl_ndim(v) < 2 || fl_dim(q, -1) != fl_dim(k, -1) ||
         fl_dim(k, -2) != fl_dim(v, -2))
-        return fl__error(FL_ERR_SHAPE, fn, "q [..., L, D], k [..., S, D], v [..., S, Dv] do not fit: %s, %s, %s",
-                         fl__describe(q, a), fl__describe(k, b), fl__describe(v, d)),
+        return fl_error(FL_ERR_SHAPE, fn, "q [..., L, D], k [..., S, D], v [..., S, Dv] do not fit: %s, %s, %s",
+                         fl_describe(q, a), fl_describe(k, b), fl_describe(v, d)),
                false;
     if (mask && fl_dtype_of(mask) != FL_BOOL && !fl_dtype_is_float(fl_dtype_of(mask)))
-        return fl__error(FL_ERR_DTYPE, fn, "the mask must be bool or floating, got %s", fl__describe(mask, a)), false;
+        return fl_error(FL_ERR_DTYPE, fn, "the mask must be bool or floating, got %s", fl_describe(mask, a)), false;
     if (!(dropout_p >= 0 && dropout_p <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "dropout_p must be in [0, 1], got %g", dropout_p), false;
+        return fl_error(FL_ERR_VALUE, fn, "dropout_p must be in [0, 1], got %g", dropout_p), false;
     return true;
 }
 
@@ -65,7 +65,7 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
                                                double dropout_p, bool training)
 {
     const char *fn = "fl_f_scaled_dot_product_attention";
-    if (fl__null_args(fn, 3, q, k, v))
+    if (fl_null_args(fn, 3, q, k, v))
         return NULL;
     const fl_tensor *qt = fl_v_value(q), *kt = fl_v_value(k), *vt = fl_v_value(v);
     if (!sdpa_arguments_fit(fn, qt, kt, vt, mask, dropout_p))
@@ -138,11 +138,11 @@ static fl_tensor *attention_mask(const char *fn, const fl_tensor *key_padding_ma
     const fl_tensor *masks[2] = {key_padding_mask, attn_mask};
     for (int i = 0; i < 2; i++)
         if (masks[i] && fl_dtype_of(masks[i]) != FL_BOOL && !fl_dtype_is_float(fl_dtype_of(masks[i])))
-            return fl__error(FL_ERR_DTYPE, fn, "a mask must be bool or floating, got %s", fl__describe(masks[i], a));
+            return fl_error(FL_ERR_DTYPE, fn, "a mask must be bool or floating, got %s", fl_describe(masks[i], a));
     if (key_padding_mask) {
         if (fl_ndim(key_padding_mask) != 2 || fl_dim(key_padding_mask, 0) != n || fl_dim(key_padding_mask, 1) != s)
-            return fl__error(FL_ERR_SHAPE, fn, "key_padding_mask must be [%lld, %lld], got %s", (long long)n,
-                             (long long)s, fl__describe(key_padding_mask, a));
+            return fl_error(FL_ERR_SHAPE, fn, "key_padding_mask must be [%lld, %lld], got %s", (long long)n,
+                             (long long)s, fl_describe(key_padding_mask, a));
         mask = fl_reshape(additive(key_padding_mask, dtype), 4, (int64_t[]){n, 1, 1, s});
     }
     if (attn_mask) {
@@ -153,9 +153,9 @@ static fl_tensor *attention_mask(const char *fn, const fl_tensor *key_padding_ma
                  fl_dim(attn_mask, 2) == s)
             added = fl_reshape(additive(attn_mask, dtype), 4, (int64_t[]){n, heads, l, s});
         else
-            return fl__error(FL_ERR_SHAPE, fn, "attn_mask must be [%lld, %lld] or [%lld, %lld, %lld], got %s",
-                             (long long)l, (long long)s, (long long)(n * heads), (long long)l, (long long)s,
-                             fl__describe(attn_mask, a));
+            return fl_error(FL_ERR_SHAPE, fn, "attn_mask must be [%lld, %lld] or [%lld, %lld, %lld], got %s",
+                            (long long)l, (long long)s, (long long)(n * heads), (long long)l, (long long)s,
+                             fl_describe(attn_mask, a));
         mask = mask ? fl_add(mask, added) : added;
     }
     return mask;
@@ -166,10 +166,10 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
                                                const fl_tensor *attn_mask)
 {
     const char *fn = "fl_nn_multihead_attention_forward";
-    if (fl__null_args(fn, 4, m, query, key, value))
+    if (fl_null_args(fn, 4, m, query, key, value))
         return NULL;
     if (fl_module_type_of(m) != &multihead_attention_type)
-        return fl__error(FL_ERR_VALUE, fn, "the module is a %s, not a MultiheadAttention", fl_module_type_of(m)->name);
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a MultiheadAttention", fl_module_type_of(m)->name);
     const attention_state *st = fl_module_state(m);
     const fl_tensor *q = fl_v_value(query), *k = fl_v_value(key), *v = fl_v_value(value);
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], d[FL_DESC_SIZE];
@@ -178,9 +178,9 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
     if (fl_ndim(q) != 3 || fl_ndim(k) != 3 || fl_ndim(v) != 3 || fl_dim(q, 2) != e || fl_dim(k, 2) != e ||
         fl_dim(v, 2) != e || fl_dim(k, batch_axis) != fl_dim(q, batch_axis) ||
         fl_dim(v, batch_axis) != fl_dim(q, batch_axis) || fl_dim(k, seq_axis) != fl_dim(v, seq_axis))
-        return fl__error(FL_ERR_SHAPE, fn, "query, key and value must be %s of embedding %lld, got %s, %s and %s",
-                         st->batch_first ? "[N, L, E], [N, S, E], [N, S, E]" : "[L, N, E], [S, N, E], [S, N, E]",
-                         (long long)e, fl__describe(q, a), fl__describe(k, b), fl__describe(v, d));
+        return fl_error(FL_ERR_SHAPE, fn, "query, key and value must be %s of embedding %lld, got %s, %s and %s",
+                        st->batch_first ? "[N, L, E], [N, S, E], [N, S, E]" : "[L, N, E], [S, N, E], [S, N, E]",
+                         (long long)e, fl_describe(q, a), fl_describe(k, b), fl_describe(v, d));
 
     fl_scope scope = fl_scope_begin();
     fl_variable *weight = fl_module_parameter(m, "in_proj_weight"), *bias = fl_module_parameter(m, "in_proj_bias");
@@ -225,13 +225,13 @@ fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, doubl
 {
     const char *fn = "fl_nn_multihead_attention";
     if (embed_dim < 1 || num_heads < 1 || embed_dim % num_heads != 0)
-        return fl__error(FL_ERR_VALUE, fn, "embed_dim (%lld) must be a positive multiple of num_heads (%lld)",
-                         (long long)embed_dim, (long long)num_heads);
+        return fl_error(FL_ERR_VALUE, fn, "embed_dim (%lld) must be a positive multiple of num_heads (%lld)",
+                        (long long)embed_dim, (long long)num_heads);
     if (!(dropout >= 0 && dropout <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "dropout must be in [0, 1], got %g", dropout);
+        return fl_error(FL_ERR_VALUE, fn, "dropout must be in [0, 1], got %g", dropout);
     attention_state *st = malloc(sizeof *st);
     if (!st)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *st = (attention_state){embed_dim, num_heads, dropout, batch_first};
     fl_module *m = fl_module_new(&multihead_attention_type, st);
     if (!m)

@@ -35,13 +35,13 @@ static fl_module *conv(const char *fn, int spatial, int64_t in, int64_t out, con
     fl_conv_params p = params ? *params : (fl_conv_params){0};
     int groups = p.groups ? p.groups : 1;
     if (in <= 0 || out <= 0 || kernel[0] <= 0 || kernel[1] <= 0 || groups < 0 || in % groups || out % groups)
-        return fl__error(FL_ERR_VALUE, fn,
-                         "%lld in and %lld out channels in %d groups with a %dx%d kernel: sizes must be positive and "
-                         "channels divisible by the groups",
-                         (long long)in, (long long)out, groups, kernel[0], kernel[1]);
+        return fl_error(FL_ERR_VALUE, fn,
+                        "%lld in and %lld out channels in %d groups with a %dx%d kernel: sizes must be positive and "
+                        "channels divisible by the groups",
+                        (long long)in, (long long)out, groups, kernel[0], kernel[1]);
     conv_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *s = (conv_state){spatial, p};
     fl_module *m = fl_module_new(spatial == 2 ? &conv2d_type : &conv1d_type, s);
     int64_t shape[4] = {out, in / groups, kernel[0], kernel[1]};

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 
 static double log_add(double a, double b)
 {
@@ -112,7 +112,7 @@ static int64_t *host_integers(const fl_tensor *t)
     int64_t n = fl_numel(t);
     int64_t *values = malloc((size_t)(n ? n : 1) * sizeof *values);
     if (!values)
-        return fl__error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory");
     fl_scope scope = fl_scope_begin();
     fl_status status = fl_to_host(fl_cast(t, FL_I64), values, (size_t)n * sizeof *values);
     fl_scope_end(scope);
@@ -130,25 +130,25 @@ static bool lengths_fit(const char *fn, int64_t n, int64_t steps, int64_t classe
     int64_t total = 0;
     for (int64_t i = 0; i < n; i++) {
         if (input_lengths[i] < 0 || input_lengths[i] > steps)
-            return fl__error(FL_ERR_VALUE, fn, "input_lengths[%lld] is %lld, outside [0, %lld]", (long long)i,
-                             (long long)input_lengths[i], (long long)steps),
+            return fl_error(FL_ERR_VALUE, fn, "input_lengths[%lld] is %lld, outside [0, %lld]", (long long)i,
+                            (long long)input_lengths[i], (long long)steps),
                    false;
         if (target_lengths[i] < 0 || (padded && target_lengths[i] > width))
-            return fl__error(FL_ERR_VALUE, fn, "target_lengths[%lld] is %lld, outside [0, %lld]", (long long)i,
-                             (long long)target_lengths[i], (long long)(padded ? width : INT64_MAX)),
+            return fl_error(FL_ERR_VALUE, fn, "target_lengths[%lld] is %lld, outside [0, %lld]", (long long)i,
+                            (long long)target_lengths[i], (long long)(padded ? width : INT64_MAX)),
                    false;
         total += target_lengths[i];
     }
     if (!padded && total != label_count)
-        return fl__error(FL_ERR_SHAPE, fn, "concatenated targets hold %lld labels but target_lengths sum to %lld",
-                         (long long)label_count, (long long)total),
+        return fl_error(FL_ERR_SHAPE, fn, "concatenated targets hold %lld labels but target_lengths sum to %lld",
+                        (long long)label_count, (long long)total),
                false;
     for (int64_t i = 0, start = 0; i < n; start += target_lengths[i], i++) {
         const int64_t *row = labels + (padded ? i * width : start);
         for (int64_t j = 0; j < target_lengths[i]; j++)
             if (row[j] < 0 || row[j] >= classes || row[j] == blank)
-                return fl__error(FL_ERR_VALUE, fn,
-                                 "target label %lld of sample %lld is not a class in [0, %lld) other than the blank "
+                return fl_error(FL_ERR_VALUE, fn,
+                                "target label %lld of sample %lld is not a class in [0, %lld) other than the blank "
                                  "%lld",
                                  (long long)row[j], (long long)i, (long long)classes, (long long)blank),
                        false;
@@ -161,25 +161,25 @@ static bool arguments_fit(const char *fn, const fl_tensor *lp, const fl_tensor *
 {
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], c[FL_DESC_SIZE];
     if (fl_ndim(lp) != 3 || !fl_dtype_is_float(fl_dtype_of(lp)))
-        return fl__error(FL_ERR_SHAPE, fn, "log_probs must be floating [T, N, C], got %s", fl__describe(lp, a)), false;
+        return fl_error(FL_ERR_SHAPE, fn, "log_probs must be floating [T, N, C], got %s", fl_describe(lp, a)), false;
     int64_t n = fl_dim(lp, 1), classes = fl_dim(lp, 2);
     if (blank < 0 || blank >= classes)
-        return fl__error(FL_ERR_VALUE, fn, "blank %lld is not a class of %s", (long long)blank, fl__describe(lp, a)),
+        return fl_error(FL_ERR_VALUE, fn, "blank %lld is not a class of %s", (long long)blank, fl_describe(lp, a)),
                false;
     const fl_tensor *integers[3] = {targets, input_lengths, target_lengths};
     for (int i = 0; i < 3; i++)
         if (!fl_dtype_is_integer(fl_dtype_of(integers[i])))
-            return fl__error(FL_ERR_DTYPE, fn, "targets and lengths must be integers, got %s, %s and %s",
-                             fl__describe(targets, a), fl__describe(input_lengths, b), fl__describe(target_lengths, c)),
+            return fl_error(FL_ERR_DTYPE, fn, "targets and lengths must be integers, got %s, %s and %s",
+                             fl_describe(targets, a), fl_describe(input_lengths, b), fl_describe(target_lengths, c)),
                    false;
     if (fl_ndim(input_lengths) != 1 || fl_dim(input_lengths, 0) != n || fl_ndim(target_lengths) != 1 ||
         fl_dim(target_lengths, 0) != n)
-        return fl__error(FL_ERR_SHAPE, fn, "input_lengths and target_lengths must be [%lld], got %s and %s",
-                         (long long)n, fl__describe(input_lengths, a), fl__describe(target_lengths, b)),
+        return fl_error(FL_ERR_SHAPE, fn, "input_lengths and target_lengths must be [%lld], got %s and %s",
+                         (long long)n, fl_describe(input_lengths, a), fl_describe(target_lengths, b)),
                false;
     if (!(fl_ndim(targets) == 2 && fl_dim(targets, 0) == n) && fl_ndim(targets) != 1)
-        return fl__error(FL_ERR_SHAPE, fn, "targets must be [%lld, S] or concatenated [sum(target_lengths)], got %s",
-                         (long long)n, fl__describe(targets, a)),
+        return fl_error(FL_ERR_SHAPE, fn, "targets must be [%lld, S] or concatenated [sum(target_lengths)], got %s",
+                         (long long)n, fl_describe(targets, a)),
                false;
     return true;
 }
@@ -191,7 +191,7 @@ static fl_status losses(const double *lp, int64_t steps, int64_t n, int64_t clas
 {
     int64_t *offsets = malloc((size_t)n * sizeof *offsets);
     if (!offsets)
-        return fl__error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory"), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory"), FL_ERR_MEMORY;
     for (int64_t i = 0, start = 0; i < n; start += target_lengths[i], i++)
         offsets[i] = padded ? i * width : start;
     int failed = 0;
@@ -221,7 +221,7 @@ static fl_status losses(const double *lp, int64_t steps, int64_t n, int64_t clas
     }
     free(offsets);
     if (failed)
-        return fl__error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory"), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, "fl_nn_ctc_loss", "out of memory"), FL_ERR_MEMORY;
     return FL_OK;
 }
 
@@ -230,13 +230,13 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
                             bool zero_infinity)
 {
     const char *fn = "fl_nn_ctc_loss";
-    if (fl__null_args(fn, 4, log_probs, targets, input_lengths, target_lengths))
+    if (fl_null_args(fn, 4, log_probs, targets, input_lengths, target_lengths))
         return NULL;
     const fl_tensor *lpt = fl_v_value(log_probs);
     if (!arguments_fit(fn, lpt, targets, input_lengths, target_lengths, blank))
         return NULL;
     if (reduction != FL_REDUCTION_MEAN && reduction != FL_REDUCTION_SUM && reduction != FL_REDUCTION_NONE)
-        return fl__error(FL_ERR_VALUE, fn, "unknown reduction %d", (int)reduction);
+        return fl_error(FL_ERR_VALUE, fn, "unknown reduction %d", (int)reduction);
     int64_t steps = fl_dim(lpt, 0), n = fl_dim(lpt, 1), classes = fl_dim(lpt, 2);
     bool padded = fl_ndim(targets) == 2;
     int64_t width = padded ? fl_dim(targets, 1) : 0, count = fl_numel(lpt);
@@ -250,7 +250,7 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
     fl_variable *result = NULL;
     fl_status status = labels && in_len && target_len ? FL_OK : fl_last_status();
     if (status == FL_OK && (!lp || !nll || (wants_grad && !grad)))
-        status = (fl__error(FL_ERR_MEMORY, fn, "out of memory"), FL_ERR_MEMORY);
+        status = (fl_error(FL_ERR_MEMORY, fn, "out of memory"), FL_ERR_MEMORY);
     if (status == FL_OK)
         status = fl_to_host(fl_cast(lpt, FL_F64), lp, (size_t)count * sizeof *lp);
     if (status == FL_OK && !lengths_fit(fn, n, steps, classes, blank, padded, width, in_len, target_len, labels,

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "flare/distributed.h"
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 
 typedef struct parameter_hook {
     fl_data_parallel *dp;
@@ -64,11 +64,11 @@ void fl_data_parallel_free(fl_data_parallel *dp)
 fl_data_parallel *fl_data_parallel_new(fl_module *model, size_t bucket_bytes)
 {
     const char *fn = "fl_data_parallel_new";
-    if (fl__null_args(fn, 1, model))
+    if (fl_null_args(fn, 1, model))
         return NULL;
     fl_data_parallel *dp = calloc(1, sizeof *dp);
     if (!dp)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     dp->params = fl_module_parameters(model);
     if (!dp->params || fl_distributed_size() == 1)
         return dp->params ? dp : (fl_data_parallel_free(dp), NULL);
@@ -79,7 +79,7 @@ fl_data_parallel *fl_data_parallel_new(fl_module *model, size_t bucket_bytes)
     if (!templates || !dp->hooks || !dp->added) {
         free(templates);
         fl_data_parallel_free(dp);
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
     fl_status status = broadcast_state(model);
     for (size_t i = 0; i < count; i++)
@@ -103,7 +103,7 @@ fl_data_parallel *fl_data_parallel_new(fl_module *model, size_t bucket_bytes)
 
 fl_status fl_data_parallel_sync(fl_data_parallel *dp)
 {
-    if (fl__null_args("fl_data_parallel_sync", 1, dp))
+    if (fl_null_args("fl_data_parallel_sync", 1, dp))
         return fl_last_status();
     if (!dp->reducer)
         return FL_OK;

@@ -9,10 +9,10 @@ static void dropout_grad(fl_grad *g) { g->input_grads[0] = fl_mul(g->output_grad
 
 fl_variable *fl_f_dropout(fl_variable *x, double p, bool training)
 {
-    if (fl__null_args("fl_f_dropout", 1, x))
+    if (fl_null_args("fl_f_dropout", 1, x))
         return NULL;
     if (!(p >= 0 && p <= 1))
-        return fl__error(FL_ERR_VALUE, "fl_f_dropout", "the probability %g is not in [0, 1]", p);
+        return fl_error(FL_ERR_VALUE, "fl_f_dropout", "the probability %g is not in [0, 1]", p);
     if (!training || p == 0)
         return fl__nn_identity(x);
     const fl_tensor *xv = fl_v_value(x);
@@ -35,10 +35,10 @@ static const fl_module_type dropout_type = {.name = "Dropout", .forward = dropou
 fl_module *fl_nn_dropout(double p)
 {
     if (!(p >= 0 && p <= 1))
-        return fl__error(FL_ERR_VALUE, "fl_nn_dropout", "the probability %g is not in [0, 1]", p);
+        return fl_error(FL_ERR_VALUE, "fl_nn_dropout", "the probability %g is not in [0, 1]", p);
     double *state = malloc(sizeof *state);
     if (!state)
-        return fl__error(FL_ERR_MEMORY, "fl_nn_dropout", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_nn_dropout", "out of memory");
     *state = p;
     return fl_module_new(&dropout_type, state);
 }

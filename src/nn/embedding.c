@@ -27,17 +27,17 @@ static fl_variable *embedding_forward(fl_module *m, fl_variable *x)
     const int64_t *padding_idx = fl_module_state(m);
     fl_variable *weight = fl_module_parameter(m, "weight");
     const fl_tensor *w = fl_v_value(weight), *index = fl_v_value(x);
-    if (fl__null_args("Embedding", 1, index))
+    if (fl_null_args("Embedding", 1, index))
         return NULL;
     if (fl_dtype_of(index) != FL_I64 && fl_dtype_of(index) != FL_I32) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_DTYPE, "Embedding", "expects i64 or i32 indices, got %s", fl__describe(index, d));
+        return fl_error(FL_ERR_DTYPE, "Embedding", "expects i64 or i32 indices, got %s", fl_describe(index, d));
     }
     embedding_context c = {fl_shape(w)[0], fl_shape(w)[1], *padding_idx};
     int64_t shape[FL_MAX_DIMS + 1];
     if (fl_ndim(index) >= FL_MAX_DIMS)
-        return fl__error(FL_ERR_SHAPE, "Embedding", "indices of %d axes leave no room for the embedding axis",
-                         fl_ndim(index));
+        return fl_error(FL_ERR_SHAPE, "Embedding", "indices of %d axes leave no room for the embedding axis",
+                        fl_ndim(index));
     for (int i = 0; i < fl_ndim(index); i++)
         shape[i] = fl_shape(index)[i];
     shape[fl_ndim(index)] = c.dim;
@@ -53,13 +53,13 @@ fl_module *fl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, int64_
 {
     const char *fn = "fl_nn_embedding";
     if (num_embeddings <= 0 || embedding_dim <= 0 || padding_idx < -1 || padding_idx >= num_embeddings)
-        return fl__error(FL_ERR_VALUE, fn,
-                         "%lld embeddings of %lld with padding index %lld: sizes must be positive and the padding "
-                         "index a row or -1",
-                         (long long)num_embeddings, (long long)embedding_dim, (long long)padding_idx);
+        return fl_error(FL_ERR_VALUE, fn,
+                        "%lld embeddings of %lld with padding index %lld: sizes must be positive and the padding "
+                        "index a row or -1",
+                        (long long)num_embeddings, (long long)embedding_dim, (long long)padding_idx);
     int64_t *state = malloc(sizeof *state);
     if (!state)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *state = padding_idx;
     fl_module *m = fl_module_new(&embedding_type, state);
     fl_variable *w = fl__nn_parameter(m, "weight", FL_SHAPE(num_embeddings, embedding_dim));

@@ -5,11 +5,11 @@
 
 fl_status fl_init_fans(const fl_tensor *t, int64_t *fan_in, int64_t *fan_out)
 {
-    if (fl__null_args("fl_init_fans", 1, t))
+    if (fl_null_args("fl_init_fans", 1, t))
         return fl_last_status();
     if (fl_ndim(t) < 2) {
         char d[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "fl_init_fans", "fans need two or more axes, got %s", fl__describe(t, d)),
+        return fl_error(FL_ERR_SHAPE, "fl_init_fans", "fans need two or more axes, got %s", fl_describe(t, d)),
                FL_ERR_SHAPE;
     }
     int64_t receptive = 1;
@@ -28,7 +28,7 @@ static fl_status replace(fl_variable *p, fl_tensor *value)
 
 static fl_status init_uniform(const char *fn, fl_variable *p, double low, double high)
 {
-    if (fl__null_args(fn, 1, p))
+    if (fl_null_args(fn, 1, p))
         return fl_last_status();
     const fl_tensor *v = fl_v_value(p);
     fl_scope scope = fl_scope_begin();
@@ -39,7 +39,7 @@ static fl_status init_uniform(const char *fn, fl_variable *p, double low, double
 
 static fl_status init_normal(const char *fn, fl_variable *p, double mean, double std)
 {
-    if (fl__null_args(fn, 1, p))
+    if (fl_null_args(fn, 1, p))
         return fl_last_status();
     const fl_tensor *v = fl_v_value(p);
     fl_scope scope = fl_scope_begin();
@@ -60,7 +60,7 @@ fl_status fl_init_normal(fl_variable *p, double mean, double std)
 
 fl_status fl_init_constant(fl_variable *p, double value)
 {
-    if (fl__null_args("fl_init_constant", 1, p))
+    if (fl_null_args("fl_init_constant", 1, p))
         return fl_last_status();
     fl_scope scope = fl_scope_begin();
     fl_status status = replace(p, fl_full_like(fl_v_value(p), value));
@@ -77,11 +77,11 @@ static double leaky_relu_gain(double a) { return sqrt(2.0 / (1.0 + a * a)); }
 static bool fan_of(const char *fn, fl_variable *p, fl_fan_mode mode, int64_t *fan)
 {
     int64_t in, out;
-    if (fl__null_args(fn, 1, p) || fl_init_fans(fl_v_value(p), &in, &out) != FL_OK)
+    if (fl_null_args(fn, 1, p) || fl_init_fans(fl_v_value(p), &in, &out) != FL_OK)
         return false;
     *fan = mode == FL_FAN_OUT ? out : in;
     if (*fan == 0)
-        return fl__error(FL_ERR_SHAPE, fn, "a parameter with no elements has no fan"), false;
+        return fl_error(FL_ERR_SHAPE, fn, "a parameter with no elements has no fan"), false;
     return true;
 }
 
@@ -105,10 +105,10 @@ fl_status fl_init_kaiming_normal(fl_variable *p, double a, fl_fan_mode mode)
 static bool fans_of(const char *fn, fl_variable *p, double *sum)
 {
     int64_t in, out;
-    if (fl__null_args(fn, 1, p) || fl_init_fans(fl_v_value(p), &in, &out) != FL_OK)
+    if (fl_null_args(fn, 1, p) || fl_init_fans(fl_v_value(p), &in, &out) != FL_OK)
         return false;
     if (in + out == 0)
-        return fl__error(FL_ERR_SHAPE, fn, "a parameter with no elements has no fan"), false;
+        return fl_error(FL_ERR_SHAPE, fn, "a parameter with no elements has no fan"), false;
     *sum = (double)(in + out);
     return true;
 }

@@ -3,8 +3,9 @@
 #ifndef FLARE_NN_INTERNAL_H
 #define FLARE_NN_INTERNAL_H
 
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h" /* errors, tensor descriptions */
 
 /* Registers a new f32 parameter of shape (zeros, for an initializer to fill); returns
  * it (borrowed from the module), or NULL with the error recorded. */

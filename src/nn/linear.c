@@ -23,14 +23,14 @@ static void linear_grad(fl_grad *g)
 fl_variable *fl_f_linear(fl_variable *x, fl_variable *weight, fl_variable *bias)
 {
     const char *fn = "fl_f_linear";
-    if (fl__null_args(fn, 2, x, weight))
+    if (fl_null_args(fn, 2, x, weight))
         return NULL;
     const fl_tensor *xv = fl_v_value(x), *w = fl_v_value(weight), *b = bias ? fl_v_value(bias) : NULL;
     if (fl_ndim(w) != 2 || fl_ndim(xv) < 1 || fl_dim(xv, -1) != fl_shape(w)[1] ||
         (b && (fl_ndim(b) != 1 || fl_shape(b)[0] != fl_shape(w)[0]))) {
         char dx[FL_DESC_SIZE], dw[FL_DESC_SIZE], db[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, fn, "x %s, weight %s and bias %s do not make x [*, in] W[out, in]^T + b[out]",
-                         fl__describe(xv, dx), fl__describe(w, dw), b ? fl__describe(b, db) : "none");
+        return fl_error(FL_ERR_SHAPE, fn, "x %s, weight %s and bias %s do not make x [*, in] W[out, in]^T + b[out]",
+                         fl_describe(xv, dx), fl_describe(w, dw), b ? fl_describe(b, db) : "none");
     }
     fl_scope scope = fl_scope_begin();
     fl_tensor *y = fl_matmul(xv, fl_transpose(w, 0, 1));
@@ -58,8 +58,8 @@ static const fl_module_type linear_type = {.name = "Linear", .forward = linear_f
 fl_module *fl_nn_linear(int64_t in_features, int64_t out_features, bool bias)
 {
     if (in_features < 0 || out_features < 0)
-        return fl__error(FL_ERR_VALUE, "fl_nn_linear", "negative features (%lld in, %lld out)",
-                         (long long)in_features, (long long)out_features);
+        return fl_error(FL_ERR_VALUE, "fl_nn_linear", "negative features (%lld in, %lld out)",
+                        (long long)in_features, (long long)out_features);
     fl_module *m = fl_module_new(&linear_type, NULL);
     bool ok = fl__nn_parameter(m, "weight", FL_SHAPE(out_features, in_features)) &&
               (!bias || fl__nn_parameter(m, "bias", FL_SHAPE(out_features))) && fl__nn_reset_affine(m) == FL_OK;

@@ -43,14 +43,14 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
                                const fl_class_loss_options *options, bool from_logits)
 {
     fl_class_loss_options o = options ? *options : FL_CLASS_LOSS_DEFAULTS;
-    if (fl__null_args(fn, 2, x, targets))
+    if (fl_null_args(fn, 2, x, targets))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     char dx[FL_DESC_SIZE], dt[FL_DESC_SIZE];
     if (!reduction_name(o.reduction) || !(o.label_smoothing >= 0 && o.label_smoothing <= 1) ||
         (!from_logits && o.label_smoothing != 0))
-        return fl__error(FL_ERR_VALUE, fn, "reduction %d and label smoothing %g: %s", (int)o.reduction,
-                         o.label_smoothing, from_logits ? "smoothing is in [0, 1]" : "NLL takes no smoothing");
+        return fl_error(FL_ERR_VALUE, fn, "reduction %d and label smoothing %g: %s", (int)o.reduction,
+                        o.label_smoothing, from_logits ? "smoothing is in [0, 1]" : "NLL takes no smoothing");
     int ndim = fl_ndim(xv), class_axis = ndim == 1 ? 0 : 1;
     bool shapes_match = ndim >= 1 && fl_ndim(targets) == ndim - 1 && fl_dtype_is_float(fl_dtype_of(xv)) &&
                         (fl_dtype_of(targets) == FL_I64 || fl_dtype_of(targets) == FL_I32);
@@ -58,11 +58,11 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
         if (i != class_axis && fl_shape(xv)[i] != fl_shape(targets)[j++])
             shapes_match = false;
     if (!shapes_match)
-        return fl__error(FL_ERR_SHAPE, fn,
-                         "%s %s and targets %s: expects floats [N, C, d...] (or [C]) and integer class indices "
-                         "[N, d...] (or [])",
-                         from_logits ? "logits" : "log-probabilities", fl__describe(xv, dx),
-                         fl__describe(targets, dt));
+        return fl_error(FL_ERR_SHAPE, fn,
+                        "%s %s and targets %s: expects floats [N, C, d...] (or [C]) and integer class indices "
+                        "[N, d...] (or [])",
+                         from_logits ? "logits" : "log-probabilities", fl_describe(xv, dx),
+                         fl_describe(targets, dt));
     int64_t classes = fl_shape(xv)[class_axis];
     fl_dtype dtype = fl_dtype_of(xv);
     fl_scope scope = fl_scope_begin();
@@ -71,8 +71,8 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
     if (fl_numel(index) > 0 && index) {
         double low = fl_item(fl_min(index, FL_ALL_AXES, false)), high = fl_item(fl_max(index, FL_ALL_AXES, false));
         if (low < 0 || high >= (double)classes) {
-            fl__error(FL_ERR_INDEX, fn, "a target of %s is out of the %lld classes of %s", fl__describe(targets, dt),
-                      (long long)classes, fl__describe(xv, dx));
+            fl_error(FL_ERR_INDEX, fn, "a target of %s is out of the %lld classes of %s", fl_describe(targets, dt),
+                      (long long)classes, fl_describe(xv, dx));
             fl_scope_end(scope);
             return NULL;
         }
@@ -171,15 +171,15 @@ static fl_tensor *pointwise_loss(pointwise_kind kind, const fl_tensor *x, const 
 static fl_variable *pointwise(const char *fn, pointwise_kind kind, fl_variable *input, fl_variable *target,
                               fl_reduction reduction)
 {
-    if (fl__null_args(fn, 2, input, target))
+    if (fl_null_args(fn, 2, input, target))
         return NULL;
     const fl_tensor *x = fl_v_value(input), *y = fl_v_value(target);
     if (!reduction_name(reduction))
-        return fl__error(FL_ERR_VALUE, fn, "%d is not a reduction", (int)reduction);
-    if (!fl__same_shape(x, y) || fl_dtype_of(x) != fl_dtype_of(y) || !fl_dtype_is_float(fl_dtype_of(x))) {
+        return fl_error(FL_ERR_VALUE, fn, "%d is not a reduction", (int)reduction);
+    if (!fl_same_shape(x, y) || fl_dtype_of(x) != fl_dtype_of(y) || !fl_dtype_is_float(fl_dtype_of(x))) {
         char dx[FL_DESC_SIZE], dy[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, fn, "input %s and target %s: expects floats of one shape and dtype",
-                         fl__describe(x, dx), fl__describe(y, dy));
+        return fl_error(FL_ERR_SHAPE, fn, "input %s and target %s: expects floats of one shape and dtype",
+                         fl_describe(x, dx), fl_describe(y, dy));
     }
     fl_scope scope = fl_scope_begin();
     fl_tensor *loss = pointwise_loss(kind, x, y);

@@ -36,12 +36,12 @@ fl_module *fl_module_new(const fl_module_type *type, void *state)
     if (!type || !type->forward) {
         if (state && type && type->destroy)
             type->destroy(state);
-        return fl__error(FL_ERR_NULL, "fl_module_new", "a module type needs a forward function");
+        return fl_error(FL_ERR_NULL, "fl_module_new", "a module type needs a forward function");
     }
     fl_module *m = calloc(1, sizeof *m);
     if (!m) {
         type->destroy ? type->destroy(state) : free(state);
-        return fl__error(FL_ERR_MEMORY, "fl_module_new", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_module_new", "out of memory");
     }
     m->refcount = 1;
     m->training = true;
@@ -91,9 +91,9 @@ static member *find(const member_list *list, const char *name)
 static bool name_is_free(const char *fn, const fl_module *m, const char *name)
 {
     if (!*name || strchr(name, '.') || strlen(name) >= NAME_MAX_LEN / 4)
-        return fl__error(FL_ERR_VALUE, fn, "'%s' is not a member name (non-empty, short, without '.')", name), false;
+        return fl_error(FL_ERR_VALUE, fn, "'%s' is not a member name (non-empty, short, without '.')", name), false;
     if (find(&m->parameters, name) || find(&m->buffers, name) || find(&m->children, name))
-        return fl__error(FL_ERR_VALUE, fn, "%s already has a member named '%s'", m->type->name, name), false;
+        return fl_error(FL_ERR_VALUE, fn, "%s already has a member named '%s'", m->type->name, name), false;
     return true;
 }
 
@@ -103,13 +103,13 @@ static member *append(const char *fn, member_list *list, const char *name)
         int capacity = list->capacity ? 2 * list->capacity : 4;
         member *items = realloc(list->items, (size_t)capacity * sizeof *items);
         if (!items)
-            return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+            return fl_error(FL_ERR_MEMORY, fn, "out of memory");
         list->items = items;
         list->capacity = capacity;
     }
     char *copy = strdup(name);
     if (!copy)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     member *slot = &list->items[list->count++];
     slot->name = copy;
     return slot;
@@ -118,10 +118,10 @@ static member *append(const char *fn, member_list *list, const char *name)
 fl_status fl_module_add_parameter(fl_module *m, const char *name, fl_variable *parameter)
 {
     const char *fn = "fl_module_add_parameter";
-    if (fl__null_args(fn, 3, m, name, parameter))
+    if (fl_null_args(fn, 3, m, name, parameter))
         return fl_last_status();
     if (!fl_v_is_leaf(parameter) || !fl_v_requires_grad(parameter))
-        return fl__error(FL_ERR_VALUE, fn, "'%s' is not a leaf variable that requires a gradient", name),
+        return fl_error(FL_ERR_VALUE, fn, "'%s' is not a leaf variable that requires a gradient", name),
                FL_ERR_VALUE;
     member *slot = name_is_free(fn, m, name) ? append(fn, &m->parameters, name) : NULL;
     if (!slot)
@@ -133,7 +133,7 @@ fl_status fl_module_add_parameter(fl_module *m, const char *name, fl_variable *p
 fl_status fl_module_add_buffer(fl_module *m, const char *name, const fl_tensor *buffer)
 {
     const char *fn = "fl_module_add_buffer";
-    if (fl__null_args(fn, 3, m, name, buffer))
+    if (fl_null_args(fn, 3, m, name, buffer))
         return fl_last_status();
     member *slot = name_is_free(fn, m, name) ? append(fn, &m->buffers, name) : NULL;
     if (!slot)
@@ -145,7 +145,7 @@ fl_status fl_module_add_buffer(fl_module *m, const char *name, const fl_tensor *
 fl_status fl_module_add_child(fl_module *m, const char *name, fl_module *child)
 {
     const char *fn = "fl_module_add_child";
-    if (fl__null_args(fn, 3, m, name, child)) {
+    if (fl_null_args(fn, 3, m, name, child)) {
         fl_module_release(child);
         return fl_last_status();
     }
@@ -190,21 +190,21 @@ fl_module *fl_module_child_at(const fl_module *m, int i, const char **name)
 
 static bool same_shape_and_dtype(const char *fn, const char *name, const fl_tensor *now, const fl_tensor *value)
 {
-    if (fl_dtype_of(now) == fl_dtype_of(value) && fl__same_shape(now, value))
+    if (fl_dtype_of(now) == fl_dtype_of(value) && fl_same_shape(now, value))
         return true;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-    fl__error(FL_ERR_SHAPE, fn, "'%s' is %s, not %s", name, fl__describe(now, a), fl__describe(value, b));
+    fl_error(FL_ERR_SHAPE, fn, "'%s' is %s, not %s", name, fl_describe(now, a), fl_describe(value, b));
     return false;
 }
 
 fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *value)
 {
     const char *fn = "fl_module_set_buffer";
-    if (fl__null_args(fn, 3, m, name, value))
+    if (fl_null_args(fn, 3, m, name, value))
         return fl_last_status();
     member *found = find(&m->buffers, name);
     if (!found)
-        return fl__error(FL_ERR_VALUE, fn, "%s has no buffer '%s'", m->type->name, name), FL_ERR_VALUE;
+        return fl_error(FL_ERR_VALUE, fn, "%s has no buffer '%s'", m->type->name, name), FL_ERR_VALUE;
     if (!same_shape_and_dtype(fn, name, found->buffer, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = found->buffer;
@@ -215,7 +215,7 @@ fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *
 
 fl_variable *fl_module_forward(fl_module *m, fl_variable *x)
 {
-    if (fl__null_args("fl_module_forward", 2, m, x))
+    if (fl_null_args("fl_module_forward", 2, m, x))
         return NULL;
     return m->type->forward(m, x);
 }
@@ -244,8 +244,8 @@ static fl_status walk(const fl_module *m, char *prefix, size_t length, bool with
         for (int i = 0; i < lists[l]->count; i++) {
             member *item = &lists[l]->items[i];
             if (length + strlen(item->name) + 1 > NAME_MAX_LEN)
-                return fl__error(FL_ERR_VALUE, "fl_module", "a name longer than %d bytes below '%s'", NAME_MAX_LEN,
-                                 prefix),
+                return fl_error(FL_ERR_VALUE, "fl_module", "a name longer than %d bytes below '%s'", NAME_MAX_LEN,
+                                prefix),
                        FL_ERR_VALUE;
             strcpy(prefix + length, item->name);
             fl_status status = visit(prefix, item, l == 0, user);
@@ -257,8 +257,8 @@ static fl_status walk(const fl_module *m, char *prefix, size_t length, bool with
         const member *child = &m->children.items[i];
         size_t grown = length + strlen(child->name) + 1;
         if (grown + 1 > NAME_MAX_LEN)
-            return fl__error(FL_ERR_VALUE, "fl_module", "a name longer than %d bytes below '%s'", NAME_MAX_LEN,
-                             prefix),
+            return fl_error(FL_ERR_VALUE, "fl_module", "a name longer than %d bytes below '%s'", NAME_MAX_LEN,
+                            prefix),
                    FL_ERR_VALUE;
         sprintf(prefix + length, "%s.", child->name);
         fl_status status = walk(child->child, prefix, grown, with_buffers, visit, user);
@@ -281,7 +281,7 @@ static fl_status collect_parameter(const char *name, member *item, bool is_param
     char *copy = strdup(name);
     if (!items || !names || !copy) {
         free(copy);
-        return fl__error(FL_ERR_MEMORY, "fl_module_parameters", "out of memory"), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, "fl_module_parameters", "out of memory"), FL_ERR_MEMORY;
     }
     p->items[p->count] = fl_v_retain(item->parameter);
     p->names[p->count++] = copy;
@@ -290,11 +290,11 @@ static fl_status collect_parameter(const char *name, member *item, bool is_param
 
 fl_parameters *fl_module_parameters(const fl_module *m)
 {
-    if (fl__null_args("fl_module_parameters", 1, m))
+    if (fl_null_args("fl_module_parameters", 1, m))
         return NULL;
     fl_parameters *p = calloc(1, sizeof *p);
     if (!p)
-        return fl__error(FL_ERR_MEMORY, "fl_module_parameters", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_module_parameters", "out of memory");
     char prefix[NAME_MAX_LEN] = "";
     if (walk(m, prefix, 0, false, collect_parameter, p) != FL_OK) {
         fl_parameters_free(p);
@@ -356,7 +356,7 @@ static fl_status put_entry(const char *name, member *item, bool is_parameter, vo
 
 fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out)
 {
-    if (fl__null_args("fl_module_state_dict", 2, m, out))
+    if (fl_null_args("fl_module_state_dict", 2, m, out))
         return fl_last_status();
     char prefix[NAME_MAX_LEN] = "";
     return walk(m, prefix, 0, true, put_entry, out);
@@ -383,10 +383,10 @@ static fl_status load_entry(const char *name, member *item, bool is_parameter, v
         return FL_OK;
     }
     l->found++;
-    if (!fl__same_shape(now, given)) {
+    if (!fl_same_shape(now, given)) {
         char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "fl_module_load_state_dict", "'%s' is %s in the module but %s in the map",
-                         name, fl__describe(now, a), fl__describe(given, b)),
+        return fl_error(FL_ERR_SHAPE, "fl_module_load_state_dict", "'%s' is %s in the module but %s in the map",
+                         name, fl_describe(now, a), fl_describe(given, b)),
                FL_ERR_SHAPE;
     }
     if (!l->apply)
@@ -408,7 +408,7 @@ static fl_status load_entry(const char *name, member *item, bool is_parameter, v
 fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool strict)
 {
     const char *fn = "fl_module_load_state_dict";
-    if (fl__null_args(fn, 2, m, map))
+    if (fl_null_args(fn, 2, m, map))
         return fl_last_status();
     char prefix[NAME_MAX_LEN] = "";
     loading check = {.map = map};
@@ -416,7 +416,7 @@ fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool
     if (status != FL_OK)
         return status;
     if (strict && check.missing)
-        return fl__error(FL_ERR_VALUE, fn, "'%s' is missing from the map", check.missing), FL_ERR_VALUE;
+        return fl_error(FL_ERR_VALUE, fn, "'%s' is missing from the map", check.missing), FL_ERR_VALUE;
     if (strict && check.found != fl_tensor_map_count(map)) {
         /* Some name of the map is not in the module: find the first. */
         fl_tensor_map *names = fl_tensor_map_create();
@@ -424,7 +424,7 @@ fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool
         for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
             const char *name = fl_tensor_map_name_at(map, i);
             if (!fl_tensor_map_contains(names, name))
-                status = (fl__error(FL_ERR_VALUE, fn, "'%s' in the map is not in the module", name), FL_ERR_VALUE);
+                status = (fl_error(FL_ERR_VALUE, fn, "'%s' in the map is not in the module", name), FL_ERR_VALUE);
         }
         fl_tensor_map_free(names);
         if (status != FL_OK)
@@ -440,7 +440,7 @@ fl_variable *fl__module_exchange_parameter(fl_module *m, const char *name, fl_va
 {
     member *found = find(&m->parameters, name);
     if (!found)
-        return fl__error(FL_ERR_VALUE, "fl_module", "%s has no parameter '%s'", m->type->name, name);
+        return fl_error(FL_ERR_VALUE, "fl_module", "%s has no parameter '%s'", m->type->name, name);
     fl_variable *old = found->parameter;
     found->parameter = value;
     return old;
@@ -467,7 +467,7 @@ bool fl__nn_check_input(const fl_module *m, const fl_variable *x, int min_ndim, 
     if (ndim >= min_ndim && ndim <= max_ndim && (channel_axis < 0 || fl_shape(t)[channel_axis] == channels))
         return true;
     char got[FL_DESC_SIZE];
-    fl__error(FL_ERR_SHAPE, m->type->name, "expects %s, got %s", what, fl__describe(t, got));
+    fl_error(FL_ERR_SHAPE, m->type->name, "expects %s, got %s", what, fl_describe(t, got));
     return false;
 }
 

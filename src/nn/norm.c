@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/internal.h" /* the fused batch-norm kernels */
 #include "internal.h"
 
 typedef struct norm_context {
@@ -172,11 +173,11 @@ static void fused_batch_norm_grad(fl_grad *g)
         return;
     }
     int next = 0;
-    g->input_grads[next++] = fl__out(out[0]);
+    g->input_grads[next++] = fl_out(out[0]);
     if (c->weight)
-        g->input_grads[next++] = fl__out(out[1]);
+        g->input_grads[next++] = fl_out(out[1]);
     if (c->bias)
-        g->input_grads[next] = fl__out(out[2]);
+        g->input_grads[next] = fl_out(out[2]);
 }
 
 /* fl_f_batch_norm on the backend's kernels; the arguments are checked. */
@@ -189,14 +190,14 @@ static fl_variable *fused_batch_norm(fl_variable *x, const fl_tensor *running_me
     fl_scope scope = fl_scope_begin();
     /* Training writes the batch statistics into mean and var; inference reads the
      * running ones, in x's dtype (the module keeps them in f32). */
-    fl_tensor *mean = fl__out(training ? new_per_channel(xv) : fl__cast(running_mean, xv->dtype));
-    fl_tensor *var = fl__out(training ? new_per_channel(xv) : fl__cast(running_var, xv->dtype));
+    fl_tensor *mean = fl_out(training ? new_per_channel(xv) : fl__cast(running_mean, xv->dtype));
+    fl_tensor *var = fl_out(training ? new_per_channel(xv) : fl__cast(running_var, xv->dtype));
     fl_tensor *y = mean && var ? fl__new(xv->backend, xv->dtype, xv->ndim, xv->shape) : NULL;
     if (!y)
         return fl_v_scope_return(scope, NULL);
     int rc = fl__batch_norm(y, training ? mean : NULL, training ? var : NULL, xv, w, b, training ? NULL : mean,
                             training ? NULL : var, eps);
-    if (!fl__out(fl__finish("fl_f_batch_norm", y, rc, 1, &xv)))
+    if (!fl_out(fl__finish("fl_f_batch_norm", y, rc, 1, &xv)))
         return fl_v_scope_return(scope, NULL);
     if (training) {
         int64_t n = xv->numel / xv->shape[1];
@@ -221,20 +222,20 @@ static bool has_shape(const fl_tensor *t, int ndim, const int64_t *shape)
 fl_variable *fl_f_layer_norm(fl_variable *x, fl_variable *weight, fl_variable *bias, int ndim, double eps)
 {
     const char *fn = "fl_f_layer_norm";
-    if (fl__null_args(fn, 1, x))
+    if (fl_null_args(fn, 1, x))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     int xdim = fl_ndim(xv);
     if (ndim < 1 || ndim > xdim)
-        return fl__error(FL_ERR_AXIS, fn, "cannot normalize the last %d axes of %d", ndim, xdim);
+        return fl_error(FL_ERR_AXIS, fn, "cannot normalize the last %d axes of %d", ndim, xdim);
     const int64_t *normalized = fl_shape(xv) + xdim - ndim;
     fl_variable *given[2] = {weight, bias};
     for (int i = 0; i < 2; i++) {
         if (given[i] && !has_shape(fl_v_value(given[i]), ndim, normalized)) {
             char dx[FL_DESC_SIZE], dp[FL_DESC_SIZE];
-            return fl__error(FL_ERR_SHAPE, fn, "the %s %s does not match the last %d axes of x %s",
-                             i ? "bias" : "weight", fl__describe(fl_v_value(given[i]), dp), ndim,
-                             fl__describe(xv, dx));
+            return fl_error(FL_ERR_SHAPE, fn, "the %s %s does not match the last %d axes of x %s",
+                             i ? "bias" : "weight", fl_describe(fl_v_value(given[i]), dp), ndim,
+                             fl_describe(xv, dx));
         }
     }
     norm_context c = {.ndim = xdim, .batch_stats = true};
@@ -249,23 +250,23 @@ fl_variable *fl_f_batch_norm(fl_variable *x, const fl_tensor *running_mean, cons
                              fl_tensor **batch_mean, fl_tensor **batch_var)
 {
     const char *fn = "fl_f_batch_norm";
-    if (fl__null_args(fn, 1, x) || (!training && fl__null_args(fn, 2, running_mean, running_var)))
+    if (fl_null_args(fn, 1, x) || (!training && fl_null_args(fn, 2, running_mean, running_var)))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     char dx[FL_DESC_SIZE], dp[FL_DESC_SIZE];
     if (fl_ndim(xv) < 2)
-        return fl__error(FL_ERR_SHAPE, fn, "x %s is not [N, C, *]", fl__describe(xv, dx));
+        return fl_error(FL_ERR_SHAPE, fn, "x %s is not [N, C, *]", fl_describe(xv, dx));
     int64_t channels = fl_shape(xv)[1];
     const fl_tensor *per_channel[4] = {weight ? fl_v_value(weight) : NULL, bias ? fl_v_value(bias) : NULL,
                                        training ? NULL : running_mean, training ? NULL : running_var};
     const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
     for (int i = 0; i < 4; i++)
         if (per_channel[i] && !has_shape(per_channel[i], 1, &channels))
-            return fl__error(FL_ERR_SHAPE, fn, "%s %s does not match the %lld channels of x %s", names[i],
-                             fl__describe(per_channel[i], dp), (long long)channels, fl__describe(xv, dx));
+            return fl_error(FL_ERR_SHAPE, fn, "%s %s does not match the %lld channels of x %s", names[i],
+                             fl_describe(per_channel[i], dp), (long long)channels, fl_describe(xv, dx));
     if (training && fl_numel(xv) / (channels ? channels : 1) <= 1)
-        return fl__error(FL_ERR_VALUE, fn, "x %s has one value per channel: no batch statistics",
-                         fl__describe(xv, dx));
+        return fl_error(FL_ERR_VALUE, fn, "x %s has one value per channel: no batch statistics",
+                         fl_describe(xv, dx));
     const fl_tensor *operands[4] = {per_channel[0], per_channel[1], running_mean, running_var};
     if (can_fuse(xv, operands, training ? 2 : 4))
         return fused_batch_norm(x, running_mean, running_var, weight, bias, training, eps, batch_mean, batch_var);
@@ -338,11 +339,11 @@ static fl_module *batch_norm(const char *fn, const fl_module_type *type, int min
                              int64_t features, double eps, double momentum, bool affine, bool track)
 {
     if (features <= 0 || !(eps >= 0) || momentum > 1)
-        return fl__error(FL_ERR_VALUE, fn, "%lld features, eps %g, momentum %g: features must be positive, eps "
+        return fl_error(FL_ERR_VALUE, fn, "%lld features, eps %g, momentum %g: features must be positive, eps "
                                            "non-negative and momentum at most 1", (long long)features, eps, momentum);
     batch_norm_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *s = (batch_norm_state){min_ndim, max_ndim, features, eps, momentum};
     fl_module *m = fl_module_new(type, s);
     bool ok = m != NULL;
@@ -387,8 +388,8 @@ static fl_variable *layer_norm_forward(fl_module *m, fl_variable *x)
     const fl_tensor *xv = fl_v_value(x);
     if (fl_ndim(xv) < s->ndim || memcmp(fl_shape(xv) + fl_ndim(xv) - s->ndim, s->shape, (size_t)s->ndim * sizeof *s->shape) != 0) {
         char want[FL_DESC_SIZE], got[FL_DESC_SIZE];
-        return fl__error(FL_ERR_SHAPE, "LayerNorm", "expects an input of shape [*, %s, got %s",
-                         fl__describe_shape(s->ndim, s->shape, want) + 1, fl__describe(xv, got));
+        return fl_error(FL_ERR_SHAPE, "LayerNorm", "expects an input of shape [*, %s, got %s",
+                         fl_describe_shape(s->ndim, s->shape, want) + 1, fl_describe(xv, got));
     }
     return fl_f_layer_norm(x, fl_module_parameter(m, "weight"), fl_module_parameter(m, "bias"), s->ndim, s->eps);
 }
@@ -398,13 +399,13 @@ static const fl_module_type layer_norm_type = {.name = "LayerNorm", .forward = l
 fl_module *fl_nn_layer_norm(int ndim, const int64_t *normalized_shape, double eps, bool elementwise_affine)
 {
     const char *fn = "fl_nn_layer_norm";
-    if (fl__null_args(fn, 1, normalized_shape))
+    if (fl_null_args(fn, 1, normalized_shape))
         return NULL;
     if (ndim < 1 || ndim > FL_MAX_DIMS || !(eps >= 0))
-        return fl__error(FL_ERR_VALUE, fn, "a normalized shape of %d axes with eps %g", ndim, eps);
+        return fl_error(FL_ERR_VALUE, fn, "a normalized shape of %d axes with eps %g", ndim, eps);
     layer_norm_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     s->ndim = ndim;
     s->eps = eps;
     memcpy(s->shape, normalized_shape, (size_t)ndim * sizeof *normalized_shape);

@@ -16,18 +16,18 @@ static const fl_module_type avg_pool2d_type = {.name = "AvgPool2d", .forward = p
 fl_module *fl_nn_pool2d(const fl_pool_params *params)
 {
     const char *fn = "fl_nn_pool2d";
-    if (fl__null_args(fn, 1, params))
+    if (fl_null_args(fn, 1, params))
         return NULL;
     const fl_pool_params *p = params;
     if (p->kernel[0] <= 0 || p->kernel[1] <= 0 || p->stride[0] < 0 || p->stride[1] < 0 || p->padding[0] < 0 ||
         p->padding[1] < 0 || 2 * p->padding[0] > p->kernel[0] || 2 * p->padding[1] > p->kernel[1])
-        return fl__error(FL_ERR_VALUE, fn,
-                         "kernel %dx%d, stride %dx%d, padding %dx%d: the kernel must be positive, and padding at "
-                         "most half of it",
-                         p->kernel[0], p->kernel[1], p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
+        return fl_error(FL_ERR_VALUE, fn,
+                        "kernel %dx%d, stride %dx%d, padding %dx%d: the kernel must be positive, and padding at "
+                        "most half of it",
+                        p->kernel[0], p->kernel[1], p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
     fl_pool_params *state = malloc(sizeof *state);
     if (!state)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *state = *params;
     return fl_module_new(p->kind == FL_POOL_MAX ? &max_pool2d_type : &avg_pool2d_type, state);
 }
@@ -61,7 +61,7 @@ static fl_tensor *window_matrix(int64_t out, int64_t in, fl_dtype dtype)
 {
     double *a = calloc((size_t)(out * in), sizeof *a);
     if (!a)
-        return fl__error(FL_ERR_MEMORY, "AdaptiveAvgPool2d", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "AdaptiveAvgPool2d", "out of memory");
     for (int64_t i = 0; i < out; i++) {
         int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
         for (int64_t j = start; j < end; j++)
@@ -97,11 +97,11 @@ static const fl_module_type adaptive_avg_pool2d_type = {.name = "AdaptiveAvgPool
 fl_module *fl_nn_adaptive_avg_pool2d(int64_t out_h, int64_t out_w)
 {
     if (out_h <= 0 || out_w <= 0)
-        return fl__error(FL_ERR_VALUE, "fl_nn_adaptive_avg_pool2d", "output size %lldx%lld is not positive",
-                         (long long)out_h, (long long)out_w);
+        return fl_error(FL_ERR_VALUE, "fl_nn_adaptive_avg_pool2d", "output size %lldx%lld is not positive",
+                        (long long)out_h, (long long)out_w);
     adaptive_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, "fl_nn_adaptive_avg_pool2d", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_nn_adaptive_avg_pool2d", "out of memory");
     *s = (adaptive_state){{out_h, out_w}};
     return fl_module_new(&adaptive_avg_pool2d_type, s);
 }

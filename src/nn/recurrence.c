@@ -9,7 +9,7 @@
  * Each step runs in a scope of its own, so temporaries die with their step. */
 #include <stdlib.h>
 
-#include "../tensor/internal.h"
+#include "flare/extension.h"
 #include "recurrence.h"
 
 typedef struct recurrence_context {
@@ -67,7 +67,7 @@ static fl_tensor *stack_steps(fl_tensor **steps, int64_t count)
 static fl_tensor **step_list(int64_t count)
 {
     fl_tensor **list = calloc((size_t)(count > 0 ? count : 1), sizeof *list);
-    return list ? list : fl__error(FL_ERR_MEMORY, "recurrence", "no memory for %lld steps", (long long)count);
+    return list ? list : fl_error(FL_ERR_MEMORY, "recurrence", "no memory for %lld steps", (long long)count);
 }
 
 /* ---- LSTM ---- */
@@ -120,7 +120,7 @@ static void lstm_grad(fl_grad *g)
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
                                  bool reverse)
 {
-    if (fl__null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
+    if (fl_null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
         return NULL;
     const fl_tensor *x = fl_v_value(xproj);
     int64_t steps = fl_dim(x, 0), h = fl_dim(fl_v_value(h0), -1);
@@ -196,7 +196,7 @@ static void gru_grad(fl_grad *g)
 fl_variable *fl__gru_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *w_hh, fl_variable *b_hh,
                                 bool reverse)
 {
-    if (fl__null_args("gru recurrence", 3, xproj, h0, w_hh))
+    if (fl_null_args("gru recurrence", 3, xproj, h0, w_hh))
         return NULL;
     const fl_tensor *x = fl_v_value(xproj);
     int64_t steps = fl_dim(x, 0), h = fl_dim(fl_v_value(h0), -1);

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 #include "recurrence.h"
 
 typedef struct rnn_state {
@@ -48,12 +48,12 @@ static bool state_fits(const char *fn, const char *name, const fl_variable *stat
     const fl_tensor *s = fl_v_value(state);
     char a[FL_DESC_SIZE];
     if (fl_ndim(s) != 3 || fl_dim(s, 0) != layers || fl_dim(s, 1) != batch || fl_dim(s, 2) != hidden)
-        return fl__error(FL_ERR_SHAPE, fn, "%s must be [%lld, %lld, %lld], got %s", name, (long long)layers,
-                         (long long)batch, (long long)hidden, fl__describe(s, a)),
+        return fl_error(FL_ERR_SHAPE, fn, "%s must be [%lld, %lld, %lld], got %s", name, (long long)layers,
+                         (long long)batch, (long long)hidden, fl_describe(s, a)),
                false;
     if (fl_dtype_of(s) != dtype)
-        return fl__error(FL_ERR_DTYPE, fn, "%s must be %s as the input, got %s", name, fl_dtype_name(dtype),
-                         fl__describe(s, a)),
+        return fl_error(FL_ERR_DTYPE, fn, "%s must be %s as the input, got %s", name, fl_dtype_name(dtype),
+                         fl_describe(s, a)),
                false;
     return true;
 }
@@ -68,21 +68,21 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
     for (int i = 0; i < 3; i++)
         if (outs[i])
             *outs[i] = NULL;
-    if (fl__null_args(fn, 2, m, x))
+    if (fl_null_args(fn, 2, m, x))
         return fl_last_status();
     if (fl_module_type_of(m) != type)
-        return fl__error(FL_ERR_VALUE, fn, "the module is a %s, not a %s", fl_module_type_of(m)->name, type->name),
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a %s", fl_module_type_of(m)->name, type->name),
                FL_ERR_VALUE;
     const rnn_state *st = fl_module_state(m);
     const fl_tensor *xt = fl_v_value(x);
     char a[FL_DESC_SIZE];
     if (fl_ndim(xt) != 3 || fl_dim(xt, 2) != st->input_size || fl_dim(xt, st->batch_first ? 1 : 0) < 1)
-        return fl__error(FL_ERR_SHAPE, fn, "x must be %s with input_size %lld and at least one step, got %s",
-                         st->batch_first ? "[N, T, input_size]" : "[T, N, input_size]", (long long)st->input_size,
-                         fl__describe(xt, a)),
+        return fl_error(FL_ERR_SHAPE, fn, "x must be %s with input_size %lld and at least one step, got %s",
+                        st->batch_first ? "[N, T, input_size]" : "[T, N, input_size]", (long long)st->input_size,
+                         fl_describe(xt, a)),
                FL_ERR_SHAPE;
     if (!fl_dtype_is_float(fl_dtype_of(xt)))
-        return fl__error(FL_ERR_DTYPE, fn, "x must be floating, got %s", fl__describe(xt, a)), FL_ERR_DTYPE;
+        return fl_error(FL_ERR_DTYPE, fn, "x must be floating, got %s", fl_describe(xt, a)), FL_ERR_DTYPE;
     int dirs = directions(st);
     int64_t batch = fl_dim(xt, st->batch_first ? 0 : 1), h = st->hidden_size, stacked = st->num_layers * dirs;
     fl_dtype dtype = fl_dtype_of(xt);
@@ -92,7 +92,7 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
     /* The last step of every layer and direction, for hn and cn. */
     fl_variable **finals_h = calloc((size_t)stacked * 2, sizeof *finals_h);
     if (!finals_h)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory for the states of %lld layers", (long long)stacked),
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory for the states of %lld layers", (long long)stacked),
                FL_ERR_MEMORY;
     fl_variable **finals_c = finals_h + stacked;
     fl_scope scope = fl_scope_begin();
@@ -170,13 +170,13 @@ static fl_module *build(const char *fn, const fl_module_type *type, int gates, i
                         bool bidirectional)
 {
     if (input_size < 1 || hidden_size < 1 || num_layers < 1)
-        return fl__error(FL_ERR_VALUE, fn, "input_size (%lld), hidden_size (%lld) and num_layers (%d) must be positive",
-                         (long long)input_size, (long long)hidden_size, num_layers);
+        return fl_error(FL_ERR_VALUE, fn, "input_size (%lld), hidden_size (%lld) and num_layers (%d) must be positive",
+                        (long long)input_size, (long long)hidden_size, num_layers);
     if (!(dropout_p >= 0 && dropout_p <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "dropout must be in [0, 1], got %g", dropout_p);
+        return fl_error(FL_ERR_VALUE, fn, "dropout must be in [0, 1], got %g", dropout_p);
     rnn_state *st = malloc(sizeof *st);
     if (!st)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     *st = (rnn_state){type == &lstm_type, input_size, hidden_size, num_layers, bias, batch_first, bidirectional,
                       dropout_p};
     fl_module *m = fl_module_new(type, st);

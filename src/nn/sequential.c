@@ -1,8 +1,8 @@
 /* Sequential: children applied in order, named "0", "1", ... as in PyTorch. */
 #include <stdio.h>
 
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 
 static fl_variable *sequential_forward(fl_module *m, fl_variable *x)
 {
@@ -16,14 +16,14 @@ static const fl_module_type sequential_type = {.name = "Sequential", .forward = 
 
 fl_status fl_nn_sequential_add(fl_module *sequential, fl_module *module)
 {
-    if (fl__null_args("fl_nn_sequential_add", 2, sequential, module)) {
+    if (fl_null_args("fl_nn_sequential_add", 2, sequential, module)) {
         fl_module_release(module);
         return fl_last_status();
     }
     if (fl_module_type_of(sequential) != &sequential_type) {
         fl_module_release(module);
-        return fl__error(FL_ERR_VALUE, "fl_nn_sequential_add", "the module is a %s, not a Sequential",
-                         fl_module_type_of(sequential)->name),
+        return fl_error(FL_ERR_VALUE, "fl_nn_sequential_add", "the module is a %s, not a Sequential",
+                        fl_module_type_of(sequential)->name),
                FL_ERR_VALUE;
     }
     char name[16];

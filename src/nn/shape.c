@@ -17,7 +17,7 @@ static fl_variable *view_forward(fl_module *m, fl_variable *x)
     for (int i = 0; i < s->ndim; i++) {
         if (s->shape[i] == 0 && i >= fl_ndim(xv)) {
             char d[FL_DESC_SIZE];
-            return fl__error(FL_ERR_SHAPE, "View", "cannot keep axis %d of an input %s", i, fl__describe(xv, d));
+            return fl_error(FL_ERR_SHAPE, "View", "cannot keep axis %d of an input %s", i, fl_describe(xv, d));
         }
         shape[i] = s->shape[i] == 0 ? fl_shape(xv)[i] : s->shape[i];
     }
@@ -29,20 +29,20 @@ static const fl_module_type view_type = {.name = "View", .forward = view_forward
 fl_module *fl_nn_view(int ndim, const int64_t *shape)
 {
     const char *fn = "fl_nn_view";
-    if (ndim < 0 || ndim > FL_MAX_DIMS || (ndim && fl__null_args(fn, 1, shape)))
-        return ndim < 0 || ndim > FL_MAX_DIMS ? fl__error(FL_ERR_VALUE, fn, "%d axes", ndim) : NULL;
+    if (ndim < 0 || ndim > FL_MAX_DIMS || (ndim && fl_null_args(fn, 1, shape)))
+        return ndim < 0 || ndim > FL_MAX_DIMS ? fl_error(FL_ERR_VALUE, fn, "%d axes", ndim) : NULL;
     int inferred = 0;
     for (int i = 0; i < ndim; i++) {
         inferred += shape[i] == -1;
         if (shape[i] < -1 || inferred > 1) {
             char d[FL_DESC_SIZE];
-            return fl__error(FL_ERR_VALUE, fn, "shape %s: sizes are non-negative, with at most one -1",
-                             fl__describe_shape(ndim, shape, d));
+            return fl_error(FL_ERR_VALUE, fn, "shape %s: sizes are non-negative, with at most one -1",
+                             fl_describe_shape(ndim, shape, d));
         }
     }
     view_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     s->ndim = ndim;
     memcpy(s->shape, shape, (size_t)ndim * sizeof *shape);
     return fl_module_new(&view_type, s);
@@ -74,12 +74,12 @@ fl_module *fl_nn_padding(int count, const int64_t *before, const int64_t *after,
 {
     const char *fn = "fl_nn_padding";
     if (count < 1 || count > FL_MAX_DIMS)
-        return fl__error(FL_ERR_VALUE, fn, "padding of %d axes", count);
-    if (fl__null_args(fn, 2, before, after))
+        return fl_error(FL_ERR_VALUE, fn, "padding of %d axes", count);
+    if (fl_null_args(fn, 2, before, after))
         return NULL;
     padding_state *s = malloc(sizeof *s);
     if (!s)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     s->count = count;
     s->value = value;
     memcpy(s->before, before, (size_t)count * sizeof *before);

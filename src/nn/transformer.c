@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/extension.h"
 #include "flare/nn.h"
-#include "../tensor/internal.h"
 
 typedef struct layer_state {
     int64_t d_model, nhead, dim_feedforward;
@@ -43,11 +43,11 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
                                                      const fl_tensor *attn_mask)
 {
     const char *fn = "fl_nn_transformer_encoder_layer_forward";
-    if (fl__null_args(fn, 2, m, x))
+    if (fl_null_args(fn, 2, m, x))
         return NULL;
     if (fl_module_type_of(m) != &layer_type)
-        return fl__error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerEncoderLayer",
-                         fl_module_type_of(m)->name);
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerEncoderLayer",
+                        fl_module_type_of(m)->name);
     const layer_state *st = fl_module_state(m);
     fl_scope scope = fl_scope_begin();
     if (st->norm_first) {
@@ -70,20 +70,20 @@ fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64
                                            bool norm_first)
 {
     const char *fn = "fl_nn_transformer_encoder_layer";
-    if (fl__null_args(fn, 1, activation))
+    if (fl_null_args(fn, 1, activation))
         return NULL;
     if (strcmp(activation, "relu") != 0 && strcmp(activation, "gelu") != 0)
-        return fl__error(FL_ERR_VALUE, fn, "activation must be \"relu\" or \"gelu\", got \"%s\"", activation);
+        return fl_error(FL_ERR_VALUE, fn, "activation must be \"relu\" or \"gelu\", got \"%s\"", activation);
     if (dim_feedforward < 1 || !(layer_norm_eps > 0))
-        return fl__error(FL_ERR_VALUE, fn, "dim_feedforward (%lld) and layer_norm_eps (%g) must be positive",
-                         (long long)dim_feedforward, layer_norm_eps);
+        return fl_error(FL_ERR_VALUE, fn, "dim_feedforward (%lld) and layer_norm_eps (%g) must be positive",
+                        (long long)dim_feedforward, layer_norm_eps);
     fl_module *attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
     if (!attention)
         return NULL;
     layer_state *st = malloc(sizeof *st);
     if (!st) {
         fl_module_release(attention);
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
     *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation[0] == 'g', batch_first,
                         norm_first};
@@ -138,10 +138,10 @@ fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, con
                                                const fl_tensor *attn_mask)
 {
     const char *fn = "fl_nn_transformer_encoder_forward";
-    if (fl__null_args(fn, 2, m, x))
+    if (fl_null_args(fn, 2, m, x))
         return NULL;
     if (fl_module_type_of(m) != &encoder_type)
-        return fl__error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerEncoder", fl_module_type_of(m)->name);
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerEncoder", fl_module_type_of(m)->name);
     fl_scope scope = fl_scope_begin();
     fl_module *layers = fl_module_child(m, "layers");
     for (int i = 0; x && i < fl_module_child_count(layers); i++)
@@ -162,14 +162,14 @@ fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module
 {
     const char *fn = "fl_nn_transformer_encoder";
     fl_module *m = NULL;
-    if (fl__null_args(fn, 1, layer))
+    if (fl_null_args(fn, 1, layer))
         goto fail;
     if (fl_module_type_of(layer) != &layer_type) {
-        fl__error(FL_ERR_VALUE, fn, "the layer is a %s, not a TransformerEncoderLayer", fl_module_type_of(layer)->name);
+        fl_error(FL_ERR_VALUE, fn, "the layer is a %s, not a TransformerEncoderLayer", fl_module_type_of(layer)->name);
         goto fail;
     }
     if (num_layers < 1) {
-        fl__error(FL_ERR_VALUE, fn, "num_layers must be positive, got %d", num_layers);
+        fl_error(FL_ERR_VALUE, fn, "num_layers must be positive, got %d", num_layers);
         goto fail;
     }
     fl_module *layers = fl_nn_sequential(NULL, 0); /* PyTorch's ModuleList: children "0", "1", ... */

@@ -106,7 +106,7 @@ static bool parameters_only(const fl_module *m)
 fl_module *fl_nn_weight_norm(fl_module *module, const char *name, int dim)
 {
     const char *fn = "fl_nn_weight_norm";
-    if (fl__null_args(fn, 2, module, name)) {
+    if (fl_null_args(fn, 2, module, name)) {
         fl_module_release(module);
         return NULL;
     }
@@ -117,15 +117,15 @@ fl_module *fl_nn_weight_norm(fl_module *module, const char *name, int dim)
                           : dim < -1 || dim >= fl_ndim(fl_v_value(weight)) ? "dim is not an axis of it or -1"
                                                                            : NULL;
     if (problem) {
-        fl__error(FL_ERR_VALUE, fn, "cannot normalize '%s' of a %s (dim %d): %s", name,
-                  fl_module_type_of(module)->name, dim, problem);
+        fl_error(FL_ERR_VALUE, fn, "cannot normalize '%s' of a %s (dim %d): %s", name,
+                 fl_module_type_of(module)->name, dim, problem);
         fl_module_release(module);
         return NULL;
     }
     weight_norm_state *s = calloc(1, sizeof *s);
     if (!s) {
         fl_module_release(module);
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
     s->type = (fl_module_type){.name = fl_module_type_of(module)->name, .forward = weight_norm_forward,
                                .destroy = weight_norm_destroy};

@@ -22,7 +22,7 @@ fl_optimizer *fl_adadelta(fl_variable *const *params, size_t count, const fl_ada
     const char *fn = "fl_adadelta";
     fl_adadelta_options opt = options ? *options : FL_ADADELTA_DEFAULTS;
     if (!(opt.rho >= 0 && opt.rho <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "rho = %g: it must be in [0, 1]", opt.rho);
+        return fl_error(FL_ERR_VALUE, fn, "rho = %g: it must be in [0, 1]", opt.rho);
     if (!fl__check_nonnegative(fn, "eps", opt.eps) || !fl__check_nonnegative(fn, "weight_decay", opt.weight_decay))
         return NULL;
     const char *names[] = {"square_avg", "acc_delta", NULL};

@@ -20,17 +20,17 @@ static fl_tensor *norm(const fl_tensor *t, double p)
 double fl_clip_grad_norm(fl_variable *const *params, size_t count, double max_norm, double norm_type)
 {
     const char *fn = "fl_clip_grad_norm";
-    if (count > 0 && fl__null_args(fn, 1, params))
+    if (count > 0 && fl_null_args(fn, 1, params))
         return NAN;
     if (!fl__check_nonnegative(fn, "max_norm", max_norm))
         return NAN;
     if (!(norm_type > 0))
-        return fl__error(FL_ERR_VALUE, fn, "norm_type = %g: it must be > 0 (or INFINITY)", norm_type), NAN;
+        return fl_error(FL_ERR_VALUE, fn, "norm_type = %g: it must be > 0 (or INFINITY)", norm_type), NAN;
     size_t ngrads = 0;
     fl_dtype dtype = FL_BOOL;
     for (size_t i = 0; i < count; i++) {
         if (!params[i])
-            return fl__error(FL_ERR_NULL, fn, "parameter %zu is NULL", i), NAN;
+            return fl_error(FL_ERR_NULL, fn, "parameter %zu is NULL", i), NAN;
         const fl_tensor *grad = fl_v_grad(params[i]);
         if (grad) {
             dtype = ngrads++ ? fl_promote_types(dtype, fl_dtype_of(grad)) : fl_dtype_of(grad);
@@ -40,7 +40,7 @@ double fl_clip_grad_norm(fl_variable *const *params, size_t count, double max_no
         return 0;
     fl_tensor **norms = malloc(ngrads * sizeof *norms);
     if (!norms)
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory"), NAN;
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory"), NAN;
     bool recording = fl_set_grad_enabled(false);
     fl_scope scope = fl_scope_begin();
     /* The norm of the per-gradient norms, in their promoted dtype, as PyTorch stacks them. */

@@ -4,8 +4,9 @@
 #ifndef FLARE_OPTIM_INTERNAL_H
 #define FLARE_OPTIM_INTERNAL_H
 
+#include "flare/backend.h" /* struct fl_tensor */
+#include "flare/extension.h"
 #include "flare/optim.h"
-#include "../tensor/internal.h" /* errors, argument checks */
 
 #define FL_OPTIM_MAX_BUFFERS 3
 

@@ -12,7 +12,7 @@
 
 fl_status fl_optimizer_step(fl_optimizer *o)
 {
-    if (fl__null_args("fl_optimizer_step", 1, o))
+    if (fl_null_args("fl_optimizer_step", 1, o))
         return fl_last_status();
     return o->step(o);
 }
@@ -27,7 +27,7 @@ void fl_optimizer_zero_grad(fl_optimizer *o)
 
 fl_status fl_optimizer_set_lr(fl_optimizer *o, double lr)
 {
-    if (fl__null_args("fl_optimizer_set_lr", 1, o))
+    if (fl_null_args("fl_optimizer_set_lr", 1, o))
         return fl_last_status();
     if (!fl__check_nonnegative("fl_optimizer_set_lr", "lr", lr))
         return FL_ERR_VALUE;
@@ -39,14 +39,14 @@ double fl_optimizer_get_lr(const fl_optimizer *o) { return o ? o->lr : NAN; }
 
 fl_status fl_optimizer_state(const fl_optimizer *o, fl_tensor_map *map, const char *prefix)
 {
-    if (fl__null_args("fl_optimizer_state", 2, o, map))
+    if (fl_null_args("fl_optimizer_state", 2, o, map))
         return fl_last_status();
     return o->save_state(o, map, prefix ? prefix : "");
 }
 
 fl_status fl_optimizer_load_state(fl_optimizer *o, const fl_tensor_map *map, const char *prefix)
 {
-    if (fl__null_args("fl_optimizer_load_state", 2, o, map))
+    if (fl_null_args("fl_optimizer_load_state", 2, o, map))
         return fl_last_status();
     return o->load_state(o, map, prefix ? prefix : "");
 }
@@ -63,7 +63,7 @@ bool fl__check_nonnegative(const char *fn, const char *option, double value)
 {
     if (value >= 0 && value <= INFINITY)
         return true;
-    fl__error(FL_ERR_VALUE, fn, "%s = %g: it must be >= 0", option, value);
+    fl_error(FL_ERR_VALUE, fn, "%s = %g: it must be >= 0", option, value);
     return false;
 }
 
@@ -71,7 +71,7 @@ bool fl__check_beta(const char *fn, const char *option, double value)
 {
     if (value >= 0 && value < 1)
         return true;
-    fl__error(FL_ERR_VALUE, fn, "%s = %g: it must be in [0, 1)", option, value);
+    fl_error(FL_ERR_VALUE, fn, "%s = %g: it must be in [0, 1)", option, value);
     return false;
 }
 
@@ -80,12 +80,12 @@ bool fl__check_beta(const char *fn, const char *option, double value)
 /* Both run inside the step's scope: what they return, the scope holds. */
 fl_tensor *fl__buffer_or_zeros(const fl_tensor *buffer, const fl_tensor *like)
 {
-    return buffer ? fl__out(fl_retain(buffer)) : fl_zeros_like(like);
+    return buffer ? fl_out(fl_retain(buffer)) : fl_zeros_like(like);
 }
 
 fl_tensor *fl__decayed_grad(const fl_tensor *grad, const fl_tensor *value, double weight_decay)
 {
-    return weight_decay != 0 ? fl_add(grad, fl_mul_scalar(value, weight_decay)) : fl__out(fl_retain(grad));
+    return weight_decay != 0 ? fl_add(grad, fl_mul_scalar(value, weight_decay)) : fl_out(fl_retain(grad));
 }
 
 /* ---- the shared implementation ---- */
@@ -154,7 +154,7 @@ static char *lr_name(const char *prefix)
 static fl_status put(fl_tensor_map *map, char *name, fl_tensor *t)
 {
     fl_status status = name ? fl_tensor_map_set(map, name, t)
-                            : (fl__error(FL_ERR_MEMORY, "fl_optimizer_state", "out of memory"), FL_ERR_MEMORY);
+                            : (fl_error(FL_ERR_MEMORY, "fl_optimizer_state", "out of memory"), FL_ERR_MEMORY);
     free(name);
     return status;
 }
@@ -191,20 +191,20 @@ static fl_status check_state_names(const fl__optim *o, const fl_tensor_map *map,
         errno = 0;
         unsigned long long i = strtoull(index, &end, 10);
         if (end == index || *end != '.' || errno || *index == '-' || *index == '+')
-            return fl__error(FL_ERR_VALUE, "fl_optimizer_load_state", "'%s' is not state.<index>.<name>", name),
+            return fl_error(FL_ERR_VALUE, "fl_optimizer_load_state", "'%s' is not state.<index>.<name>", name),
                    FL_ERR_VALUE;
         if (i >= o->base.count)
-            return fl__error(FL_ERR_INDEX, "fl_optimizer_load_state",
-                             "'%s' is for parameter %llu, but the %s optimizer has %zu", name, i, o->base.name,
-                             o->base.count),
+            return fl_error(FL_ERR_INDEX, "fl_optimizer_load_state",
+                            "'%s' is for parameter %llu, but the %s optimizer has %zu", name, i, o->base.name,
+                            o->base.count),
                    FL_ERR_INDEX;
         const char *state = end + 1;
         bool known = o->counts_steps && strcmp(state, "step") == 0;
         for (int b = 0; b < o->nbuffers && !known; b++)
             known = strcmp(state, o->buffer_names[b]) == 0;
         if (!known)
-            return fl__error(FL_ERR_VALUE, "fl_optimizer_load_state", "'%s': the %s optimizer keeps no '%s'", name,
-                             o->base.name, state),
+            return fl_error(FL_ERR_VALUE, "fl_optimizer_load_state", "'%s': the %s optimizer keeps no '%s'", name,
+                            o->base.name, state),
                    FL_ERR_VALUE;
     }
     return FL_OK;
@@ -223,13 +223,16 @@ static fl_tensor *lookup(const fl_tensor_map *map, char *name)
 static fl_tensor *load_buffer(const fl__optim *o, size_t i, int b, const fl_tensor *t)
 {
     const fl_tensor *value = fl_v_value(o->base.params[i]);
-    bool fits = o->buffer_shapes[b] == FL_BUFFER_SCALAR ? fl_ndim(t) == 0 : fl__same_shape(t, value);
+    bool fits = o->buffer_shapes[b] == FL_BUFFER_SCALAR ? fl_ndim(t) == 0 : fl_same_shape(t, value);
     char d[FL_DESC_SIZE], v[FL_DESC_SIZE];
     if (!fits || !fl_dtype_is_float(fl_dtype_of(t)))
-        return fl__error(FL_ERR_SHAPE, "fl_optimizer_load_state", "state.%zu.%s is %s, for a parameter %s%s", i,
-                         o->buffer_names[b], fl__describe(t, d), fl__describe(value, v),
+        return fl_error(FL_ERR_SHAPE, "fl_optimizer_load_state", "state.%zu.%s is %s, for a parameter %s%s", i,
+                         o->buffer_names[b], fl_describe(t, d), fl_describe(value, v),
                          o->buffer_shapes[b] == FL_BUFFER_SCALAR ? " (it must be 0-d)" : "");
-    return fl__cast(t, fl_dtype_of(value));
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *cast = fl_keep(fl_cast(t, fl_dtype_of(value)));
+    fl_scope_end(scope);
+    return cast;
 }
 
 static fl_status load_state(fl_optimizer *base, const fl_tensor_map *map, const char *prefix)
@@ -252,7 +255,7 @@ static fl_status load_state(fl_optimizer *base, const fl_tensor_map *map, const 
     if (!buffers || !steps) {
         free(buffers);
         free(steps);
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory"), FL_ERR_MEMORY;
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory"), FL_ERR_MEMORY;
     }
     for (size_t i = 0; i < o->base.count && status == FL_OK; i++) {
         fl_tensor *step_tensor = o->counts_steps ? lookup(map, state_name(prefix, i, "step")) : NULL;
@@ -269,15 +272,15 @@ static fl_status load_state(fl_optimizer *base, const fl_tensor_map *map, const 
         if (status != FL_OK || !found)
             continue; /* no entries: a parameter not stepped yet */
         if (found != o->nbuffers + o->counts_steps) {
-            fl__error(FL_ERR_VALUE, fn, "the state of parameter %zu is incomplete: the %s optimizer keeps %d entries, "
-                      "the map has %d", i, o->base.name, o->nbuffers + o->counts_steps, found);
+            fl_error(FL_ERR_VALUE, fn, "the state of parameter %zu is incomplete: the %s optimizer keeps %d entries, "
+                     "the map has %d", i, o->base.name, o->nbuffers + o->counts_steps, found);
             status = FL_ERR_VALUE;
             continue;
         }
         if (step_tensor) {
             double count = fl_numel(step_tensor) == 1 ? fl_item(step_tensor) : NAN;
             if (!(count >= 0 && count == floor(count) && count < 0x1p53)) {
-                fl__error(FL_ERR_VALUE, fn, "state.%zu.step = %g: it must be a count", i, count);
+                fl_error(FL_ERR_VALUE, fn, "state.%zu.step = %g: it must be a count", i, count);
                 status = FL_ERR_VALUE;
             }
             steps[i] = count;
@@ -315,10 +318,10 @@ static void destroy(fl_optimizer *base)
 
 static bool check_params(const char *fn, fl_variable *const *params, size_t count)
 {
-    if (fl__null_args(fn, 1, params))
+    if (fl_null_args(fn, 1, params))
         return false;
     if (count == 0) {
-        fl__error(FL_ERR_VALUE, fn, "no parameters to optimize");
+        fl_error(FL_ERR_VALUE, fn, "no parameters to optimize");
         return false;
     }
     for (size_t i = 0; i < count; i++) {
@@ -326,16 +329,16 @@ static bool check_params(const char *fn, fl_variable *const *params, size_t coun
         char d[FL_DESC_SIZE];
         if (!p) {
             if (fl_last_status() == FL_OK)
-                fl__error(FL_ERR_NULL, fn, "parameter %zu is NULL", i);
+                fl_error(FL_ERR_NULL, fn, "parameter %zu is NULL", i);
             return false;
         }
         if (!fl_v_is_leaf(p)) {
-            fl__error(FL_ERR_VALUE, fn, "parameter %zu is not a leaf (a computed variable cannot be optimized)", i);
+            fl_error(FL_ERR_VALUE, fn, "parameter %zu is not a leaf (a computed variable cannot be optimized)", i);
             return false;
         }
         if (!fl_dtype_is_float(fl_dtype_of(fl_v_value(p)))) {
-            fl__error(FL_ERR_DTYPE, fn, "parameter %zu is %s: parameters must be floating point", i,
-                      fl__describe(fl_v_value(p), d));
+            fl_error(FL_ERR_DTYPE, fn, "parameter %zu is %s: parameters must be floating point", i,
+                      fl_describe(fl_v_value(p), d));
             return false;
         }
     }
@@ -360,7 +363,7 @@ fl__optim *fl__optim_create(const char *fn, const char *name, fl_variable *const
         free(kept);
         free(steps);
         free(buffers);
-        return fl__error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
     for (size_t i = 0; i < count; i++)
         kept[i] = fl_v_retain(params[i]);

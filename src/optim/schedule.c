@@ -8,7 +8,7 @@
 /* Records "fn: what = value: it must be >= least" and returns NAN. */
 static double too_small(const char *fn, const char *what, int64_t value, int least)
 {
-    fl__error(FL_ERR_VALUE, fn, "%s = %lld: it must be >= %d", what, (long long)value, least);
+    fl_error(FL_ERR_VALUE, fn, "%s = %lld: it must be >= %d", what, (long long)value, least);
     return NAN;
 }
 
@@ -39,16 +39,16 @@ double fl_lr_linear(double base_lr, int64_t epoch, double start_factor, double e
         return too_small(fn, "total_iters", total_iters, 1);
     /* PyTorch's bounds: a start of 0 would make the first learning rate 0. */
     if (!(start_factor > 0 && start_factor <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "start_factor = %g: it must be in (0, 1]", start_factor), NAN;
+        return fl_error(FL_ERR_VALUE, fn, "start_factor = %g: it must be in (0, 1]", start_factor), NAN;
     if (!(end_factor >= 0 && end_factor <= 1))
-        return fl__error(FL_ERR_VALUE, fn, "end_factor = %g: it must be in [0, 1]", end_factor), NAN;
+        return fl_error(FL_ERR_VALUE, fn, "end_factor = %g: it must be in [0, 1]", end_factor), NAN;
     int64_t done = epoch < total_iters ? epoch : total_iters;
     return base_lr * (start_factor + (end_factor - start_factor) * (double)done / (double)total_iters);
 }
 
 double fl_lr_at(const fl_lr_schedule *s, double base_lr, int64_t epoch)
 {
-    if (fl__null_args("fl_lr_at", 1, s))
+    if (fl_null_args("fl_lr_at", 1, s))
         return NAN;
     if (s->warmup_iters < 0)
         return too_small("fl_lr_at", "warmup_iters", s->warmup_iters, 0);
@@ -67,5 +67,5 @@ double fl_lr_at(const fl_lr_schedule *s, double base_lr, int64_t epoch)
     case FL_LR_COSINE:
         return fl_lr_cosine(base_lr, epoch, s->t_max, s->eta_min);
     }
-    return fl__error(FL_ERR_VALUE, "fl_lr_at", "unknown schedule kind %d", (int)s->kind), NAN;
+    return fl_error(FL_ERR_VALUE, "fl_lr_at", "unknown schedule kind %d", (int)s->kind), NAN;
 }

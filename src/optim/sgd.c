@@ -28,8 +28,8 @@ fl_optimizer *fl_sgd(fl_variable *const *params, size_t count, const fl_sgd_opti
         !fl__check_nonnegative(fn, "weight_decay", opt.weight_decay))
         return NULL;
     if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0))
-        return fl__error(FL_ERR_VALUE, fn, "Nesterov momentum needs momentum > 0 and dampening 0 (momentum = %g, "
-                         "dampening = %g)", opt.momentum, opt.dampening);
+        return fl_error(FL_ERR_VALUE, fn, "Nesterov momentum needs momentum > 0 and dampening 0 (momentum = %g, "
+                        "dampening = %g)", opt.momentum, opt.dampening);
     const char *momentum[] = {"momentum_buffer", NULL}, *none[] = {NULL};
     fl__optim *o = fl__optim_create(fn, "sgd", params, count, opt.lr, sgd_update, false,
                                     opt.momentum != 0 ? momentum : none, NULL, &opt, sizeof opt);

@@ -14,7 +14,7 @@
 static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool logarithm)
 {
     int a;
-    if (fl__null_args(fn, 1, t) || !fl__axis(fn, axis, t->ndim, &a))
+    if (fl_null_args(fn, 1, t) || !fl_normalize_axis(fn, axis, t->ndim, &a))
         return NULL;
     fl_dtype result = fl_dtype_is_float(t->dtype) ? t->dtype : FL_DEFAULT_FLOAT;
     if (t->numel == 0) /* nothing to normalize (and no maximum to shift by) */
@@ -27,8 +27,8 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
         int rc = y ? fused(x->backend, y, x, logarithm) : FL_ERR_MEMORY;
         if (rc != FL_ERR_UNSUPPORTED) {
-            y = y ? fl__out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
-            return fl__scope_return(scope, fl_cast(y, result));
+            y = y ? fl_out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
+            return fl_scope_return(scope, fl_cast(y, result));
         }
         /* The kernel declined this call: compose instead. */
         fl__take_backend_error(NULL, 0);
@@ -39,7 +39,7 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
     fl_tensor *exps = fl_exp(shifted);
     fl_tensor *sums = fl_sum(exps, &a, 1, true);
     fl_tensor *y = logarithm ? fl_sub(shifted, fl_log(sums)) : fl_div(exps, sums);
-    return fl__scope_return(scope, fl_cast(y, result));
+    return fl_scope_return(scope, fl_cast(y, result));
 }
 
 fl_tensor *fl_softmax(const fl_tensor *t, int axis) { return softmax("fl_softmax", t, axis, false); }

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backends/lazy/lazy.h"
 #include "config.h"
 #include "internal.h"
 
@@ -221,7 +220,7 @@ static bool publish(const settings *s)
     return true;
 }
 
-const fl_config *fl__config(void)
+const fl_config *fl_config_current(void)
 {
     if (__builtin_expect(__atomic_load_n(&read_once, __ATOMIC_ACQUIRE), 1))
         return &current.config;
@@ -233,7 +232,7 @@ const fl_config *fl__config(void)
     }
     pthread_mutex_unlock(&reading);
     for (int i = 0; i < r.count; i++)
-        fl__log(FL_LOG_WARNING, "%s", r.problems[i]);
+        fl_log_message(FL_LOG_WARNING, "%s", r.problems[i]);
     return &current.config;
 }
 
@@ -246,7 +245,7 @@ fl_status fl_init(const fl_config *config)
         fl_config c = {0};
         if (config->size < sizeof c.size || config->size > sizeof c) {
             pthread_mutex_unlock(&reading);
-            fl__error(FL_ERR_VALUE, fn, "config->size is %zu; set it to sizeof(fl_config), %zu", config->size,
+            fl_error(FL_ERR_VALUE, fn, "config->size is %zu; set it to sizeof(fl_config), %zu", config->size,
                       sizeof c);
             return FL_ERR_VALUE;
         }
@@ -258,19 +257,56 @@ fl_status fl_init(const fl_config *config)
     bool published = r.count == 0 && publish(&scratch);
     pthread_mutex_unlock(&reading);
     if (r.count) {
-        fl__error(FL_ERR_VALUE, fn, "%s", r.problems[0]);
+        fl_error(FL_ERR_VALUE, fn, "%s", r.problems[0]);
         return FL_ERR_VALUE;
     }
     if (!published) {
-        fl__error(FL_ERR_VALUE, fn,
+        fl_error(FL_ERR_VALUE, fn,
                   "Flare has read its settings already (at its first use); call fl_init before anything else");
         return FL_ERR_VALUE;
     }
     return FL_OK;
 }
 
-/* The lazy backend's compiler is the only work Flare runs in the background. */
-void fl_shutdown(void) { lazy_compile_shutdown(); }
+/* ---- shutdown ---- */
+
+#define MAX_STOPS 16
+static struct {
+    void (*stop)(void *user);
+    void *user;
+} stops[MAX_STOPS];
+static int stop_count;
+static pthread_mutex_t stops_lock = PTHREAD_MUTEX_INITIALIZER;
+
+fl_status fl_at_shutdown(void (*stop)(void *user), void *user)
+{
+    if (!stop) {
+        fl_error(FL_ERR_NULL, "fl_at_shutdown", "the stop function is NULL");
+        return FL_ERR_NULL;
+    }
+    fl_status status = FL_OK;
+    pthread_mutex_lock(&stops_lock);
+    bool known = false;
+    for (int i = 0; i < stop_count; i++)
+        known = known || (stops[i].stop == stop && stops[i].user == user);
+    if (!known && stop_count == MAX_STOPS)
+        status = FL_ERR_MEMORY;
+    else if (!known)
+        stops[stop_count].stop = stop, stops[stop_count++].user = user;
+    pthread_mutex_unlock(&stops_lock);
+    if (status != FL_OK)
+        fl_error(status, "fl_at_shutdown", "at most %d stops can be registered", MAX_STOPS);
+    return status;
+}
+
+void fl_shutdown(void)
+{
+    pthread_mutex_lock(&stops_lock);
+    int count = stop_count;
+    pthread_mutex_unlock(&stops_lock);
+    for (int i = count - 1; i >= 0; i--) /* entries below count never change */
+        stops[i].stop(stops[i].user);
+}
 
 /* ---- the log ---- */
 
@@ -294,9 +330,9 @@ void fl_log_stderr(fl_log_level level, const char *message, void *user)
     fprintf(stderr, "flare: %s%s\n", level == FL_LOG_ERROR ? "error: " : "", message);
 }
 
-void fl__log(fl_log_level level, const char *fmt, ...)
+void fl_log_message(fl_log_level level, const char *fmt, ...)
 {
-    const fl_config *c = fl__config();
+    const fl_config *c = fl_config_current();
     pthread_mutex_lock(&log_lock);
     fl_log_fn fn = log_set ? log_fn : c->log;
     void *user = log_set ? log_user : c->log_user;

@@ -9,16 +9,16 @@ static bool check_shape(const char *fn, int ndim, const int64_t *shape)
 {
     char buf[FL_DESC_SIZE];
     if (ndim < 0 || ndim > FL_MAX_DIMS) {
-        fl__error(FL_ERR_SHAPE, fn, "%d dimensions requested; Flare supports 0 to %d", ndim, FL_MAX_DIMS);
+        fl_error(FL_ERR_SHAPE, fn, "%d dimensions requested; Flare supports 0 to %d", ndim, FL_MAX_DIMS);
         return false;
     }
     if (ndim > 0 && !shape) {
-        fl__error(FL_ERR_NULL, fn, "the shape is NULL for %d dimensions", ndim);
+        fl_error(FL_ERR_NULL, fn, "the shape is NULL for %d dimensions", ndim);
         return false;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0) {
-            fl__error(FL_ERR_SHAPE, fn, "negative size in shape %s", fl__describe_shape(ndim, shape, buf));
+            fl_error(FL_ERR_SHAPE, fn, "negative size in shape %s", fl_describe_shape(ndim, shape, buf));
             return false;
         }
     return true;
@@ -27,7 +27,7 @@ static bool check_shape(const char *fn, int ndim, const int64_t *shape)
 static bool check_dtype(const char *fn, fl_dtype dtype)
 {
     if ((unsigned)dtype >= FL_DTYPE_COUNT) {
-        fl__error(FL_ERR_DTYPE, fn, "invalid dtype %d", (int)dtype);
+        fl_error(FL_ERR_DTYPE, fn, "invalid dtype %d", (int)dtype);
         return false;
     }
     return true;
@@ -45,7 +45,7 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
         fl_tensor *out_ = fl__new(backend_, dtype, ndim, shape);                                          \
         if (!out_)                                                                                        \
             return NULL;                                                                                  \
-        return fl__out(fl__finish(fn, out_, primitive_(backend_, out_, __VA_ARGS__), 0, NULL));                     \
+        return fl_out(fl__finish(fn, out_, primitive_(backend_, out_, __VA_ARGS__), 0, NULL));                     \
     } while (0)
 
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
@@ -56,7 +56,7 @@ fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_
     for (int i = 0; i < ndim; i++)
         numel *= shape[i];
     if (!data && numel > 0)
-        return fl__error(FL_ERR_NULL, "fl_from_data", "data is NULL for %lld elements", (long long)numel);
+        return fl_error(FL_ERR_NULL, "fl_from_data", "data is NULL for %lld elements", (long long)numel);
     CREATE("fl_from_data", from_host, dtype, ndim, shape, data);
 }
 
@@ -76,7 +76,7 @@ fl_tensor *fl_scalar(double value, fl_dtype dtype) { return full("fl_scalar", va
 
 fl_tensor *fl_full_like(const fl_tensor *t, double value)
 {
-    if (fl__null_args("fl_full_like", 1, t))
+    if (fl_null_args("fl_full_like", 1, t))
         return NULL;
     return fl_full(value, t->dtype, t->ndim, t->shape);
 }
@@ -87,8 +87,8 @@ fl_tensor *fl_ones_like(const fl_tensor *t) { return fl_full_like(t, 1); }
 fl_tensor *fl_arange(double start, double stop, double step, fl_dtype dtype)
 {
     if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(stop))
-        return fl__error(FL_ERR_VALUE, "fl_arange", "start %g, stop %g and step %g must be finite, step non-zero",
-                         start, stop, step);
+        return fl_error(FL_ERR_VALUE, "fl_arange", "start %g, stop %g and step %g must be finite, step non-zero",
+                        start, stop, step);
     double count = ceil((stop - start) / step);
     int64_t n = count > 0 ? (int64_t)count : 0;
     CREATE("fl_arange", arange, dtype, 1, &n, start, step);
@@ -97,7 +97,7 @@ fl_tensor *fl_arange(double start, double stop, double step, fl_dtype dtype)
 fl_tensor *fl_linspace(double start, double stop, int64_t count, fl_dtype dtype)
 {
     if (count < 0)
-        return fl__error(FL_ERR_VALUE, "fl_linspace", "count must be non-negative, got %lld", (long long)count);
+        return fl_error(FL_ERR_VALUE, "fl_linspace", "count must be non-negative, got %lld", (long long)count);
     double step = count > 1 ? (stop - start) / (double)(count - 1) : 0;
     CREATE("fl_linspace", arange, dtype, 1, &count, start, step);
 }
@@ -105,12 +105,12 @@ fl_tensor *fl_linspace(double start, double stop, int64_t count, fl_dtype dtype)
 fl_tensor *fl_eye(int64_t rows, int64_t cols, fl_dtype dtype)
 {
     if (rows < 0 || cols < 0)
-        return fl__error(FL_ERR_VALUE, "fl_eye", "sizes must be non-negative, got %lld x %lld", (long long)rows,
-                         (long long)cols);
+        return fl_error(FL_ERR_VALUE, "fl_eye", "sizes must be non-negative, got %lld x %lld", (long long)rows,
+                        (long long)cols);
     fl_scope scope = fl_scope_begin();
     fl_tensor *r = fl_reshape(fl_arange(0, (double)rows, 1, FL_I64), FL_SHAPE(rows, 1));
     fl_tensor *c = fl_reshape(fl_arange(0, (double)cols, 1, FL_I64), FL_SHAPE(1, cols));
-    return fl__scope_return(scope, fl_cast(fl_eq(r, c), dtype));
+    return fl_scope_return(scope, fl_cast(fl_eq(r, c), dtype));
 }
 
 /* ---- random ---- */
@@ -149,7 +149,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
     if (!check_dtype(fn, dtype) || !check_shape(fn, ndim, shape))
         return NULL;
     if (!fl_dtype_is_float(dtype))
-        return fl__error(FL_ERR_DTYPE, fn, "random values need a float dtype, not %s", fl_dtype_name(dtype));
+        return fl_error(FL_ERR_DTYPE, fn, "random values need a float dtype, not %s", fl_dtype_name(dtype));
     const fl_backend *backend = fl_default_backend();
     __typeof__(backend->random) random = fl__primitive(fn, backend, FL_PRIMITIVE(random), "random");
     if (!random)
@@ -166,7 +166,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
         fl_release(out);
         out = narrowed;
     }
-    return fl__out(out);
+    return fl_out(out);
 }
 
 fl_tensor *fl_rand(fl_dtype dtype, int ndim, const int64_t *shape)
@@ -182,52 +182,52 @@ fl_tensor *fl_randn(fl_dtype dtype, int ndim, const int64_t *shape)
 fl_tensor *fl_uniform(double low, double high, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!(low <= high))
-        return fl__error(FL_ERR_VALUE, "fl_uniform", "low %g must not exceed high %g", low, high);
+        return fl_error(FL_ERR_VALUE, "fl_uniform", "low %g must not exceed high %g", low, high);
     fl_scope scope = fl_scope_begin();
     fl_tensor *u = fl_rand(dtype, ndim, shape);
-    return fl__scope_return(scope, fl_add_scalar(fl_mul_scalar(u, high - low), low));
+    return fl_scope_return(scope, fl_add_scalar(fl_mul_scalar(u, high - low), low));
 }
 
 fl_tensor *fl_normal(double mean, double std, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!(std >= 0))
-        return fl__error(FL_ERR_VALUE, "fl_normal", "std must be non-negative, got %g", std);
+        return fl_error(FL_ERR_VALUE, "fl_normal", "std must be non-negative, got %g", std);
     fl_scope scope = fl_scope_begin();
     fl_tensor *n = fl_randn(dtype, ndim, shape);
-    return fl__scope_return(scope, fl_add_scalar(fl_mul_scalar(n, std), mean));
+    return fl_scope_return(scope, fl_add_scalar(fl_mul_scalar(n, std), mean));
 }
 
 fl_tensor *fl_randint(int64_t low, int64_t high, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if (low >= high)
-        return fl__error(FL_ERR_VALUE, "fl_randint", "low %lld must be below high %lld", (long long)low,
-                         (long long)high);
+        return fl_error(FL_ERR_VALUE, "fl_randint", "low %lld must be below high %lld", (long long)low,
+                        (long long)high);
     if (!check_dtype("fl_randint", dtype))
         return NULL;
     if (!fl_dtype_is_integer(dtype) && !fl_dtype_is_float(dtype))
-        return fl__error(FL_ERR_DTYPE, "fl_randint", "needs an integer or float dtype, not %s", fl_dtype_name(dtype));
+        return fl_error(FL_ERR_DTYPE, "fl_randint", "needs an integer or float dtype, not %s", fl_dtype_name(dtype));
     /* floor(u * (high - low)) in f64 is exact for ranges below 2^53. */
     fl_scope scope = fl_scope_begin();
     fl_tensor *u = fl_rand(FL_F64, ndim, shape);
     fl_tensor *v = fl_add_scalar(fl_floor(fl_mul_scalar(u, (double)(high - low))), (double)low);
-    return fl__scope_return(scope, fl_cast(v, dtype));
+    return fl_scope_return(scope, fl_cast(v, dtype));
 }
 
 /* ---- reading values ---- */
 
 fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
 {
-    if (fl__null_args("fl_to_host", 1, t))
+    if (fl_null_args("fl_to_host", 1, t))
         return fl_last_status();
     size_t need = (size_t)t->numel * fl_dtype_size(t->dtype);
     char buf[FL_DESC_SIZE];
     if (!dst && need > 0) {
-        fl__error(FL_ERR_NULL, "fl_to_host", "the destination is NULL for %s", fl__describe(t, buf));
+        fl_error(FL_ERR_NULL, "fl_to_host", "the destination is NULL for %s", fl_describe(t, buf));
         return FL_ERR_NULL;
     }
     if (bytes < need) {
-        fl__error(FL_ERR_VALUE, "fl_to_host", "%s needs %zu bytes, the destination has %zu", fl__describe(t, buf),
-                  need, bytes);
+        fl_error(FL_ERR_VALUE, "fl_to_host", "%s needs %zu bytes, the destination has %zu", fl_describe(t, buf),
+                 need, bytes);
         return FL_ERR_VALUE;
     }
     if (need == 0)
@@ -241,7 +241,7 @@ fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
     if (rc) {
         char message[512];
         fl_status status = fl__take_backend_error(message, sizeof message);
-        fl__error(status ? status : (fl_status)rc, "fl_to_host", "%s (%s)", message, fl__describe(t, buf));
+        fl_error(status ? status : (fl_status)rc, "fl_to_host", "%s (%s)", message, fl_describe(t, buf));
         return fl_last_status();
     }
     return FL_OK;
@@ -249,12 +249,12 @@ fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
 
 double fl_item(const fl_tensor *t)
 {
-    if (fl__null_args("fl_item", 1, t))
+    if (fl_null_args("fl_item", 1, t))
         return NAN;
     char buf[FL_DESC_SIZE];
     if (t->numel != 1) {
-        fl__error(FL_ERR_SHAPE, "fl_item", "needs exactly one element, %s has %lld", fl__describe(t, buf),
-                  (long long)t->numel);
+        fl_error(FL_ERR_SHAPE, "fl_item", "needs exactly one element, %s has %lld", fl_describe(t, buf),
+                 (long long)t->numel);
         return NAN;
     }
     union {
@@ -282,7 +282,7 @@ double fl_item(const fl_tensor *t)
 
 fl_status fl_eval(const fl_tensor *t)
 {
-    if (fl__null_args("fl_eval", 1, t))
+    if (fl_null_args("fl_eval", 1, t))
         return fl_last_status();
     if (!t->backend->eval)
         return FL_OK;
@@ -290,7 +290,7 @@ fl_status fl_eval(const fl_tensor *t)
     if (rc) {
         char message[512], buf[FL_DESC_SIZE];
         fl_status status = fl__take_backend_error(message, sizeof message);
-        fl__error(status ? status : (fl_status)rc, "fl_eval", "%s (%s)", message, fl__describe(t, buf));
+        fl_error(status ? status : (fl_status)rc, "fl_eval", "%s (%s)", message, fl_describe(t, buf));
         return fl_last_status();
     }
     return FL_OK;
@@ -298,14 +298,14 @@ fl_status fl_eval(const fl_tensor *t)
 
 fl_tensor *fl_cast(const fl_tensor *t, fl_dtype dtype)
 {
-    if (fl__null_args("fl_cast", 1, t) || !check_dtype("fl_cast", dtype))
+    if (fl_null_args("fl_cast", 1, t) || !check_dtype("fl_cast", dtype))
         return NULL;
-    return fl__out(fl__cast(t, dtype));
+    return fl_out(fl__cast(t, dtype));
 }
 
 fl_tensor *fl_copy(const fl_tensor *t)
 {
-    if (fl__null_args("fl_copy", 1, t))
+    if (fl_null_args("fl_copy", 1, t))
         return NULL;
     fl_unary_fn cast = fl__primitive("fl_copy", t->backend, FL_PRIMITIVE(cast), "cast");
     if (!cast)
@@ -313,18 +313,18 @@ fl_tensor *fl_copy(const fl_tensor *t)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
-    return fl__out(fl__finish("fl_copy", out, cast(t->backend, out, t), 1, &t));
+    return fl_out(fl__finish("fl_copy", out, cast(t->backend, out, t), 1, &t));
 }
 
 fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
 {
-    if (fl__null_args("fl_to_backend", 2, t, backend_name))
+    if (fl_null_args("fl_to_backend", 2, t, backend_name))
         return NULL;
     const fl_backend *target = fl_backend_find(backend_name);
     if (!target)
-        return fl__error(FL_ERR_VALUE, "fl_to_backend", "no backend named '%s' is registered", backend_name);
+        return fl_error(FL_ERR_VALUE, "fl_to_backend", "no backend named '%s' is registered", backend_name);
     if (target == t->backend)
-        return fl__out(fl_retain(t));
+        return fl_out(fl_retain(t));
     FL_ENTRY_TYPE(from_host) from_host =
         fl__primitive("fl_to_backend", target, FL_PRIMITIVE(from_host), "from_host");
     if (!from_host)
@@ -332,7 +332,7 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
     size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
     void *host = malloc(bytes ? bytes : 1);
     if (!host)
-        return fl__error(FL_ERR_MEMORY, "fl_to_backend", "no memory to stage %zu bytes", bytes);
+        return fl_error(FL_ERR_MEMORY, "fl_to_backend", "no memory to stage %zu bytes", bytes);
     fl_tensor *out = NULL;
     if (fl_to_host(t, host, bytes) == FL_OK) {
         out = fl__new(target, t->dtype, t->ndim, t->shape);
@@ -340,5 +340,5 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
             out = fl__finish("fl_to_backend", out, from_host(target, out, host), 1, &t);
     }
     free(host);
-    return fl__out(out);
+    return fl_out(out);
 }

@@ -4,18 +4,18 @@
 
 #include "internal.h"
 
-bool fl__axis(const char *fn, int axis, int ndim, int *out)
+bool fl_normalize_axis(const char *fn, int axis, int ndim, int *out)
 {
     int a = axis < 0 ? axis + ndim : axis;
     if (a < 0 || a >= ndim) {
-        fl__error(FL_ERR_AXIS, fn, "axis %d is out of range for a tensor of %d dimensions", axis, ndim);
+        fl_error(FL_ERR_AXIS, fn, "axis %d is out of range for a tensor of %d dimensions", axis, ndim);
         return false;
     }
     *out = a;
     return true;
 }
 
-bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask)
+bool fl_axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask)
 {
     if (!axes || count == 0) {
         *mask = ndim ? (1u << ndim) - 1 : 0;
@@ -24,10 +24,10 @@ bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigne
     unsigned m = 0;
     for (int i = 0; i < count; i++) {
         int a;
-        if (!fl__axis(fn, axes[i], ndim, &a))
+        if (!fl_normalize_axis(fn, axes[i], ndim, &a))
             return false;
         if (m & (1u << a)) {
-            fl__error(FL_ERR_AXIS, fn, "axis %d is listed twice", axes[i]);
+            fl_error(FL_ERR_AXIS, fn, "axis %d is listed twice", axes[i]);
             return false;
         }
         m |= 1u << a;
@@ -51,9 +51,9 @@ bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int
     return true;
 }
 
-bool fl__same_shape(const fl_tensor *a, const fl_tensor *b)
+bool fl_same_shape(const fl_tensor *a, const fl_tensor *b)
 {
-    return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+    return a && b && a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
 }
 
 bool fl__same_backend(const fl_tensor *a, const fl_tensor *b)
@@ -66,8 +66,8 @@ void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, co
     /* Atomic: registering a replacement rewrites entries while other threads call. */
     void *entry = __atomic_load_n((void *const *)((const char *)backend + offset), __ATOMIC_ACQUIRE);
     if (!entry)
-        return fl__error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
-                         backend->name, entry_name);
+        return fl_error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
+                        backend->name, entry_name);
     fl__begin(entry_name);
     return entry;
 }
@@ -96,9 +96,9 @@ fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const
     size_t n = 0;
     for (int i = 0; i < ninputs && i < 3; i++)
         n += (size_t)snprintf(described + n, sizeof described - n, "%s%s", i ? ", " : "",
-                              fl__describe(inputs[i], buf));
-    fl__error(status, fn, "%s (backend %s; inputs %s; output %s)", message[0] ? message : fl_status_name(status),
-              out->backend->name, described, fl__describe(out, buf));
+                              fl_describe(inputs[i], buf));
+    fl_error(status, fn, "%s (backend %s; inputs %s; output %s)", message[0] ? message : fl_status_name(status),
+              out->backend->name, described, fl_describe(out, buf));
     fl_release(out);
     return NULL;
 }
@@ -135,15 +135,15 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
         return fl_retain(t);
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (t->ndim > ndim)
-        return fl__error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl__describe(t, a),
-                         fl__describe_shape(ndim, shape, b));
+        return fl_error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl_describe(t, a),
+                         fl_describe_shape(ndim, shape, b));
     int64_t padded[FL_MAX_DIMS];
     int lead = ndim - t->ndim;
     for (int i = 0; i < ndim; i++) {
         padded[i] = i < lead ? 1 : t->shape[i - lead];
         if (padded[i] != shape[i] && padded[i] != 1)
-            return fl__error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl__describe(t, a),
-                             fl__describe_shape(ndim, shape, b));
+            return fl_error(FL_ERR_SHAPE, "fl_expand", "cannot broadcast %s to %s", fl_describe(t, a),
+                             fl_describe_shape(ndim, shape, b));
     }
     fl_tensor *base = fl__reshape(t, ndim, padded);
     if (!base)

@@ -15,16 +15,16 @@ typedef enum unary_rule {
 
 static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const fl_tensor *t, unary_rule rule)
 {
-    if (fl__null_args(fn, 1, t))
+    if (fl_null_args(fn, 1, t))
         return NULL;
     fl_dtype in = t->dtype;
     bool is_float = fl_dtype_is_float(in);
     if (in == FL_BOOL && rule != UNARY_LOGICAL && rule != UNARY_FLOAT && rule != UNARY_FLOAT_TEST)
-        return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors");
+        return fl_error(FL_ERR_DTYPE, fn, "is not defined for bool tensors");
     if (!is_float && rule == UNARY_ROUNDING)
-        return fl__out(fl_retain(t));
+        return fl_out(fl_retain(t));
     if (!is_float && rule == UNARY_FLOAT_TEST)
-        return fl__out(fl__full(t->backend, 0, FL_BOOL, t->ndim, t->shape));
+        return fl_out(fl__full(t->backend, 0, FL_BOOL, t->ndim, t->shape));
     fl_dtype compute = rule == UNARY_LOGICAL ? FL_BOOL
                        : rule == UNARY_FLOAT && !is_float ? FL_DEFAULT_FLOAT
                                                            : fl__compute_dtype(in);
@@ -44,7 +44,7 @@ static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const 
         fl_release(out);
         out = narrowed;
     }
-    return fl__out(out);
+    return fl_out(out);
 }
 
 #define UNARY(name, rule) \
@@ -83,18 +83,18 @@ typedef enum binary_rule {
 static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const fl_tensor *a, const fl_tensor *b,
                          binary_rule rule)
 {
-    if (fl__null_args(fn, 2, a, b))
+    if (fl_null_args(fn, 2, a, b))
         return NULL;
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (!fl__same_backend(a, b))
-        return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
-                         a->backend->name, b->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
+                        a->backend->name, b->backend->name);
     fl_dtype common = rule == BINARY_LOGICAL ? FL_BOOL : fl_promote_types(a->dtype, b->dtype);
     if (rule == BINARY_DIVISION && !fl_dtype_is_float(common))
         common = FL_DEFAULT_FLOAT;
     if (rule == BINARY_NO_BOOL && common == FL_BOOL)
-        return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors (%s, %s)", fl__describe(a, da),
-                         fl__describe(b, db));
+        return fl_error(FL_ERR_DTYPE, fn, "is not defined for bool tensors (%s, %s)", fl_describe(a, da),
+                         fl_describe(b, db));
     fl_dtype compute = fl__compute_dtype(common);
     fl_dtype out_dtype = rule == BINARY_COMPARE || rule == BINARY_LOGICAL ? FL_BOOL : compute;
     fl_binary_fn primitive = fl__primitive(fn, a->backend, offset, entry);
@@ -102,19 +102,19 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
         return NULL;
 
     /* The fast path: nothing to broadcast or convert. */
-    if (a->dtype == compute && b->dtype == compute && fl__same_shape(a, b)) {
+    if (a->dtype == compute && b->dtype == compute && fl_same_shape(a, b)) {
         fl_tensor *out = fl__new(a->backend, out_dtype, a->ndim, a->shape);
         if (!out)
             return NULL;
         const fl_tensor *inputs[2] = {a, b};
-        return fl__out(fl__finish(fn, out, primitive(a->backend, out, a, b), 2, inputs));
+        return fl_out(fl__finish(fn, out, primitive(a->backend, out, a, b), 2, inputs));
     }
 
     int ndim;
     int64_t shape[FL_MAX_DIMS];
     if (!fl__broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, &ndim, shape))
-        return fl__error(FL_ERR_SHAPE, fn, "shapes %s and %s do not broadcast", fl__describe(a, da),
-                         fl__describe(b, db));
+        return fl_error(FL_ERR_SHAPE, fn, "shapes %s and %s do not broadcast", fl_describe(a, da),
+                         fl_describe(b, db));
     fl_tensor *ca = fl__cast(a, compute), *cb = ca ? fl__cast(b, compute) : NULL;
     fl_tensor *ea = cb ? fl__expand(ca, ndim, shape) : NULL, *eb = ea ? fl__expand(cb, ndim, shape) : NULL;
     fl_tensor *out = eb ? fl__new(a->backend, out_dtype, ndim, shape) : NULL;
@@ -131,7 +131,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
         fl_release(out);
         out = narrowed;
     }
-    return fl__out(out);
+    return fl_out(out);
 }
 
 #define BINARY(name, rule)                                                  \
@@ -175,12 +175,12 @@ static fl_dtype scalar_dtype(const fl_tensor *t, double value)
 static fl_tensor *with_scalar(const char *fn, fl_tensor *(*op)(const fl_tensor *, const fl_tensor *),
                               const fl_tensor *t, double value)
 {
-    if (fl__null_args(fn, 1, t))
+    if (fl_null_args(fn, 1, t))
         return NULL;
     fl_tensor *s = fl__full(t->backend, value, scalar_dtype(t, value), 0, NULL);
     fl_scope scope = fl_scope_begin();
     fl_tensor *result = s ? op(t, s) : NULL;
-    result = fl__scope_return(scope, result);
+    result = fl_scope_return(scope, result);
     fl_release(s);
     return result;
 }
@@ -201,16 +201,16 @@ SCALAR(minimum, fl_minimum)
 fl_tensor *fl_clamp(const fl_tensor *t, double low, double high)
 {
     if (!(low <= high))
-        return fl__error(FL_ERR_VALUE, "fl_clamp", "low %g must not exceed high %g", low, high);
+        return fl_error(FL_ERR_VALUE, "fl_clamp", "low %g must not exceed high %g", low, high);
     fl_scope scope = fl_scope_begin();
-    return fl__scope_return(scope, fl_minimum_scalar(fl_maximum_scalar(t, low), high));
+    return fl_scope_return(scope, fl_minimum_scalar(fl_maximum_scalar(t, low), high));
 }
 
 fl_tensor *fl_square(const fl_tensor *t) { return fl_mul(t, t); }
 
 fl_tensor *fl_reciprocal(const fl_tensor *t)
 {
-    if (fl__null_args("fl_reciprocal", 1, t))
+    if (fl_null_args("fl_reciprocal", 1, t))
         return NULL;
     fl_tensor *one = fl__full(t->backend, 1, fl_dtype_is_float(t->dtype) ? t->dtype : FL_DEFAULT_FLOAT, 0, NULL);
     fl_tensor *result = fl_div(one, t);

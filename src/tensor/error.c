@@ -67,7 +67,7 @@ static void record(fl_status status, const char *fn, const char *fmt, va_list ap
         error_handler(status, last_message, error_handler_user);
 }
 
-void *fl__error(fl_status status, const char *fn, const char *fmt, ...)
+void *fl_error(fl_status status, const char *fn, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -97,7 +97,7 @@ fl_status fl__take_backend_error(char *message, size_t size)
     return status;
 }
 
-const char *fl__describe_shape(int ndim, const int64_t *shape, char *buf)
+const char *fl_describe_shape(int ndim, const int64_t *shape, char *buf)
 {
     size_t n = 0;
     buf[n++] = '[';
@@ -107,19 +107,19 @@ const char *fl__describe_shape(int ndim, const int64_t *shape, char *buf)
     return buf;
 }
 
-const char *fl__describe(const fl_tensor *t, char *buf)
+const char *fl_describe(const fl_tensor *t, char *buf)
 {
     if (!t) {
         snprintf(buf, FL_DESC_SIZE, "NULL");
         return buf;
     }
     char shape[FL_DESC_SIZE];
-    fl__describe_shape(t->ndim, t->shape, shape);
+    fl_describe_shape(t->ndim, t->shape, shape);
     snprintf(buf, FL_DESC_SIZE, "%s%s", fl_dtype_name(t->dtype), shape);
     return buf;
 }
 
-bool fl__null_args(const char *fn, int count, ...)
+bool fl_null_args(const char *fn, int count, ...)
 {
     va_list ap;
     va_start(ap, count);
@@ -131,6 +131,6 @@ bool fl__null_args(const char *fn, int count, ...)
     if (missing < 0)
         return false;
     if (last_status == FL_OK)
-        fl__error(FL_ERR_NULL, fn, "argument %d is NULL", missing + 1);
+        fl_error(FL_ERR_NULL, fn, "argument %d is NULL", missing + 1);
     return true;
 }

@@ -55,24 +55,24 @@ static fl_tensor *gelu(const char *fn, const fl_tensor *x, const fl_tensor *dy, 
                          memcmp(dy->shape, x->shape, (size_t)x->ndim * sizeof *x->shape) == 0));
     if (!fits) {
         fl_scope scope = fl_scope_begin();
-        return fl__scope_return(scope, dy ? gelu_grad_composed(x, dy, approximate) : gelu_composed(x, approximate));
+        return fl_scope_return(scope, dy ? gelu_grad_composed(x, dy, approximate) : gelu_composed(x, approximate));
     }
     fl__begin("gelu");
     fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
     const fl_tensor *inputs[2] = {x, dy};
-    return y ? fl__out(fl__finish(fn, y, fused(x->backend, y, x, dy, approximate), dy ? 2 : 1, inputs)) : NULL;
+    return y ? fl_out(fl__finish(fn, y, fused(x->backend, y, x, dy, approximate), dy ? 2 : 1, inputs)) : NULL;
 }
 
 static bool valid(const char *fn, const fl_tensor *x, const fl_tensor *dy)
 {
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (!fl_dtype_is_float(x->dtype)) {
-        fl__error(FL_ERR_DTYPE, fn, "GELU takes a float tensor, got %s", fl__describe(x, a));
+        fl_error(FL_ERR_DTYPE, fn, "GELU takes a float tensor, got %s", fl_describe(x, a));
         return false;
     }
-    if (dy && (dy->dtype != x->dtype || !fl__same_shape(x, dy))) {
-        fl__error(FL_ERR_SHAPE, fn, "the gradient %s does not match the input %s", fl__describe(dy, b),
-                  fl__describe(x, a));
+    if (dy && (dy->dtype != x->dtype || !fl_same_shape(x, dy))) {
+        fl_error(FL_ERR_SHAPE, fn, "the gradient %s does not match the input %s", fl_describe(dy, b),
+                  fl_describe(x, a));
         return false;
     }
     return true;
@@ -80,14 +80,14 @@ static bool valid(const char *fn, const fl_tensor *x, const fl_tensor *dy)
 
 fl_tensor *fl_gelu(const fl_tensor *x, bool approximate)
 {
-    if (fl__null_args("fl_gelu", 1, x) || !valid("fl_gelu", x, NULL))
+    if (fl_null_args("fl_gelu", 1, x) || !valid("fl_gelu", x, NULL))
         return NULL;
     return gelu("fl_gelu", x, NULL, approximate);
 }
 
 fl_tensor *fl_gelu_backward(const fl_tensor *x, const fl_tensor *dy, bool approximate)
 {
-    if (fl__null_args("fl_gelu_backward", 2, x, dy) || !valid("fl_gelu_backward", x, dy))
+    if (fl_null_args("fl_gelu_backward", 2, x, dy) || !valid("fl_gelu_backward", x, dy))
         return NULL;
     return gelu("fl_gelu_backward", x, dy, approximate);
 }

@@ -45,15 +45,15 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
 {
     char buf[FL_DESC_SIZE];
     if (count < 0 || (count > 0 && !index)) {
-        fl__error(FL_ERR_VALUE, fn, "invalid index of %d entries", count);
+        fl_error(FL_ERR_VALUE, fn, "invalid index of %d entries", count);
         return false;
     }
     int consumed = 0;
     for (int i = 0; i < count; i++)
         consumed += index[i].kind != FL_INDEX_NEW;
     if (consumed > t->ndim) {
-        fl__error(FL_ERR_INDEX, fn, "too many indices: %d for the %d axes of %s", consumed, t->ndim,
-                  fl__describe(t, buf));
+        fl_error(FL_ERR_INDEX, fn, "too many indices: %d for the %d axes of %s", consumed, t->ndim,
+                  fl_describe(t, buf));
         return false;
     }
     s->whole = true;
@@ -62,11 +62,11 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
     for (int i = 0; i < count || axis < t->ndim; i++) {
         fl_index_item item = i < count ? index[i] : FL_SPAN;
         if ((unsigned)item.kind > FL_INDEX_NEW) {
-            fl__error(FL_ERR_VALUE, fn, "entry %d of the index has an unknown kind (%d)", i, (int)item.kind);
+            fl_error(FL_ERR_VALUE, fn, "entry %d of the index has an unknown kind (%d)", i, (int)item.kind);
             return false;
         }
         if (item.kind != FL_INDEX_AT && s->ndim == FL_MAX_DIMS) {
-            fl__error(FL_ERR_SHAPE, fn, "the result would have more than %d dimensions", FL_MAX_DIMS);
+            fl_error(FL_ERR_SHAPE, fn, "the result would have more than %d dimensions", FL_MAX_DIMS);
             return false;
         }
         int64_t size = item.kind == FL_INDEX_NEW ? 1 : t->shape[axis];
@@ -82,7 +82,7 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
             break;
         case FL_INDEX_RANGE:
             if (item.step == 0) {
-                fl__error(FL_ERR_VALUE, fn, "the step of the range on axis %d is zero", axis);
+                fl_error(FL_ERR_VALUE, fn, "the step of the range on axis %d is zero", axis);
                 return false;
             }
             resolve_range(item.start, item.stop, item.step, size, &s->start[axis], &s->region[axis]);
@@ -92,8 +92,8 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
         case FL_INDEX_AT: {
             int64_t at = item.start < 0 ? item.start + size : item.start;
             if (at < 0 || at >= size) {
-                fl__error(FL_ERR_INDEX, fn, "index %lld is out of range for axis %d of size %lld (%s)",
-                          (long long)item.start, axis, (long long)size, fl__describe(t, buf));
+                fl_error(FL_ERR_INDEX, fn, "index %lld is out of range for axis %d of size %lld (%s)",
+                          (long long)item.start, axis, (long long)size, fl_describe(t, buf));
                 return false;
             }
             s->start[axis] = at;
@@ -128,23 +128,23 @@ static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection 
 fl_tensor *fl_index(const fl_tensor *t, const fl_index_item *index, int count)
 {
     selection s;
-    if (fl__null_args("fl_index", 1, t) || !select_index("fl_index", t, index, count, &s))
+    if (fl_null_args("fl_index", 1, t) || !select_index("fl_index", t, index, count, &s))
         return NULL;
     fl_tensor *region = region_of("fl_index", t, &s);
     fl_tensor *out = region ? fl__reshape(region, s.ndim, s.shape) : NULL;
     fl_release(region);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int count, const fl_tensor *value)
 {
     const char *fn = "fl_index_assign";
     selection s;
-    if (fl__null_args(fn, 2, t, value) || !select_index(fn, t, index, count, &s))
+    if (fl_null_args(fn, 2, t, value) || !select_index(fn, t, index, count, &s))
         return NULL;
     if (!fl__same_backend(value, t))
-        return fl__error(FL_ERR_VALUE, fn, "the tensor and the value live on different backends (%s and %s)",
-                         t->backend->name, value->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "the tensor and the value live on different backends (%s and %s)",
+                        t->backend->name, value->backend->name);
     /* The value broadcasts to the indexed shape; leading size-1 axes beyond it are
      * dropped first, as NumPy does. */
     int lead = 0;
@@ -157,8 +157,8 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     }
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], c[FL_DESC_SIZE];
     if (!fits)
-        return fl__error(FL_ERR_SHAPE, fn, "cannot assign %s to the region %s of %s", fl__describe(value, a),
-                         fl__describe_shape(s.ndim, s.shape, b), fl__describe(t, c));
+        return fl_error(FL_ERR_SHAPE, fn, "cannot assign %s to the region %s of %s", fl_describe(value, a),
+                         fl_describe_shape(s.ndim, s.shape, b), fl_describe(t, c));
     FL_ENTRY_TYPE(update_slice) update_slice =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(update_slice), "update_slice");
     if (!update_slice)
@@ -176,7 +176,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     fl_release(cast);
     fl_release(expanded);
     fl_release(source);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 /* ---- where ---- */
@@ -184,18 +184,18 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
 fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *b)
 {
     const char *fn = "fl_where";
-    if (fl__null_args(fn, 3, cond, a, b))
+    if (fl_null_args(fn, 3, cond, a, b))
         return NULL;
     char dc[FL_DESC_SIZE], da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (!fl__same_backend(a, cond) || !fl__same_backend(b, cond))
-        return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", cond->backend->name,
-                         a->backend->name, b->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", cond->backend->name,
+                        a->backend->name, b->backend->name);
     int pair_ndim, ndim;
     int64_t pair[FL_MAX_DIMS], shape[FL_MAX_DIMS];
     if (!fl__broadcast_shapes(cond->ndim, cond->shape, a->ndim, a->shape, &pair_ndim, pair) ||
         !fl__broadcast_shapes(pair_ndim, pair, b->ndim, b->shape, &ndim, shape))
-        return fl__error(FL_ERR_SHAPE, fn, "shapes %s, %s and %s do not broadcast", fl__describe(cond, dc),
-                         fl__describe(a, da), fl__describe(b, db));
+        return fl_error(FL_ERR_SHAPE, fn, "shapes %s, %s and %s do not broadcast", fl_describe(cond, dc),
+                         fl_describe(a, da), fl_describe(b, db));
     FL_ENTRY_TYPE(where) primitive =
         fl__primitive(fn, cond->backend, FL_PRIMITIVE(where), "where");
     if (!primitive)
@@ -216,7 +216,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
         fl_release(operands[i]);
         fl_release(expanded[i]);
     }
-    return fl__out(out);
+    return fl_out(out);
 }
 
 /* ---- index tensors ---- */
@@ -228,14 +228,14 @@ static fl_tensor *checked_index(const char *fn, const fl_tensor *index, const fl
 {
     char di[FL_DESC_SIZE], dt[FL_DESC_SIZE];
     if (!fl_dtype_is_integer(index->dtype))
-        return fl__error(FL_ERR_DTYPE, fn, "the index must be an integer tensor, got %s", fl__describe(index, di));
+        return fl_error(FL_ERR_DTYPE, fn, "the index must be an integer tensor, got %s", fl_describe(index, di));
     fl_tensor *wide = fl__cast(index, FL_I64);
     if (!wide || wide->numel == 0)
         return wide;
     int64_t *values = malloc((size_t)wide->numel * sizeof *values);
     if (!values) {
         fl_release(wide);
-        return fl__error(FL_ERR_MEMORY, fn, "no memory to check %lld indices", (long long)wide->numel);
+        return fl_error(FL_ERR_MEMORY, fn, "no memory to check %lld indices", (long long)wide->numel);
     }
     fl_status status = fl_to_host(wide, values, (size_t)wide->numel * sizeof *values);
     int64_t bad = -1;
@@ -251,10 +251,10 @@ static fl_tensor *checked_index(const char *fn, const fl_tensor *index, const fl
     if (status != FL_ERR_INDEX)
         return NULL; /* fl_to_host recorded why */
     if (axis < 0)
-        return fl__error(FL_ERR_INDEX, fn, "index %lld is %s (%lld classes; index %s)", (long long)bad,
-                         bad < 0 ? "negative" : "out of range", (long long)size, fl__describe(index, di));
-    return fl__error(FL_ERR_INDEX, fn, "index %lld is out of range for axis %d of size %lld (input %s, index %s)",
-                     (long long)bad, axis, (long long)size, fl__describe(t, dt), fl__describe(index, di));
+        return fl_error(FL_ERR_INDEX, fn, "index %lld is %s (%lld classes; index %s)", (long long)bad,
+                         bad < 0 ? "negative" : "out of range", (long long)size, fl_describe(index, di));
+    return fl_error(FL_ERR_INDEX, fn, "index %lld is out of range for axis %d of size %lld (input %s, index %s)",
+                     (long long)bad, axis, (long long)size, fl_describe(t, dt), fl_describe(index, di));
 }
 
 /* torch's shape rules for gather and scatter_add: index has as many axes as bound and
@@ -264,14 +264,14 @@ static bool index_fits(const char *fn, const fl_tensor *index, const fl_tensor *
 {
     char di[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (index->ndim != bound->ndim) {
-        fl__error(FL_ERR_SHAPE, fn, "index %s must have as many axes as %s %s", fl__describe(index, di), bound_name,
-                  fl__describe(bound, db));
+        fl_error(FL_ERR_SHAPE, fn, "index %s must have as many axes as %s %s", fl_describe(index, di), bound_name,
+                  fl_describe(bound, db));
         return false;
     }
     for (int d = 0; d < index->ndim; d++)
         if (!(skip_axis && d == axis) && index->shape[d] > bound->shape[d]) {
-            fl__error(FL_ERR_SHAPE, fn, "index %s is larger than %s %s along axis %d", fl__describe(index, di),
-                      bound_name, fl__describe(bound, db), d);
+            fl_error(FL_ERR_SHAPE, fn, "index %s is larger than %s %s along axis %d", fl_describe(index, di),
+                      bound_name, fl_describe(bound, db), d);
             return false;
         }
     return true;
@@ -281,11 +281,11 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
 {
     const char *fn = "fl_gather";
     int ax;
-    if (fl__null_args(fn, 2, t, index) || !fl__axis(fn, axis, t->ndim, &ax))
+    if (fl_null_args(fn, 2, t, index) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
     if (!fl__same_backend(index, t))
-        return fl__error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
-                         t->backend->name, index->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
+                        t->backend->name, index->backend->name);
     if (!index_fits(fn, index, t, "the input", ax, true))
         return NULL;
     FL_ENTRY_TYPE(gather) primitive =
@@ -297,7 +297,7 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
     }
     fl_release(wide);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 /* src is cast to t's dtype (torch requires them equal); f16 and bf16 add in f32, and
@@ -306,11 +306,11 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
 {
     const char *fn = "fl_scatter_add";
     int ax;
-    if (fl__null_args(fn, 3, t, index, src) || !fl__axis(fn, axis, t->ndim, &ax))
+    if (fl_null_args(fn, 3, t, index, src) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
     if (!fl__same_backend(index, t) || !fl__same_backend(src, t))
-        return fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", t->backend->name,
-                         index->backend->name, src->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", t->backend->name,
+                        index->backend->name, src->backend->name);
     if (!index_fits(fn, index, t, "the input", ax, true) || !index_fits(fn, index, src, "the source", ax, false))
         return NULL;
     FL_ENTRY_TYPE(scatter_add) primitive =
@@ -330,24 +330,24 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         out = fl__new(t->backend, compute, t->ndim, t->shape);
     if (out) {
         const fl_tensor *inputs[3] = {base, wide, values};
-        out = fl__out(fl__finish(fn, out, primitive(t->backend, out, base, ax, wide, values), 3, inputs));
+        out = fl_out(fl__finish(fn, out, primitive(t->backend, out, base, ax, wide, values), 3, inputs));
     }
     fl_release(wide);
-    return fl__scope_return(scope, fl_cast(out, t->dtype));
+    return fl_scope_return(scope, fl_cast(out, t->dtype));
 }
 
 fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
 {
     const char *fn = "fl_index_select";
     int ax;
-    if (fl__null_args(fn, 2, t, index) || !fl__axis(fn, axis, t->ndim, &ax))
+    if (fl_null_args(fn, 2, t, index) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
     char di[FL_DESC_SIZE];
     if (!fl__same_backend(index, t))
-        return fl__error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
-                         t->backend->name, index->backend->name);
+        return fl_error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
+                        t->backend->name, index->backend->name);
     if (index->ndim > 1)
-        return fl__error(FL_ERR_SHAPE, fn, "the index must be 1-D, got %s", fl__describe(index, di));
+        return fl_error(FL_ERR_SHAPE, fn, "the index must be 1-D, got %s", fl_describe(index, di));
     FL_ENTRY_TYPE(index_select) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(index_select), "index_select");
     fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
@@ -360,23 +360,23 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
     }
     fl_release(wide);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 /* Composed: index[..., None] == arange(num_classes). */
 fl_tensor *fl_one_hot(const fl_tensor *index, int64_t num_classes, fl_dtype dtype)
 {
     const char *fn = "fl_one_hot";
-    if (fl__null_args(fn, 1, index))
+    if (fl_null_args(fn, 1, index))
         return NULL;
     char di[FL_DESC_SIZE];
     if ((unsigned)dtype >= FL_DTYPE_COUNT)
-        return fl__error(FL_ERR_DTYPE, fn, "invalid dtype %d", (int)dtype);
+        return fl_error(FL_ERR_DTYPE, fn, "invalid dtype %d", (int)dtype);
     if (num_classes < 0)
-        return fl__error(FL_ERR_VALUE, fn, "num_classes must not be negative, got %lld", (long long)num_classes);
+        return fl_error(FL_ERR_VALUE, fn, "num_classes must not be negative, got %lld", (long long)num_classes);
     if (index->ndim == FL_MAX_DIMS)
-        return fl__error(FL_ERR_SHAPE, fn, "%s has no room for the class axis (at most %d dimensions)",
-                         fl__describe(index, di), FL_MAX_DIMS);
+        return fl_error(FL_ERR_SHAPE, fn, "%s has no room for the class axis (at most %d dimensions)",
+                         fl_describe(index, di), FL_MAX_DIMS);
     fl_tensor *wide = checked_index(fn, index, NULL, -1, num_classes);
     if (!wide)
         return NULL;
@@ -385,11 +385,11 @@ fl_tensor *fl_one_hot(const fl_tensor *index, int64_t num_classes, fl_dtype dtyp
     shape[index->ndim] = num_classes;
     if (index->numel == 0 || num_classes == 0) {
         fl_release(wide);
-        return fl__out(fl__full(index->backend, 0, dtype, index->ndim + 1, shape));
+        return fl_out(fl__full(index->backend, 0, dtype, index->ndim + 1, shape));
     }
     fl_scope scope = fl_scope_begin();
     fl_tensor *classes = fl_to_backend(fl_arange(0, (double)num_classes, 1, FL_I64), index->backend->name);
     fl_tensor *hot = fl_cast(fl_eq(fl_unsqueeze(wide, -1), classes), dtype);
     fl_release(wide);
-    return fl__scope_return(scope, hot);
+    return fl_scope_return(scope, hot);
 }

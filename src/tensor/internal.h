@@ -3,8 +3,10 @@
  * argument checks, broadcasting and the dispatch of a primitive.
  *
  * Convention: functions named fl__* return references the caller owns (never
- * registered in a scope); public functions wrap them with fl__out(), which hands the
- * result to the innermost scope if one is open.
+ * registered in a scope); public functions wrap them with fl_out (extension.h), which
+ * hands the result to the innermost scope if one is open. What code outside the
+ * tensor layer needs to behave like it (errors, argument checks, results) is public,
+ * in extension.h.
  */
 #ifndef FLARE_TENSOR_INTERNAL_H
 #define FLARE_TENSOR_INTERNAL_H
@@ -14,6 +16,7 @@
 #include <stdint.h>
 
 #include "flare/backend.h"
+#include "flare/extension.h"
 #include "flare/memory.h"
 #include "flare/tensor.h"
 
@@ -26,34 +29,15 @@
 static inline fl_tensor *fl__mutable(const fl_tensor *t) { return (fl_tensor *)(uintptr_t)t; }
 
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
-/* Registers t with the innermost open scope, if any; passes NULL through. */
-fl_tensor *fl__out(fl_tensor *t);
 
 /* ---- errors ---- */
 
-/* Records "fn: message" unless an error is already recorded. Returns NULL. */
-void *fl__error(fl_status status, const char *fn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The status and message a backend left with fl_backend_error, cleared on read. */
 fl_status fl__take_backend_error(char *message, size_t size);
-/* Formats t as "f32[2, 3]" into buf (at least FL_DESC_SIZE bytes). */
-#define FL_DESC_SIZE 96
-const char *fl__describe(const fl_tensor *t, char *buf);
-const char *fl__describe_shape(int ndim, const int64_t *shape, char *buf);
-
-/* True if any of the count tensors is NULL. If no error is recorded yet (the caller
- * passed NULL itself) it records FL_ERR_NULL naming fn; otherwise the NULL is the
- * result of an earlier failure and is propagated silently. */
-bool fl__null_args(const char *fn, int count, ...);
-
-/* Normalizes a possibly negative axis into [0, ndim); false (and an error) if out of range. */
-bool fl__axis(const char *fn, int axis, int ndim, int *out);
-/* Builds the bit mask of axes (NULL/0 = all); false on a bad or repeated axis. */
-bool fl__axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask);
 
 /* NumPy broadcasting of two shapes into out (FL_MAX_DIMS entries). */
 bool fl__broadcast_shapes(int andim, const int64_t *ashape, int bndim, const int64_t *bshape, int *ndim,
                           int64_t *out);
-bool fl__same_shape(const fl_tensor *a, const fl_tensor *b);
 /* True if a and b can meet in one operation: they live on one backend. */
 bool fl__same_backend(const fl_tensor *a, const fl_tensor *b);
 
@@ -102,13 +86,6 @@ int fl__batch_norm(fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var, cons
 int fl__batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias, const fl_tensor *dy,
                             const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
                             const fl_tensor *weight, bool training);
-
-/* ---- composites ---- */
-
-/* Composite functions are written like user code inside a private scope;
- * fl__scope_return keeps the result, ends the scope and hands the result to the
- * caller's scope. */
-fl_tensor *fl__scope_return(fl_scope scope, fl_tensor *result);
 
 /* ---- random ---- */
 

@@ -14,15 +14,15 @@
 #include "internal.h"
 
 /* Every intermediate made here goes into a private scope through `own`; the caller's
- * result leaves it with fl__scope_return. */
-static fl_tensor *own(fl_tensor *t) { return fl__out(t); }
+ * result leaves it with fl_scope_return. */
+static fl_tensor *own(fl_tensor *t) { return fl_out(t); }
 
 static bool same_backend(const char *fn, const fl_tensor *a, const fl_tensor *b)
 {
     if (fl__same_backend(a, b))
         return true;
-    fl__error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
-              a->backend->name, b->backend->name);
+    fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
+             a->backend->name, b->backend->name);
     return false;
 }
 
@@ -69,8 +69,8 @@ static fl_tensor *matmul_batched(const fl_tensor *a, const fl_tensor *b)
     int64_t shape[FL_MAX_DIMS], a_shape[FL_MAX_DIMS], b_shape[FL_MAX_DIMS];
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (!fl__broadcast_shapes(a->ndim - 2, a->shape, b->ndim - 2, b->shape, &ndim, shape))
-        return fl__error(FL_ERR_SHAPE, fn, "batch dimensions of %s and %s do not broadcast", fl__describe(a, da),
-                         fl__describe(b, db));
+        return fl_error(FL_ERR_SHAPE, fn, "batch dimensions of %s and %s do not broadcast", fl_describe(a, da),
+                         fl_describe(b, db));
     memcpy(a_shape, shape, sizeof shape);
     memcpy(b_shape, shape, sizeof shape);
     a_shape[ndim] = M, a_shape[ndim + 1] = K;
@@ -86,20 +86,20 @@ static fl_tensor *matmul_batched(const fl_tensor *a, const fl_tensor *b)
 fl_tensor *fl_matmul(const fl_tensor *a, const fl_tensor *b)
 {
     const char *fn = "fl_matmul";
-    if (fl__null_args(fn, 2, a, b) || !same_backend(fn, a, b))
+    if (fl_null_args(fn, 2, a, b) || !same_backend(fn, a, b))
         return NULL;
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (a->ndim == 0 || b->ndim == 0)
-        return fl__error(FL_ERR_SHAPE, fn, "both operands need at least one dimension, got %s and %s",
-                         fl__describe(a, da), fl__describe(b, db));
+        return fl_error(FL_ERR_SHAPE, fn, "both operands need at least one dimension, got %s and %s",
+                         fl_describe(a, da), fl_describe(b, db));
     fl_dtype result = fl_promote_types(a->dtype, b->dtype);
     if (result == FL_BOOL)
-        return fl__error(FL_ERR_DTYPE, fn, "is not defined for bool tensors (%s, %s)", fl__describe(a, da),
-                         fl__describe(b, db));
+        return fl_error(FL_ERR_DTYPE, fn, "is not defined for bool tensors (%s, %s)", fl_describe(a, da),
+                         fl_describe(b, db));
     int64_t K = a->shape[a->ndim - 1], Kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
     if (K != Kb)
-        return fl__error(FL_ERR_SHAPE, fn, "inner dimensions do not match: %s @ %s (%lld != %lld)",
-                         fl__describe(a, da), fl__describe(b, db), (long long)K, (long long)Kb);
+        return fl_error(FL_ERR_SHAPE, fn, "inner dimensions do not match: %s @ %s (%lld != %lld)",
+                         fl_describe(a, da), fl_describe(b, db), (long long)K, (long long)Kb);
     fl_dtype compute = fl_dtype_is_float(result) ? fl__compute_dtype(result) : FL_F64;
 
     fl_scope scope = fl_scope_begin();
@@ -123,7 +123,7 @@ fl_tensor *fl_matmul(const fl_tensor *a, const fl_tensor *b)
     }
     if (product && result != compute)
         product = own(fl__cast(product, result));
-    return fl__scope_return(scope, product);
+    return fl_scope_return(scope, product);
 }
 
 /* ---- convolution ---- */
@@ -135,8 +135,8 @@ static bool resolve_conv_params(const char *fn, const fl_conv_params *p, fl_conv
         p = &defaults;
     for (int i = 0; i < 2; i++) {
         if (p->stride[i] < 0 || p->dilation[i] < 0 || p->padding[i] < 0) {
-            fl__error(FL_ERR_VALUE, fn, "stride, padding and dilation must not be negative (stride {%d, %d}, "
-                      "padding {%d, %d}, dilation {%d, %d})", p->stride[0], p->stride[1], p->padding[0],
+            fl_error(FL_ERR_VALUE, fn, "stride, padding and dilation must not be negative (stride {%d, %d}, "
+                     "padding {%d, %d}, dilation {%d, %d})", p->stride[0], p->stride[1], p->padding[0],
                       p->padding[1], p->dilation[0], p->dilation[1]);
             return false;
         }
@@ -145,7 +145,7 @@ static bool resolve_conv_params(const char *fn, const fl_conv_params *p, fl_conv
         d->padding[i] = p->padding[i];
     }
     if (p->groups < 0) {
-        fl__error(FL_ERR_VALUE, fn, "groups must be positive, got %d", p->groups);
+        fl_error(FL_ERR_VALUE, fn, "groups must be positive, got %d", p->groups);
         return false;
     }
     d->groups = p->groups ? p->groups : 1;
@@ -169,13 +169,13 @@ static bool conv_output_shape(const char *fn, const int64_t *x, const int64_t *w
                               const char *x_shown, const char *w_shown, int64_t *y)
 {
     if (x[1] != w[1] * d->groups) {
-        fl__error(FL_ERR_SHAPE, fn, "weight %s with groups=%d expects an input with %lld channels, got %s", w_shown,
-                  d->groups, (long long)(w[1] * d->groups), x_shown);
+        fl_error(FL_ERR_SHAPE, fn, "weight %s with groups=%d expects an input with %lld channels, got %s", w_shown,
+                 d->groups, (long long)(w[1] * d->groups), x_shown);
         return false;
     }
     if (w[0] % d->groups != 0) {
-        fl__error(FL_ERR_SHAPE, fn, "weight %s has %lld output channels, not divisible by groups=%d", w_shown,
-                  (long long)w[0], d->groups);
+        fl_error(FL_ERR_SHAPE, fn, "weight %s has %lld output channels, not divisible by groups=%d", w_shown,
+                 (long long)w[0], d->groups);
         return false;
     }
     y[0] = x[0];
@@ -184,8 +184,8 @@ static bool conv_output_shape(const char *fn, const int64_t *x, const int64_t *w
         int64_t padded = x[2 + i] + 2 * (int64_t)d->padding[i];
         int64_t extent = (int64_t)d->dilation[i] * (w[2 + i] - 1) + 1;
         if (w[2 + i] < 1 || extent > padded) {
-            fl__error(FL_ERR_SHAPE, fn, "kernel %s (dilated extent %lld) is larger than the padded input %s "
-                      "(padding %d)", w_shown, (long long)extent, x_shown, d->padding[i]);
+            fl_error(FL_ERR_SHAPE, fn, "kernel %s (dilated extent %lld) is larger than the padded input %s "
+                     "(padding %d)", w_shown, (long long)extent, x_shown, d->padding[i]);
             return false;
         }
         y[2 + i] = (padded - extent) / d->stride[i] + 1;
@@ -198,8 +198,8 @@ static bool conv_dtypes(const char *fn, const fl_tensor *a, const fl_tensor *b)
 {
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (!fl_dtype_is_float(a->dtype) || a->dtype != b->dtype) {
-        fl__error(FL_ERR_DTYPE, fn, "needs floating-point operands of one dtype, got %s and %s", fl__describe(a, da),
-                  fl__describe(b, db));
+        fl_error(FL_ERR_DTYPE, fn, "needs floating-point operands of one dtype, got %s and %s", fl_describe(a, da),
+                  fl_describe(b, db));
         return false;
     }
     return true;
@@ -210,20 +210,20 @@ static bool check_ndim(const char *fn, const char *what, const fl_tensor *t, int
     char buf[FL_DESC_SIZE];
     if (t->ndim == ndim)
         return true;
-    fl__error(FL_ERR_SHAPE, fn, "%s must have %d dimensions, got %s", what, ndim, fl__describe(t, buf));
+    fl_error(FL_ERR_SHAPE, fn, "%s must have %d dimensions, got %s", what, ndim, fl_describe(t, buf));
     return false;
 }
 
 static bool check_shape_arg(const char *fn, const char *what, const int64_t *shape, int ndim)
 {
     if (!shape) {
-        fl__error(FL_ERR_NULL, fn, "%s is NULL", what);
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", what);
         return false;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0) {
             char buf[FL_DESC_SIZE];
-            fl__error(FL_ERR_SHAPE, fn, "%s %s has a negative size", what, fl__describe_shape(ndim, shape, buf));
+            fl_error(FL_ERR_SHAPE, fn, "%s %s has a negative size", what, fl_describe_shape(ndim, shape, buf));
             return false;
         }
     return true;
@@ -234,8 +234,8 @@ static bool same_shape_as(const char *fn, const char *what, const fl_tensor *t, 
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (t->ndim == ndim && memcmp(t->shape, expected, (size_t)ndim * sizeof *expected) == 0)
         return true;
-    fl__error(FL_ERR_SHAPE, fn, "%s is %s; the convolution's output shape is %s", what, fl__describe(t, a),
-              fl__describe_shape(ndim, expected, b));
+    fl_error(FL_ERR_SHAPE, fn, "%s is %s; the convolution's output shape is %s", what, fl_describe(t, a),
+              fl_describe_shape(ndim, expected, b));
     return false;
 }
 
@@ -267,7 +267,7 @@ static fl_tensor *convolve(const char *fn, conv_op op, const fl_tensor *a, const
                            const int64_t *given_shape, const fl_conv_params *params, int spatial)
 {
     static const char *operand_names[][2] = {{"x", "weight"}, {"dy", "weight"}, {"x", "dy"}};
-    if (fl__null_args(fn, 2, a, b) || !same_backend(fn, a, b))
+    if (fl_null_args(fn, 2, a, b) || !same_backend(fn, a, b))
         return NULL;
     int ndim = spatial + 2;
     fl_conv2d_desc d;
@@ -297,13 +297,13 @@ static fl_tensor *convolve(const char *fn, conv_op op, const fl_tensor *a, const
     const int64_t *w = op == CONV_FORWARD ? shapes[1] : op == CONV_BACKWARD_INPUT ? shapes[1] : given4;
     char x_shown[FL_DESC_SIZE], w_shown[FL_DESC_SIZE];
     if (op == CONV_BACKWARD_INPUT)
-        fl__describe_shape(ndim, given_shape, x_shown);
+        fl_describe_shape(ndim, given_shape, x_shown);
     else
-        fl__describe(a, x_shown);
+        fl_describe(a, x_shown);
     if (op == CONV_BACKWARD_WEIGHT)
-        fl__describe_shape(ndim, given_shape, w_shown);
+        fl_describe_shape(ndim, given_shape, w_shown);
     else
-        fl__describe(b, w_shown);
+        fl_describe(b, w_shown);
     int64_t y[4];
     if (!conv_output_shape(fn, x, w, &d, x_shown, w_shown, y))
         return NULL;
@@ -319,7 +319,7 @@ static fl_tensor *convolve(const char *fn, conv_op op, const fl_tensor *a, const
     fl_tensor *out = b4 ? conv_dispatch(fn, op, a4, b4, &d, out4) : NULL;
     if (out && spatial == 1)
         out = own(fl__reshape(out, 3, (int64_t[]){out4[0], out4[1], out4[3]}));
-    return fl__scope_return(scope, out);
+    return fl_scope_return(scope, out);
 }
 
 fl_tensor *fl_conv2d(const fl_tensor *x, const fl_tensor *weight, const fl_conv_params *params)
@@ -374,17 +374,17 @@ static bool resolve_pool(const char *fn, const fl_tensor *x, const fl_pool_param
 {
     char buf[FL_DESC_SIZE];
     if (!p) {
-        fl__error(FL_ERR_NULL, fn, "params is NULL (the kernel size has no default)");
+        fl_error(FL_ERR_NULL, fn, "params is NULL (the kernel size has no default)");
         return false;
     }
     if (p->kind != FL_POOL_MAX && p->kind != FL_POOL_AVG) {
-        fl__error(FL_ERR_VALUE, fn, "unknown pooling kind %d", (int)p->kind);
+        fl_error(FL_ERR_VALUE, fn, "unknown pooling kind %d", (int)p->kind);
         return false;
     }
     if (!check_ndim(fn, "x", x, 4))
         return false;
     if (!fl_dtype_is_float(x->dtype)) {
-        fl__error(FL_ERR_DTYPE, fn, "needs a floating-point input, got %s", fl__describe(x, buf));
+        fl_error(FL_ERR_DTYPE, fn, "needs a floating-point input, got %s", fl_describe(x, buf));
         return false;
     }
     d->kind = p->kind;
@@ -393,14 +393,14 @@ static bool resolve_pool(const char *fn, const fl_tensor *x, const fl_pool_param
     y[1] = x->shape[1];
     for (int i = 0; i < 2; i++) {
         if (p->kernel[i] <= 0 || p->stride[i] < 0 || p->padding[i] < 0) {
-            fl__error(FL_ERR_VALUE, fn, "kernel {%d, %d} must be positive and stride {%d, %d} and padding {%d, %d} "
-                      "not negative", p->kernel[0], p->kernel[1], p->stride[0], p->stride[1], p->padding[0],
-                      p->padding[1]);
+            fl_error(FL_ERR_VALUE, fn, "kernel {%d, %d} must be positive and stride {%d, %d} and padding {%d, %d} "
+                     "not negative", p->kernel[0], p->kernel[1], p->stride[0], p->stride[1], p->padding[0],
+                     p->padding[1]);
             return false;
         }
         if (p->padding[i] > p->kernel[i] / 2) {
-            fl__error(FL_ERR_VALUE, fn, "padding {%d, %d} must be at most half of the kernel {%d, %d}",
-                      p->padding[0], p->padding[1], p->kernel[0], p->kernel[1]);
+            fl_error(FL_ERR_VALUE, fn, "padding {%d, %d} must be at most half of the kernel {%d, %d}",
+                     p->padding[0], p->padding[1], p->kernel[0], p->kernel[1]);
             return false;
         }
         d->kernel[i] = p->kernel[i];
@@ -408,8 +408,8 @@ static bool resolve_pool(const char *fn, const fl_tensor *x, const fl_pool_param
         d->padding[i] = p->padding[i];
         y[2 + i] = pooled_size(x->shape[2 + i], d->kernel[i], d->stride[i], d->padding[i], p->ceil_mode);
         if (y[2 + i] < 1) {
-            fl__error(FL_ERR_SHAPE, fn, "kernel {%d, %d} is larger than the padded input %s (padding {%d, %d})",
-                      p->kernel[0], p->kernel[1], fl__describe(x, buf), p->padding[0], p->padding[1]);
+            fl_error(FL_ERR_SHAPE, fn, "kernel {%d, %d} is larger than the padded input %s (padding {%d, %d})",
+                      p->kernel[0], p->kernel[1], fl_describe(x, buf), p->padding[0], p->padding[1]);
             return false;
         }
     }
@@ -432,7 +432,7 @@ fl_tensor *fl_pool2d(const fl_tensor *x, const fl_pool_params *params)
     const char *fn = "fl_pool2d";
     fl_pool2d_desc d;
     int64_t y[4];
-    if (fl__null_args(fn, 1, x) || !resolve_pool(fn, x, params, &d, y))
+    if (fl_null_args(fn, 1, x) || !resolve_pool(fn, x, params, &d, y))
         return NULL;
     fl_dtype compute = fl__compute_dtype(x->dtype);
     fl_scope scope = fl_scope_begin();
@@ -440,7 +440,7 @@ fl_tensor *fl_pool2d(const fl_tensor *x, const fl_pool_params *params)
     fl_tensor *out = cx ? dispatch(fn, FL_PRIMITIVE(pool2d), "pool2d", call_pool, cx, NULL, &d, compute, 4, y) : NULL;
     if (out && compute != x->dtype)
         out = own(fl__cast(out, x->dtype));
-    return fl__scope_return(scope, out);
+    return fl_scope_return(scope, out);
 }
 
 fl_tensor *fl_pool2d_backward(const fl_tensor *dy, const fl_tensor *x, const fl_pool_params *params)
@@ -449,14 +449,14 @@ fl_tensor *fl_pool2d_backward(const fl_tensor *dy, const fl_tensor *x, const fl_
     fl_pool2d_desc d;
     int64_t y[4];
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-    if (fl__null_args(fn, 2, dy, x) || !same_backend(fn, dy, x) || !resolve_pool(fn, x, params, &d, y))
+    if (fl_null_args(fn, 2, dy, x) || !same_backend(fn, dy, x) || !resolve_pool(fn, x, params, &d, y))
         return NULL;
     if (dy->dtype != x->dtype)
-        return fl__error(FL_ERR_DTYPE, fn, "dy %s and x %s must have one dtype", fl__describe(dy, a),
-                         fl__describe(x, b));
+        return fl_error(FL_ERR_DTYPE, fn, "dy %s and x %s must have one dtype", fl_describe(dy, a),
+                         fl_describe(x, b));
     if (dy->ndim != 4 || memcmp(dy->shape, y, sizeof y) != 0)
-        return fl__error(FL_ERR_SHAPE, fn, "dy is %s; pooling %s gives %s", fl__describe(dy, a), fl__describe(x, b),
-                         fl__describe_shape(4, y, (char[FL_DESC_SIZE]){0}));
+        return fl_error(FL_ERR_SHAPE, fn, "dy is %s; pooling %s gives %s", fl_describe(dy, a), fl_describe(x, b),
+                         fl_describe_shape(4, y, (char[FL_DESC_SIZE]){0}));
     fl_dtype compute = fl__compute_dtype(x->dtype);
     fl_scope scope = fl_scope_begin();
     fl_tensor *cdy = own(fl__cast(dy, compute)), *cx = cdy ? own(fl__cast(x, compute)) : NULL;
@@ -465,5 +465,5 @@ fl_tensor *fl_pool2d_backward(const fl_tensor *dy, const fl_tensor *x, const fl_
                         : NULL;
     if (out && compute != x->dtype)
         out = own(fl__cast(out, x->dtype));
-    return fl__scope_return(scope, out);
+    return fl_scope_return(scope, out);
 }

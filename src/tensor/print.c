@@ -76,7 +76,7 @@ static void print_axis(const printer *p, int axis, int64_t offset, int indent)
 
 fl_status fl_fprint(FILE *out, const fl_tensor *t)
 {
-    if (fl__null_args("fl_print", 2, out, t))
+    if (fl_null_args("fl_print", 2, out, t))
         return fl_last_status();
     fl_status status = FL_OK;
     fl_scope scope = fl_scope_begin();
@@ -107,7 +107,7 @@ fl_status fl_fprint(FILE *out, const fl_tensor *t)
             fputs("[]", out);
         else
             print_axis(&p, 0, 0, 0);
-        fprintf(out, " (%s, %s)\n", fl__describe(t, desc), t->backend->name);
+        fprintf(out, " (%s, %s)\n", fl_describe(t, desc), t->backend->name);
     }
     free(values);
     fl_scope_end(scope);

@@ -71,7 +71,7 @@ bool fl_profile_enabled(void)
 {
     int on = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
     if (__builtin_expect(on < 0, 0)) {
-        fl__config();
+        fl_config_current();
         on = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
     }
     return on > 0;

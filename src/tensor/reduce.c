@@ -43,10 +43,10 @@ static bool plan(const char *fn, const fl_tensor *t, const int *axes, int count,
 {
     unsigned mask;
     if (count < 0 || (count > 0 && !axes)) {
-        fl__error(FL_ERR_AXIS, fn, "invalid list of %d axes", count);
+        fl_error(FL_ERR_AXIS, fn, "invalid list of %d axes", count);
         return false;
     }
-    return fl__axes_mask(fn, axes, count, t->ndim, &mask) && plan_mask(t, mask, r);
+    return fl_axes_mask(fn, axes, count, t->ndim, &mask) && plan_mask(t, mask, r);
 }
 
 static bool require_nonempty(const char *fn, const fl_tensor *t, const reduction *r)
@@ -54,8 +54,8 @@ static bool require_nonempty(const char *fn, const fl_tensor *t, const reduction
     if (r->extent > 0)
         return true;
     char buf[FL_DESC_SIZE];
-    fl__error(FL_ERR_SHAPE, fn, "cannot reduce %s over an empty axis: the operation has no identity",
-              fl__describe(t, buf));
+    fl_error(FL_ERR_SHAPE, fn, "cannot reduce %s over an empty axis: the operation has no identity",
+              fl_describe(t, buf));
     return false;
 }
 
@@ -98,7 +98,7 @@ static fl_tensor *reduce_owned(const char *fn, size_t offset, const char *entry,
 static fl_tensor *reduce_as(const char *fn, size_t offset, const char *entry, const fl_tensor *t,
                             const reduction *r, bool keepdims, fl_dtype compute, fl_dtype result)
 {
-    return fl__out(reduce_owned(fn, offset, entry, t, r, keepdims, compute, result));
+    return fl_out(reduce_owned(fn, offset, entry, t, r, keepdims, compute, result));
 }
 
 /* ---- sum, prod, max, min ---- */
@@ -109,7 +109,7 @@ static fl_tensor *accumulate(const char *fn, size_t offset, const char *entry, c
                              int count, bool keepdims)
 {
     reduction r;
-    if (fl__null_args(fn, 1, t) || !plan(fn, t, axes, count, &r))
+    if (fl_null_args(fn, 1, t) || !plan(fn, t, axes, count, &r))
         return NULL;
     fl_dtype result = accumulating_dtype(t->dtype);
     return reduce_as(fn, offset, entry, t, &r, keepdims, fl__compute_dtype(result), result);
@@ -129,7 +129,7 @@ static fl_tensor *extremum(const char *fn, size_t offset, const char *entry, con
                            int count, bool keepdims)
 {
     reduction r;
-    if (fl__null_args(fn, 1, t) || !plan(fn, t, axes, count, &r) || !require_nonempty(fn, t, &r))
+    if (fl_null_args(fn, 1, t) || !plan(fn, t, axes, count, &r) || !require_nonempty(fn, t, &r))
         return NULL;
     return reduce_as(fn, offset, entry, t, &r, keepdims, fl__compute_dtype(t->dtype), t->dtype);
 }
@@ -150,11 +150,11 @@ static fl_tensor *logical(const char *fn, size_t offset, const char *entry, bool
                           const int *axes, int count, bool keepdims)
 {
     reduction r;
-    if (fl__null_args(fn, 1, t) || !plan(fn, t, axes, count, &r))
+    if (fl_null_args(fn, 1, t) || !plan(fn, t, axes, count, &r))
         return NULL;
     if (r.extent == 0)
-        return fl__out(fl__full(t->backend, empty_value, FL_BOOL, keepdims ? t->ndim : r.dropped_ndim,
-                                keepdims ? r.kept_shape : r.dropped_shape));
+        return fl_out(fl__full(t->backend, empty_value, FL_BOOL, keepdims ? t->ndim : r.dropped_ndim,
+                               keepdims ? r.kept_shape : r.dropped_shape));
     return reduce_as(fn, offset, entry, t, &r, keepdims, FL_BOOL, FL_BOOL);
 }
 
@@ -177,20 +177,20 @@ static fl_dtype float_result(fl_dtype d) { return fl_dtype_is_float(d) ? d : FL_
 fl_tensor *fl_mean(const fl_tensor *t, const int *axes, int count, bool keepdims)
 {
     reduction r;
-    if (fl__null_args("fl_mean", 1, t) || !plan("fl_mean", t, axes, count, &r))
+    if (fl_null_args("fl_mean", 1, t) || !plan("fl_mean", t, axes, count, &r))
         return NULL;
     fl_dtype result = float_result(t->dtype);
     fl_scope scope = fl_scope_begin();
     fl_tensor *sum = fl_sum(fl_cast(t, fl__compute_dtype(result)), axes, count, keepdims);
     /* An empty reduction divides 0 by 0: NaN, as in NumPy and PyTorch. */
     fl_tensor *mean = fl_div_scalar(sum, (double)r.extent);
-    return fl__scope_return(scope, fl_cast(mean, result));
+    return fl_scope_return(scope, fl_cast(mean, result));
 }
 
 fl_tensor *fl_var(const fl_tensor *t, const int *axes, int count, int correction, bool keepdims)
 {
     reduction r;
-    if (fl__null_args("fl_var", 1, t) || !plan("fl_var", t, axes, count, &r))
+    if (fl_null_args("fl_var", 1, t) || !plan("fl_var", t, axes, count, &r))
         return NULL;
     fl_dtype result = float_result(t->dtype);
     fl_scope scope = fl_scope_begin();
@@ -199,28 +199,28 @@ fl_tensor *fl_var(const fl_tensor *t, const int *axes, int count, int correction
     fl_tensor *squares = fl_sum(fl_mul(deviation, deviation), axes, count, keepdims);
     /* As torch.var: too few elements for the correction divide by zero (inf or nan). */
     double divisor = r.extent > correction ? (double)(r.extent - correction) : 0;
-    return fl__scope_return(scope, fl_cast(fl_div_scalar(squares, divisor), result));
+    return fl_scope_return(scope, fl_cast(fl_div_scalar(squares, divisor), result));
 }
 
 fl_tensor *fl_std(const fl_tensor *t, const int *axes, int count, int correction, bool keepdims)
 {
-    if (fl__null_args("fl_std", 1, t))
+    if (fl_null_args("fl_std", 1, t))
         return NULL;
     fl_dtype result = float_result(t->dtype);
     fl_scope scope = fl_scope_begin();
     fl_tensor *var = fl_var(fl_cast(t, fl__compute_dtype(result)), axes, count, correction, keepdims);
-    return fl__scope_return(scope, fl_cast(fl_sqrt(var), result));
+    return fl_scope_return(scope, fl_cast(fl_sqrt(var), result));
 }
 
 fl_tensor *fl_logsumexp(const fl_tensor *t, const int *axes, int count, bool keepdims)
 {
     reduction r;
-    if (fl__null_args("fl_logsumexp", 1, t) || !plan("fl_logsumexp", t, axes, count, &r))
+    if (fl_null_args("fl_logsumexp", 1, t) || !plan("fl_logsumexp", t, axes, count, &r))
         return NULL;
     fl_dtype result = float_result(t->dtype), compute = fl__compute_dtype(result);
     if (r.extent == 0) /* the log of an empty sum */
-        return fl__out(fl__full(t->backend, -INFINITY, result, keepdims ? t->ndim : r.dropped_ndim,
-                                keepdims ? r.kept_shape : r.dropped_shape));
+        return fl_out(fl__full(t->backend, -INFINITY, result, keepdims ? t->ndim : r.dropped_ndim,
+                               keepdims ? r.kept_shape : r.dropped_shape));
     fl_scope scope = fl_scope_begin();
     fl_tensor *x = fl_cast(t, compute);
     /* Shifting by the maximum keeps exp from overflowing. An infinite maximum is
@@ -231,14 +231,14 @@ fl_tensor *fl_logsumexp(const fl_tensor *t, const int *axes, int count, bool kee
     fl_tensor *sum = fl_sum(fl_exp(fl_sub(x, shift)), axes, count, true);
     fl_tensor *kept = fl_add(fl_log(sum), shift);
     fl_tensor *shaped = keepdims ? kept : fl_reshape(kept, r.dropped_ndim, r.dropped_shape);
-    return fl__scope_return(scope, fl_cast(shaped, result));
+    return fl_scope_return(scope, fl_cast(shaped, result));
 }
 
 /* ---- one axis: arg-extrema, values with indices, cumsum ---- */
 
 static bool one_axis(const char *fn, const fl_tensor *t, int axis, int *a, reduction *r)
 {
-    return fl__axis(fn, axis, t->ndim, a) && plan_mask(t, 1u << *a, r);
+    return fl_normalize_axis(fn, axis, t->ndim, a) && plan_mask(t, 1u << *a, r);
 }
 
 /* The index primitive (argmax or argmin) along axis; reduced axis kept (owned). */
@@ -261,9 +261,9 @@ static fl_tensor *arg_extremum(const char *fn, size_t offset, const char *entry,
 {
     int a;
     reduction r;
-    if (fl__null_args(fn, 1, t) || !one_axis(fn, t, axis, &a, &r) || !require_nonempty(fn, t, &r))
+    if (fl_null_args(fn, 1, t) || !one_axis(fn, t, axis, &a, &r) || !require_nonempty(fn, t, &r))
         return NULL;
-    return fl__out(shape_result(arg_kept(fn, offset, entry, t, a, &r), &r, keepdims, FL_I64));
+    return fl_out(shape_result(arg_kept(fn, offset, entry, t, a, &r), &r, keepdims, FL_I64));
 }
 
 fl_tensor *fl_argmax(const fl_tensor *t, int axis, bool keepdims)
@@ -280,11 +280,11 @@ fl_tensor *fl_argmin(const fl_tensor *t, int axis, bool keepdims)
 static fl_status hand_over(fl_tensor *values, fl_tensor *indices, fl_tensor **values_out, fl_tensor **indices_out)
 {
     if (values_out)
-        *values_out = fl__out(values);
+        *values_out = fl_out(values);
     else
         fl_release(values);
     if (indices_out)
-        *indices_out = fl__out(indices);
+        *indices_out = fl_out(indices);
     else
         fl_release(indices);
     return FL_OK;
@@ -299,7 +299,7 @@ static fl_status extremum_along(const char *fn, bool minimum, const fl_tensor *t
         *indices = NULL;
     int a;
     reduction r;
-    if (fl__null_args(fn, 1, t) || !one_axis(fn, t, axis, &a, &r) || !require_nonempty(fn, t, &r))
+    if (fl_null_args(fn, 1, t) || !one_axis(fn, t, axis, &a, &r) || !require_nonempty(fn, t, &r))
         return fl_last_status();
     fl_tensor *v = NULL, *i = NULL;
     if (values)
@@ -330,7 +330,7 @@ fl_status fl_min_along(const fl_tensor *t, int axis, bool keepdims, fl_tensor **
 fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
 {
     int a;
-    if (fl__null_args("fl_cumsum", 1, t) || !fl__axis("fl_cumsum", axis, t->ndim, &a))
+    if (fl_null_args("fl_cumsum", 1, t) || !fl_normalize_axis("fl_cumsum", axis, t->ndim, &a))
         return NULL;
     FL_ENTRY_TYPE(cumsum) primitive =
         fl__primitive("fl_cumsum", t->backend, FL_PRIMITIVE(cumsum), "cumsum");
@@ -344,7 +344,7 @@ fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
     fl_release(input);
     fl_tensor *cast = out ? fl__cast(out, result) : NULL;
     fl_release(out);
-    return fl__out(cast);
+    return fl_out(cast);
 }
 
 /* ---- sort and top-k ---- */
@@ -392,7 +392,7 @@ fl_status fl_sort(const fl_tensor *t, int axis, bool descending, fl_tensor **val
     if (indices)
         *indices = NULL;
     int a;
-    if (fl__null_args("fl_sort", 1, t) || !fl__axis("fl_sort", axis, t->ndim, &a))
+    if (fl_null_args("fl_sort", 1, t) || !fl_normalize_axis("fl_sort", axis, t->ndim, &a))
         return fl_last_status();
     fl_tensor *v, *i;
     fl_status status = sort_owned("fl_sort", t, a, descending, &v, &i);
@@ -426,12 +426,12 @@ fl_status fl_topk(const fl_tensor *t, int64_t k, int axis, bool largest, fl_tens
     if (indices)
         *indices = NULL;
     int a;
-    if (fl__null_args("fl_topk", 1, t) || !fl__axis("fl_topk", axis, t->ndim, &a))
+    if (fl_null_args("fl_topk", 1, t) || !fl_normalize_axis("fl_topk", axis, t->ndim, &a))
         return fl_last_status();
     if (k < 0 || k > t->shape[a]) {
         char buf[FL_DESC_SIZE];
-        fl__error(FL_ERR_VALUE, "fl_topk", "k = %lld is out of range for axis %d of %s (size %lld)", (long long)k,
-                  axis, fl__describe(t, buf), (long long)t->shape[a]);
+        fl_error(FL_ERR_VALUE, "fl_topk", "k = %lld is out of range for axis %d of %s (size %lld)", (long long)k,
+                  axis, fl_describe(t, buf), (long long)t->shape[a]);
         return FL_ERR_VALUE;
     }
     /* A stable sort: among equal values the first occurrences are taken, in order. */

@@ -9,11 +9,11 @@
 
 fl_tensor *fl_reshape(const fl_tensor *t, int ndim, const int64_t *shape)
 {
-    if (fl__null_args("fl_reshape", 1, t))
+    if (fl_null_args("fl_reshape", 1, t))
         return NULL;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (ndim < 0 || ndim > FL_MAX_DIMS || (ndim > 0 && !shape))
-        return fl__error(FL_ERR_SHAPE, "fl_reshape", "invalid target of %d dimensions", ndim);
+        return fl_error(FL_ERR_SHAPE, "fl_reshape", "invalid target of %d dimensions", ndim);
     int64_t resolved[FL_MAX_DIMS], known = 1;
     int infer = -1;
     for (int i = 0; i < ndim; i++) {
@@ -21,39 +21,39 @@ fl_tensor *fl_reshape(const fl_tensor *t, int ndim, const int64_t *shape)
         if (shape[i] == -1 && infer < 0)
             infer = i;
         else if (shape[i] < 0)
-            return fl__error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s", fl__describe(t, a),
-                             fl__describe_shape(ndim, shape, b));
+            return fl_error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s", fl_describe(t, a),
+                             fl_describe_shape(ndim, shape, b));
         else
             known *= shape[i];
     }
     if (infer >= 0) {
         if (known == 0 || t->numel % known != 0)
-            return fl__error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s", fl__describe(t, a),
-                             fl__describe_shape(ndim, shape, b));
+            return fl_error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s", fl_describe(t, a),
+                             fl_describe_shape(ndim, shape, b));
         resolved[infer] = t->numel / known;
         known *= resolved[infer];
     }
     if (known != t->numel)
-        return fl__error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s (%lld elements) to %s", fl__describe(t, a),
-                         (long long)t->numel, fl__describe_shape(ndim, shape, b));
-    return fl__out(fl__reshape(t, ndim, resolved));
+        return fl_error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s (%lld elements) to %s", fl_describe(t, a),
+                         (long long)t->numel, fl_describe_shape(ndim, shape, b));
+    return fl_out(fl__reshape(t, ndim, resolved));
 }
 
 fl_tensor *fl_flatten(const fl_tensor *t, int start_axis, int end_axis)
 {
-    if (fl__null_args("fl_flatten", 1, t))
+    if (fl_null_args("fl_flatten", 1, t))
         return NULL;
     if (t->ndim == 0) { /* as torch.flatten: a 0-d tensor becomes one of shape [1] */
         int start, end;
-        if (!fl__axis("fl_flatten", start_axis, 1, &start) || !fl__axis("fl_flatten", end_axis, 1, &end))
+        if (!fl_normalize_axis("fl_flatten", start_axis, 1, &start) || !fl_normalize_axis("fl_flatten", end_axis, 1, &end))
             return NULL;
-        return fl__out(fl__reshape(t, 1, (const int64_t[]){1}));
+        return fl_out(fl__reshape(t, 1, (const int64_t[]){1}));
     }
     int start, end;
-    if (!fl__axis("fl_flatten", start_axis, t->ndim, &start) || !fl__axis("fl_flatten", end_axis, t->ndim, &end))
+    if (!fl_normalize_axis("fl_flatten", start_axis, t->ndim, &start) || !fl_normalize_axis("fl_flatten", end_axis, t->ndim, &end))
         return NULL;
     if (start > end)
-        return fl__error(FL_ERR_AXIS, "fl_flatten", "start axis %d comes after end axis %d", start_axis, end_axis);
+        return fl_error(FL_ERR_AXIS, "fl_flatten", "start axis %d comes after end axis %d", start_axis, end_axis);
     int64_t shape[FL_MAX_DIMS];
     int ndim = 0;
     for (int i = 0; i < t->ndim; i++) {
@@ -62,7 +62,7 @@ fl_tensor *fl_flatten(const fl_tensor *t, int start_axis, int end_axis)
         else
             shape[ndim - 1] *= t->shape[i];
     }
-    return fl__out(fl__reshape(t, ndim, shape));
+    return fl_out(fl__reshape(t, ndim, shape));
 }
 
 /* ---- permutations ---- */
@@ -89,36 +89,36 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
 
 fl_tensor *fl_permute(const fl_tensor *t, const int *axes)
 {
-    if (fl__null_args("fl_permute", 1, t))
+    if (fl_null_args("fl_permute", 1, t))
         return NULL;
     if (t->ndim > 0 && !axes)
-        return fl__error(FL_ERR_NULL, "fl_permute", "axes is NULL");
+        return fl_error(FL_ERR_NULL, "fl_permute", "axes is NULL");
     int resolved[FL_MAX_DIMS];
     unsigned seen = 0;
     for (int i = 0; i < t->ndim; i++) {
-        if (!fl__axis("fl_permute", axes[i], t->ndim, &resolved[i]))
+        if (!fl_normalize_axis("fl_permute", axes[i], t->ndim, &resolved[i]))
             return NULL;
         if (seen & (1u << resolved[i])) {
             char buf[FL_DESC_SIZE];
-            return fl__error(FL_ERR_AXIS, "fl_permute", "axis %d is listed twice; the axes must be a permutation of the %d axes of %s",
-                             axes[i], t->ndim, fl__describe(t, buf));
+            return fl_error(FL_ERR_AXIS, "fl_permute", "axis %d is listed twice; the axes must be a permutation of the %d axes of %s",
+                             axes[i], t->ndim, fl_describe(t, buf));
         }
         seen |= 1u << resolved[i];
     }
-    return fl__out(permute("fl_permute", t, resolved));
+    return fl_out(permute("fl_permute", t, resolved));
 }
 
 fl_tensor *fl_transpose(const fl_tensor *t, int axis0, int axis1)
 {
-    if (fl__null_args("fl_transpose", 1, t))
+    if (fl_null_args("fl_transpose", 1, t))
         return NULL;
     int a, b;
-    if (!fl__axis("fl_transpose", axis0, t->ndim, &a) || !fl__axis("fl_transpose", axis1, t->ndim, &b))
+    if (!fl_normalize_axis("fl_transpose", axis0, t->ndim, &a) || !fl_normalize_axis("fl_transpose", axis1, t->ndim, &b))
         return NULL;
     int axes[FL_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++)
         axes[i] = i == a ? b : i == b ? a : i;
-    return fl__out(permute("fl_transpose", t, axes));
+    return fl_out(permute("fl_transpose", t, axes));
 }
 
 /* ---- broadcasting ---- */
@@ -130,13 +130,13 @@ static bool broadcast_target(const char *fn, const fl_tensor *t, int ndim, const
 {
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (ndim < 0 || ndim > FL_MAX_DIMS || (ndim > 0 && !shape)) {
-        fl__error(FL_ERR_SHAPE, fn, "invalid target of %d dimensions", ndim);
+        fl_error(FL_ERR_SHAPE, fn, "invalid target of %d dimensions", ndim);
         return false;
     }
     int lead = ndim - t->ndim;
     if (lead < 0) {
-        fl__error(FL_ERR_SHAPE, fn, "cannot broadcast %s to %s: the target has fewer dimensions", fl__describe(t, a),
-                  fl__describe_shape(ndim, shape, b));
+        fl_error(FL_ERR_SHAPE, fn, "cannot broadcast %s to %s: the target has fewer dimensions", fl_describe(t, a),
+                  fl_describe_shape(ndim, shape, b));
         return false;
     }
     for (int i = 0; i < ndim; i++) {
@@ -145,8 +145,8 @@ static bool broadcast_target(const char *fn, const fl_tensor *t, int ndim, const
         if (want == -1 && keep_allowed && i >= lead)
             want = have;
         if (want < 0 || (have != want && have != 1)) {
-            fl__error(FL_ERR_SHAPE, fn, "cannot broadcast %s to %s", fl__describe(t, a),
-                      fl__describe_shape(ndim, shape, b));
+            fl_error(FL_ERR_SHAPE, fn, "cannot broadcast %s to %s", fl_describe(t, a),
+                      fl_describe_shape(ndim, shape, b));
             return false;
         }
         resolved[i] = want;
@@ -157,17 +157,17 @@ static bool broadcast_target(const char *fn, const fl_tensor *t, int ndim, const
 fl_tensor *fl_expand(const fl_tensor *t, int ndim, const int64_t *shape)
 {
     int64_t resolved[FL_MAX_DIMS];
-    if (fl__null_args("fl_expand", 1, t) || !broadcast_target("fl_expand", t, ndim, shape, true, resolved))
+    if (fl_null_args("fl_expand", 1, t) || !broadcast_target("fl_expand", t, ndim, shape, true, resolved))
         return NULL;
-    return fl__out(fl__expand(t, ndim, resolved));
+    return fl_out(fl__expand(t, ndim, resolved));
 }
 
 fl_tensor *fl_broadcast_to(const fl_tensor *t, int ndim, const int64_t *shape)
 {
     int64_t resolved[FL_MAX_DIMS];
-    if (fl__null_args("fl_broadcast_to", 1, t) || !broadcast_target("fl_broadcast_to", t, ndim, shape, false, resolved))
+    if (fl_null_args("fl_broadcast_to", 1, t) || !broadcast_target("fl_broadcast_to", t, ndim, shape, false, resolved))
         return NULL;
-    return fl__out(fl__expand(t, ndim, resolved));
+    return fl_out(fl__expand(t, ndim, resolved));
 }
 
 /* ---- size-1 axes: reshapes, and so views ---- */
@@ -175,30 +175,30 @@ fl_tensor *fl_broadcast_to(const fl_tensor *t, int ndim, const int64_t *shape)
 fl_tensor *fl_squeeze(const fl_tensor *t, int axis)
 {
     int a;
-    if (fl__null_args("fl_squeeze", 1, t) || !fl__axis("fl_squeeze", axis, t->ndim, &a))
+    if (fl_null_args("fl_squeeze", 1, t) || !fl_normalize_axis("fl_squeeze", axis, t->ndim, &a))
         return NULL;
     char buf[FL_DESC_SIZE];
     if (t->shape[a] != 1) /* NumPy's rule; torch.squeeze would return t unchanged */
-        return fl__error(FL_ERR_SHAPE, "fl_squeeze", "axis %d of %s has size %lld, not 1", axis, fl__describe(t, buf),
-                         (long long)t->shape[a]);
+        return fl_error(FL_ERR_SHAPE, "fl_squeeze", "axis %d of %s has size %lld, not 1", axis, fl_describe(t, buf),
+                        (long long)t->shape[a]);
     int64_t shape[FL_MAX_DIMS];
     int ndim = 0;
     for (int i = 0; i < t->ndim; i++)
         if (i != a)
             shape[ndim++] = t->shape[i];
-    return fl__out(fl__reshape(t, ndim, shape));
+    return fl_out(fl__reshape(t, ndim, shape));
 }
 
 fl_tensor *fl_squeeze_all(const fl_tensor *t)
 {
-    if (fl__null_args("fl_squeeze_all", 1, t))
+    if (fl_null_args("fl_squeeze_all", 1, t))
         return NULL;
     int64_t shape[FL_MAX_DIMS];
     int ndim = 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] != 1)
             shape[ndim++] = t->shape[i];
-    return fl__out(fl__reshape(t, ndim, shape));
+    return fl_out(fl__reshape(t, ndim, shape));
 }
 
 /* t with a size-1 axis inserted at axis (of the result); owned by the caller. */
@@ -207,9 +207,9 @@ static fl_tensor *unsqueeze(const char *fn, const fl_tensor *t, int axis)
     int a;
     char buf[FL_DESC_SIZE];
     if (t->ndim == FL_MAX_DIMS)
-        return fl__error(FL_ERR_SHAPE, fn, "%s already has the most dimensions Flare allows (%d)", fl__describe(t, buf),
-                         FL_MAX_DIMS);
-    if (!fl__axis(fn, axis, t->ndim + 1, &a))
+        return fl_error(FL_ERR_SHAPE, fn, "%s already has the most dimensions Flare allows (%d)", fl_describe(t, buf),
+                        FL_MAX_DIMS);
+    if (!fl_normalize_axis(fn, axis, t->ndim + 1, &a))
         return NULL;
     int64_t shape[FL_MAX_DIMS];
     for (int i = 0, k = 0; i <= t->ndim; i++)
@@ -219,9 +219,9 @@ static fl_tensor *unsqueeze(const char *fn, const fl_tensor *t, int axis)
 
 fl_tensor *fl_unsqueeze(const fl_tensor *t, int axis)
 {
-    if (fl__null_args("fl_unsqueeze", 1, t))
+    if (fl_null_args("fl_unsqueeze", 1, t))
         return NULL;
-    return fl__out(unsqueeze("fl_unsqueeze", t, axis));
+    return fl_out(unsqueeze("fl_unsqueeze", t, axis));
 }
 
 /* ---- joining and splitting ---- */
@@ -231,16 +231,16 @@ fl_tensor *fl_unsqueeze(const fl_tensor *t, int axis)
 static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, int axis)
 {
     if (count < 1 || !tensors)
-        return fl__error(FL_ERR_VALUE, fn, "needs at least one tensor, got %d", count);
+        return fl_error(FL_ERR_VALUE, fn, "needs at least one tensor, got %d", count);
     for (int i = 0; i < count; i++)
-        if (fl__null_args(fn, 1, tensors[i]))
+        if (fl_null_args(fn, 1, tensors[i]))
             return NULL;
     const fl_tensor *first = tensors[0];
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     if (first->ndim == 0)
-        return fl__error(FL_ERR_SHAPE, fn, "cannot join 0-d tensors (%s); unsqueeze them first", fl__describe(first, a));
+        return fl_error(FL_ERR_SHAPE, fn, "cannot join 0-d tensors (%s); unsqueeze them first", fl_describe(first, a));
     int ax;
-    if (!fl__axis(fn, axis, first->ndim, &ax))
+    if (!fl_normalize_axis(fn, axis, first->ndim, &ax))
         return NULL;
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, first->shape, sizeof shape);
@@ -249,14 +249,14 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
     for (int i = 0; i < count; i++) {
         const fl_tensor *t = tensors[i];
         if (!fl__same_backend(t, first))
-            return fl__error(FL_ERR_VALUE, fn, "tensors 0 and %d live on different backends (%s and %s)", i,
-                             first->backend->name, t->backend->name);
+            return fl_error(FL_ERR_VALUE, fn, "tensors 0 and %d live on different backends (%s and %s)", i,
+                            first->backend->name, t->backend->name);
         bool fits = t->ndim == first->ndim;
         for (int d = 0; fits && d < t->ndim; d++)
             fits = d == ax || t->shape[d] == first->shape[d];
         if (!fits)
-            return fl__error(FL_ERR_SHAPE, fn, "tensor %d %s does not match tensor 0 %s outside axis %d", i,
-                             fl__describe(t, b), fl__describe(first, a), axis);
+            return fl_error(FL_ERR_SHAPE, fn, "tensor %d %s does not match tensor 0 %s outside axis %d", i,
+                             fl_describe(t, b), fl_describe(first, a), axis);
         shape[ax] += t->shape[ax];
         dtype = fl_promote_types(dtype, t->dtype);
     }
@@ -266,7 +266,7 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         return NULL;
     fl_tensor **inputs = calloc((size_t)count, sizeof *inputs);
     if (!inputs)
-        return fl__error(FL_ERR_MEMORY, fn, "no memory for a list of %d inputs", count);
+        return fl_error(FL_ERR_MEMORY, fn, "no memory for a list of %d inputs", count);
     bool ok = true;
     for (int i = 0; i < count && ok; i++)
         ok = (inputs[i] = fl__cast(tensors[i], dtype)) != NULL;
@@ -282,24 +282,24 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
 
 fl_tensor *fl_concat(fl_tensor *const *tensors, int count, int axis)
 {
-    return fl__out(concat("fl_concat", tensors, count, axis));
+    return fl_out(concat("fl_concat", tensors, count, axis));
 }
 
 fl_tensor *fl_stack(fl_tensor *const *tensors, int count, int axis)
 {
     if (count < 1 || !tensors)
-        return fl__error(FL_ERR_VALUE, "fl_stack", "needs at least one tensor, got %d", count);
+        return fl_error(FL_ERR_VALUE, "fl_stack", "needs at least one tensor, got %d", count);
     for (int i = 0; i < count; i++)
-        if (fl__null_args("fl_stack", 1, tensors[i]))
+        if (fl_null_args("fl_stack", 1, tensors[i]))
             return NULL;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
     for (int i = 1; i < count; i++)
-        if (!fl__same_shape(tensors[i], tensors[0]))
-            return fl__error(FL_ERR_SHAPE, "fl_stack", "tensor %d %s and tensor 0 %s differ in shape", i,
-                             fl__describe(tensors[i], b), fl__describe(tensors[0], a));
+        if (!fl_same_shape(tensors[i], tensors[0]))
+            return fl_error(FL_ERR_SHAPE, "fl_stack", "tensor %d %s and tensor 0 %s differ in shape", i,
+                             fl_describe(tensors[i], b), fl_describe(tensors[0], a));
     fl_tensor **expanded = calloc((size_t)count, sizeof *expanded);
     if (!expanded)
-        return fl__error(FL_ERR_MEMORY, "fl_stack", "no memory for a list of %d inputs", count);
+        return fl_error(FL_ERR_MEMORY, "fl_stack", "no memory for a list of %d inputs", count);
     bool ok = true;
     for (int i = 0; i < count && ok; i++)
         ok = (expanded[i] = unsqueeze("fl_stack", tensors[i], axis)) != NULL;
@@ -307,36 +307,36 @@ fl_tensor *fl_stack(fl_tensor *const *tensors, int count, int axis)
     for (int i = 0; i < count; i++)
         fl_release(expanded[i]);
     free(expanded);
-    return fl__out(out);
+    return fl_out(out);
 }
 
 fl_status fl_split(const fl_tensor *t, const int64_t *sizes, int count, int axis, fl_tensor **out)
 {
     if (!out) {
-        fl__error(FL_ERR_NULL, "fl_split", "out is NULL");
+        fl_error(FL_ERR_NULL, "fl_split", "out is NULL");
         return FL_ERR_NULL;
     }
     for (int i = 0; i < count; i++)
         out[i] = NULL;
     int ax;
-    if (fl__null_args("fl_split", 1, t) || !fl__axis("fl_split", axis, t->ndim, &ax))
+    if (fl_null_args("fl_split", 1, t) || !fl_normalize_axis("fl_split", axis, t->ndim, &ax))
         return fl_last_status();
     if (count < 1 || !sizes) {
-        fl__error(FL_ERR_VALUE, "fl_split", "needs at least one size, got %d", count);
+        fl_error(FL_ERR_VALUE, "fl_split", "needs at least one size, got %d", count);
         return FL_ERR_VALUE;
     }
     char buf[FL_DESC_SIZE];
     int64_t total = 0;
     for (int i = 0; i < count; i++) {
         if (sizes[i] < 0) {
-            fl__error(FL_ERR_VALUE, "fl_split", "size %d is negative (%lld)", i, (long long)sizes[i]);
+            fl_error(FL_ERR_VALUE, "fl_split", "size %d is negative (%lld)", i, (long long)sizes[i]);
             return FL_ERR_VALUE;
         }
         total += sizes[i];
     }
     if (total != t->shape[ax]) {
-        fl__error(FL_ERR_SHAPE, "fl_split", "sizes add up to %lld but axis %d of %s has %lld", (long long)total, axis,
-                  fl__describe(t, buf), (long long)t->shape[ax]);
+        fl_error(FL_ERR_SHAPE, "fl_split", "sizes add up to %lld but axis %d of %s has %lld", (long long)total, axis,
+                  fl_describe(t, buf), (long long)t->shape[ax]);
         return FL_ERR_SHAPE;
     }
     fl_index_item index[FL_MAX_DIMS];
@@ -361,24 +361,24 @@ fl_status fl_split(const fl_tensor *t, const int64_t *sizes, int count, int axis
 
 fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *after, double value)
 {
-    if (fl__null_args("fl_pad", 1, t))
+    if (fl_null_args("fl_pad", 1, t))
         return NULL;
     if (t->ndim > 0 && (!before || !after))
-        return fl__error(FL_ERR_NULL, "fl_pad", "before or after is NULL");
+        return fl_error(FL_ERR_NULL, "fl_pad", "before or after is NULL");
     char buf[FL_DESC_SIZE];
     int64_t shape[FL_MAX_DIMS];
     fl_index_item region[FL_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) {
         if (before[i] < 0 || after[i] < 0) /* as numpy.pad; torch's negative pads crop */
-            return fl__error(FL_ERR_VALUE, "fl_pad", "padding of axis %d of %s is negative (%lld before, %lld after)", i,
-                             fl__describe(t, buf), (long long)before[i], (long long)after[i]);
+            return fl_error(FL_ERR_VALUE, "fl_pad", "padding of axis %d of %s is negative (%lld before, %lld after)", i,
+                             fl_describe(t, buf), (long long)before[i], (long long)after[i]);
         shape[i] = before[i] + t->shape[i] + after[i];
         region[i] = FL_RANGE(before[i], before[i] + t->shape[i]);
     }
     fl_tensor *filled = fl__full(t->backend, value, t->dtype, t->ndim, shape);
     fl_scope scope = fl_scope_begin();
     fl_tensor *padded = filled ? fl_index_assign(filled, region, t->ndim, t) : NULL;
-    padded = fl__scope_return(scope, padded);
+    padded = fl_scope_return(scope, padded);
     fl_release(filled);
     return padded;
 }
@@ -387,13 +387,13 @@ fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *afte
  * expanded to [outer, repeats, rest] and read back with that axis multiplied. */
 fl_tensor *fl_tile(const fl_tensor *t, int count, const int64_t *repeats)
 {
-    if (fl__null_args("fl_tile", 1, t))
+    if (fl_null_args("fl_tile", 1, t))
         return NULL;
     if (count < 0 || count > FL_MAX_DIMS || (count > 0 && !repeats))
-        return fl__error(FL_ERR_VALUE, "fl_tile", "invalid list of %d repeats", count);
+        return fl_error(FL_ERR_VALUE, "fl_tile", "invalid list of %d repeats", count);
     for (int i = 0; i < count; i++)
         if (repeats[i] < 0)
-            return fl__error(FL_ERR_VALUE, "fl_tile", "repeat %d is negative (%lld)", i, (long long)repeats[i]);
+            return fl_error(FL_ERR_VALUE, "fl_tile", "repeat %d is negative (%lld)", i, (long long)repeats[i]);
     /* The shorter of shape and repeats is padded with leading ones. */
     int ndim = count > t->ndim ? count : t->ndim;
     int64_t shape[FL_MAX_DIMS], reps[FL_MAX_DIMS];
@@ -416,5 +416,5 @@ fl_tensor *fl_tile(const fl_tensor *t, int count, const int64_t *repeats)
         shape[i] *= reps[i];
         result = fl_reshape(repeated, ndim, shape);
     }
-    return fl__scope_return(scope, result);
+    return fl_scope_return(scope, result);
 }

@@ -10,7 +10,7 @@ fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const in
 {
     fl_tensor *t = malloc(sizeof *t);
     if (!t) /* recorded here, once, for every operation that makes a tensor */
-        return fl__error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
+        return fl_error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
     t->refcount = 1;
     t->dtype = dtype;
     t->ndim = ndim;
@@ -68,7 +68,7 @@ fl_scope fl_scope_begin(void)
         int capacity = scopes.mark_capacity ? 2 * scopes.mark_capacity : 16;
         size_t *marks = realloc(scopes.marks, (size_t)capacity * sizeof *marks);
         if (!marks) {
-            fl__error(FL_ERR_MEMORY, "fl_scope_begin", "cannot grow the scope stack");
+            fl_error(FL_ERR_MEMORY, "fl_scope_begin", "cannot grow the scope stack");
             return (fl_scope){scopes.count, scopes.depth};
         }
         scopes.marks = marks;
@@ -106,7 +106,7 @@ void *fl_scope_own(void *object, void (*release)(void *object))
         scope_item *items = realloc(scopes.items, capacity * sizeof *items);
         if (!items) {
             release(object);
-            return fl__error(FL_ERR_MEMORY, "fl_scope", "cannot grow the scope");
+            return fl_error(FL_ERR_MEMORY, "fl_scope", "cannot grow the scope");
         }
         scopes.items = items;
         scopes.capacity = capacity;
@@ -133,7 +133,7 @@ bool fl_scope_disown(void *object)
 
 static void release_tensor(void *t) { fl_release(t); }
 
-fl_tensor *fl__out(fl_tensor *t) { return fl_scope_own(t, release_tensor); }
+fl_tensor *fl_out(fl_tensor *t) { return fl_scope_own(t, release_tensor); }
 
 fl_tensor *fl_keep(fl_tensor *t)
 {
@@ -144,11 +144,11 @@ fl_tensor *fl_keep(fl_tensor *t)
     return fl_scope_disown(t) ? t : fl_retain(t);
 }
 
-fl_tensor *fl__scope_return(fl_scope scope, fl_tensor *result)
+fl_tensor *fl_scope_return(fl_scope scope, fl_tensor *result)
 {
     fl_keep(result);
     fl_scope_end(scope);
-    return fl__out(result);
+    return fl_out(result);
 }
 
 /* ---- introspection ---- */
@@ -162,7 +162,7 @@ const char *fl_backend_name(const fl_tensor *t) { return t ? t->backend->name : 
 int64_t fl_dim(const fl_tensor *t, int axis)
 {
     int a;
-    if (fl__null_args("fl_dim", 1, t) || !fl__axis("fl_dim", axis, t->ndim, &a))
+    if (fl_null_args("fl_dim", 1, t) || !fl_normalize_axis("fl_dim", axis, t->ndim, &a))
         return -1;
     return t->shape[a];
 }
@@ -174,7 +174,7 @@ static int num_threads;
 void fl_set_num_threads(int n)
 {
     if (n < 1) {
-        fl__error(FL_ERR_VALUE, "fl_set_num_threads", "the thread count must be at least 1, got %d", n);
+        fl_error(FL_ERR_VALUE, "fl_set_num_threads", "the thread count must be at least 1, got %d", n);
         return;
     }
     num_threads = n;
@@ -183,7 +183,7 @@ void fl_set_num_threads(int n)
 int fl_num_threads(void)
 {
     if (num_threads == 0) {
-        int n = fl__config()->num_threads;
+        int n = fl_config_current()->num_threads;
         if (n < 1)
             n = (int)sysconf(_SC_NPROCESSORS_ONLN);
         num_threads = n < 1 ? 1 : n;

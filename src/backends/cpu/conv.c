@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "../../tensor/config.h"
+#include "flare/config.h"
 
 typedef enum conv_pass { PASS_FORWARD, PASS_BACKWARD_DATA, PASS_BACKWARD_WEIGHTS } conv_pass;
 
@@ -316,7 +316,7 @@ cpu_conv_algorithm cpu_conv_get_algorithm(void)
 {
     int a = __atomic_load_n(&algorithm, __ATOMIC_RELAXED);
     if (a < 0) {
-        const char *env = fl__config()->conv_algorithm;
+        const char *env = fl_config_current()->conv_algorithm;
         a = env && strcmp(env, "direct") == 0 ? CPU_CONV_DIRECT : CPU_CONV_WINOGRAD;
         __atomic_store_n(&algorithm, a, __ATOMIC_RELAXED);
     }

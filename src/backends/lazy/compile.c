@@ -60,7 +60,7 @@
 
 #include "flare/profile.h"
 
-#include "../../tensor/config.h"
+#include "flare/config.h"
 #include "lazy.h"
 
 extern char **environ;
@@ -115,7 +115,7 @@ static int mode_now(void)
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
     if (m >= 0)
         return m;
-    const char *v = fl__config()->lazy_compile;
+    const char *v = fl_config_current()->lazy_compile;
     m = strcmp(v, "sync") == 0 ? LAZY_COMPILE_SYNC : strcmp(v, "off") == 0 ? LAZY_COMPILE_OFF : LAZY_COMPILE_ASYNC;
     __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     return m;
@@ -133,7 +133,7 @@ void lazy_compile_set_compiler(const char *cc)
 /* Under the lock. */
 static const char *compiler_now(void)
 {
-    const char *cc = compiler_override ? compiler_override : fl__config()->compiler;
+    const char *cc = compiler_override ? compiler_override : fl_config_current()->compiler;
     return cc ? cc : lazy_kernel_compiler;
 }
 
@@ -189,7 +189,7 @@ static const char *refusal(const struct stat *st, char *why, size_t size)
 
 static void find_cache_dir(void)
 {
-    snprintf(dir, sizeof dir, "%s", fl__config()->kernel_cache);
+    snprintf(dir, sizeof dir, "%s", fl_config_current()->kernel_cache);
     for (char *p = dir + 1; *p; p++) /* mkdir -p */
         if (*p == '/') {
             *p = 0;
@@ -202,7 +202,7 @@ static void find_cache_dir(void)
                          : stat(dir, &st) != 0                  ? strerror(errno)
                                                                 : refusal(&st, why, sizeof why);
     if (reason) {
-        fl__log(FL_LOG_WARNING, "the lazy backend does not use the kernel cache %s: %s; its passes stay interpreted",
+        fl_log_message(FL_LOG_WARNING, "the lazy backend does not use the kernel cache %s: %s; its passes stay interpreted",
                 dir, reason);
         dir[0] = 0;
         return;
@@ -400,7 +400,7 @@ static lazy_kernel load_once(uint64_t hash, bool *replaced)
     void *library = NULL;
     struct stat now;
     if (!reason && !(library = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
-        fl__log(FL_LOG_WARNING, "the lazy backend could not load the kernel %s: %s", path, dlerror());
+        fl_log_message(FL_LOG_WARNING, "the lazy backend could not load the kernel %s: %s", path, dlerror());
     else if (library && (stat(path, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)) {
         dlclose(library); /* replaced since it was verified (another process compiled it too) */
         library = NULL;
@@ -408,7 +408,7 @@ static lazy_kernel load_once(uint64_t hash, bool *replaced)
     }
     close(fd);
     if (reason && *reason)
-        fl__log(FL_LOG_WARNING, "the lazy backend does not load the cached kernel %s: %s; compiling it again", path,
+        fl_log_message(FL_LOG_WARNING, "the lazy backend does not load the cached kernel %s: %s; compiling it again", path,
                 reason);
     return library ? (lazy_kernel)dlsym(library, "flare_kernel") : NULL;
 }
@@ -547,7 +547,7 @@ static compile_result compile(uint64_t hash, const char *body)
         failure_reported = true;
         pthread_mutex_unlock(&lock);
         if (first)
-            fl__log(FL_LOG_WARNING,
+            fl_log_message(FL_LOG_WARNING,
                     "the lazy backend could not compile a fused kernel with '%s' (%s); such passes stay interpreted. "
                     "FLARE_LAZY_COMPILE=off stops trying.",
                     cc, why);
@@ -638,6 +638,13 @@ void lazy_compile_shutdown(void)
     pthread_mutex_unlock(&lock);
 }
 
+/* fl_shutdown's stop for the compiler (registered when the worker first starts). */
+static void stop_compiling(void *unused)
+{
+    (void)unused;
+    lazy_compile_shutdown();
+}
+
 /* A program that never calls fl_shutdown must not leave a compiler running and its
  * temporaries behind as it exits, nor a thread running in code being unmapped as the
  * library is unloaded: the same shutdown then. It returns at once if no compilation
@@ -649,6 +656,7 @@ static void enqueue(kernel_entry *e)
 {
     adopt_after_fork();
     if (!worker_running) {
+        fl_at_shutdown(stop_compiling, NULL);
         worker_running = pthread_create(&worker_thread, NULL, worker, NULL) == 0;
         if (!worker_running) {
             e->state = KERNEL_FAILED;

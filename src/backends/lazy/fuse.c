@@ -323,8 +323,8 @@ static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64
 
 static fl_lazy_traffic traffic;
 
-fl_lazy_traffic fl__lazy_traffic_get(void) { return traffic; }
-void fl__lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
+fl_lazy_traffic fl_lazy_traffic_get(void) { return traffic; }
+void fl_lazy_traffic_reset(void) { memset(&traffic, 0, sizeof traffic); }
 
 /* Adds the program's traffic: fused, each leaf read once and each stored slot
  * written once; unfused, every operation reading its operands and writing its

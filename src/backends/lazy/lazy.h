@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "flare/backend.h"
+#include "flare/profile.h" /* fl_lazy_traffic */
 
 /* Every kind of node, in enum order, with the backend primitive it stands for (memory
  * telemetry attributes a node's materialization to it): X(op, primitive name). */
@@ -146,18 +147,5 @@ lazy_compile_stats lazy_compile_stats_get(void);
 
 /* lazy.c: wraps a CPU tensor (taking the reference) as the value of out. */
 int lazy_adopt(fl_tensor *out, fl_tensor *value);
-
-/* Memory traffic of the fused passes since the last reset, in bytes: what they read
- * and wrote, and what the same operations would have read and written one at a time
- * (every operation reading its operands and writing its result). */
-typedef struct fl_lazy_traffic {
-    uint64_t fused_read, fused_written;
-    uint64_t unfused_read, unfused_written;
-    uint64_t passes, operations; /* fused passes run, operations they computed */
-    uint64_t recomputed;         /* of those operations, ones an earlier pass had computed */
-} fl_lazy_traffic;
-
-fl_lazy_traffic fl__lazy_traffic_get(void);
-void fl__lazy_traffic_reset(void);
 
 #endif

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
-#include "flare/io.h"
+#include "flare/tensor_map.h"
+#include "internal.h"
 
 /* Names with values, in insertion order, indexed by a hash of the name. */
 typedef struct named_list {
@@ -137,7 +137,7 @@ fl_tensor_map *fl_tensor_map_create(void)
 {
     fl_tensor_map *map = calloc(1, sizeof *map);
     if (!map)
-        return fl__error(FL_ERR_MEMORY, "fl_tensor_map_create", "out of memory");
+        return fl_error(FL_ERR_MEMORY, "fl_tensor_map_create", "out of memory");
     return map;
 }
 
@@ -154,21 +154,21 @@ fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, const fl_tenso
 {
     static const char fn[] = "fl_tensor_map_set";
     if (!map || !name) {
-        fl__error(FL_ERR_NULL, fn, "%s is NULL", map ? "the name" : "the map");
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", map ? "the name" : "the map");
         return FL_ERR_NULL;
     }
     if (!value) {
         /* Either the caller's NULL, or an earlier failure's, whose error is kept. */
         if (fl_last_status() == FL_OK)
-            fl__error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
+            fl_error(FL_ERR_NULL, fn, "the tensor for '%s' is NULL", name);
         return fl_last_status();
     }
     if (!utf8_valid(name)) {
-        fl__error(FL_ERR_VALUE, fn, "the name is not valid UTF-8");
+        fl_error(FL_ERR_VALUE, fn, "the name is not valid UTF-8");
         return FL_ERR_VALUE;
     }
     if (strcmp(name, "__metadata__") == 0) {
-        fl__error(FL_ERR_VALUE, fn, "the name '__metadata__' is reserved for the file's metadata");
+        fl_error(FL_ERR_VALUE, fn, "the name '__metadata__' is reserved for the file's metadata");
         return FL_ERR_VALUE;
     }
     size_t i = find(&map->tensors, name);
@@ -180,7 +180,7 @@ fl_status fl_tensor_map_set(fl_tensor_map *map, const char *name, const fl_tenso
     }
     if (!append(&map->tensors, name, tensor)) {
         fl_release(tensor);
-        fl__error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", name);
+        fl_error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", name);
         return FL_ERR_MEMORY;
     }
     return FL_OK;
@@ -194,10 +194,10 @@ bool fl_tensor_map_contains(const fl_tensor_map *map, const char *name)
 fl_tensor *fl_tensor_map_get(const fl_tensor_map *map, const char *name)
 {
     if (!map || !name)
-        return fl__error(FL_ERR_NULL, "fl_tensor_map_get", "%s is NULL", map ? "the name" : "the map");
+        return fl_error(FL_ERR_NULL, "fl_tensor_map_get", "%s is NULL", map ? "the name" : "the map");
     size_t i = find(&map->tensors, name);
     if (i == SIZE_MAX)
-        return fl__error(FL_ERR_INDEX, "fl_tensor_map_get", "no tensor named '%s'", name);
+        return fl_error(FL_ERR_INDEX, "fl_tensor_map_get", "no tensor named '%s'", name);
     return map->tensors.values[i];
 }
 
@@ -206,11 +206,11 @@ size_t fl_tensor_map_count(const fl_tensor_map *map) { return map ? map->tensors
 static bool in_range(const char *fn, const fl_tensor_map *map, const named_list *list, size_t i)
 {
     if (!map) {
-        fl__error(FL_ERR_NULL, fn, "the map is NULL");
+        fl_error(FL_ERR_NULL, fn, "the map is NULL");
         return false;
     }
     if (i >= list->count) {
-        fl__error(FL_ERR_INDEX, fn, "index %zu is out of range for %zu entries", i, list->count);
+        fl_error(FL_ERR_INDEX, fn, "index %zu is out of range for %zu entries", i, list->count);
         return false;
     }
     return true;
@@ -230,12 +230,12 @@ fl_status fl_tensor_map_set_metadata(fl_tensor_map *map, const char *key, const 
 {
     static const char fn[] = "fl_tensor_map_set_metadata";
     if (!map || !key || !value) {
-        fl__error(FL_ERR_NULL, fn, "%s is NULL", !map ? "the map" : !key ? "the key" : "the value");
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", !map ? "the map" : !key ? "the key" : "the value");
         return FL_ERR_NULL;
     }
     if (!utf8_valid(key) || !utf8_valid(value)) {
-        fl__error(FL_ERR_VALUE, fn, "the %s is not valid UTF-8",
-                  utf8_valid(key) ? "value" : "key");
+        fl_error(FL_ERR_VALUE, fn, "the %s is not valid UTF-8",
+                 utf8_valid(key) ? "value" : "key");
         return FL_ERR_VALUE;
     }
     char *copy = strdup(value);
@@ -247,7 +247,7 @@ fl_status fl_tensor_map_set_metadata(fl_tensor_map *map, const char *key, const 
     }
     if (!copy || !append(&map->metadata, key, copy)) {
         free(copy);
-        fl__error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", key);
+        fl_error(FL_ERR_MEMORY, fn, "out of memory adding '%s'", key);
         return FL_ERR_MEMORY;
     }
     return FL_OK;

@@ -1,0 +1,98 @@
+/*
+ * Writing code that behaves like Flare's own: a module's forward, an autograd
+ * function (fl_v_record), a loss, a dataset or a backend's helpers. Flare's layers
+ * above the tensor layer are written with these functions, so an extension reports
+ * errors, takes NULL arguments and hands out results exactly as they do.
+ *
+ * Errors: record one with fl_error and return NULL (or its status). The message reads
+ * "fn: message", as Flare's do, and the first error since fl_clear_error wins, so a
+ * NULL passed on from an earlier failure keeps that failure's message.
+ *
+ * Results: a public function returns a reference its caller's scope owns (tensor.h,
+ * "Lifetimes"). A function that makes a tensor it owns (fl_retain'd, or kept with
+ * fl_keep) passes it through fl_out; one written as a composition of public calls
+ * runs them inside a scope of its own and returns with fl_scope_return, so its
+ * intermediates are released and only the result reaches the caller.
+ *
+ *     fl_tensor *my_swish(const fl_tensor *x)
+ *     {
+ *         if (fl_null_args("my_swish", 1, x))
+ *             return NULL;
+ *         if (!fl_dtype_is_float(fl_dtype_of(x))) {
+ *             char d[FL_DESC_SIZE];
+ *             return fl_error(FL_ERR_DTYPE, "my_swish", "%s is not a float tensor",
+ *                             fl_describe(x, d));
+ *         }
+ *         fl_scope s = fl_scope_begin();
+ *         return fl_scope_return(s, fl_mul(x, fl_sigmoid(x)));
+ *     }
+ *
+ * A backend reports a failure with fl_backend_error (backend.h) instead: the tensor
+ * layer adds the operation and its operands to the message.
+ */
+#ifndef FLARE_EXTENSION_H
+#define FLARE_EXTENSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flare/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+/* Records status with the message "fn: " followed by fmt's expansion, unless an error
+ * is already recorded on this thread (the first one wins). Calls the handler set with
+ * fl_set_error_handler. Returns NULL, so a function can `return fl_error(...)`. */
+void *fl_error(fl_status status, const char *fn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* True if any of the count arguments (pointers, tensors or variables) is NULL. If no
+ * error is recorded yet, the caller passed the NULL itself, and it records FL_ERR_NULL
+ * naming fn and the argument's position; otherwise the NULL is an earlier failure's
+ * result and is passed on without a new message. */
+bool fl_null_args(const char *fn, int count, ...);
+
+/* ---- describing tensors in messages ---------------------------------------------- */
+
+/* The size of a buffer for fl_describe and fl_describe_shape. */
+#define FL_DESC_SIZE 96
+
+/* Writes t as dtype and shape, "f32[2, 3]" ("NULL" for NULL), into buf (FL_DESC_SIZE
+ * bytes) and returns buf. */
+const char *fl_describe(const fl_tensor *t, char *buf);
+/* Writes a shape as "[2, 3]" into buf (FL_DESC_SIZE bytes; a long shape is cut short)
+ * and returns buf. */
+const char *fl_describe_shape(int ndim, const int64_t *shape, char *buf);
+
+/* ---- checking arguments ------------------------------------------------------------ */
+
+/* True if a and b have the same shape (dtypes may differ); false if either is NULL. */
+bool fl_same_shape(const fl_tensor *a, const fl_tensor *b);
+/* Turns axis, possibly negative (-1 is the last), into an index in [0, ndim) in *out.
+ * Out of range: false and FL_ERR_AXIS naming fn. */
+bool fl_normalize_axis(const char *fn, int axis, int ndim, int *out);
+/* The bit mask of axes[0..count) of an ndim-dimensional tensor (bit i for axis i,
+ * negative axes counted from the end); axes NULL or count 0 means every axis. A bad
+ * or repeated axis: false and FL_ERR_AXIS naming fn. */
+bool fl_axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned *mask);
+
+/* ---- handing results to the caller's scope ---------------------------------------- */
+
+/* Takes a reference the caller owns and hands it to the innermost open scope, which
+ * releases it when it ends; outside any scope the reference stays the caller's.
+ * Returns t; NULL passes through. */
+fl_tensor *fl_out(fl_tensor *t);
+
+/* Ends scope (begun by the caller with fl_scope_begin), releasing what it holds except
+ * result, which is handed to the scope around it as fl_out does. Returns result; a
+ * NULL result (a failure inside the scope) passes through and its error stays. */
+fl_tensor *fl_scope_return(fl_scope scope, fl_tensor *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
