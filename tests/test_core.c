@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/cpu/cpu.h"
 #include "flare/profile.h"
 #include "support.h"
 
@@ -153,6 +154,22 @@ static void registry_and_default(void **state)
     assert_null(fl_backend_find("no-such-backend"));
     assert_int_equal(fl_set_default_backend("no-such-backend"), FL_ERR_VALUE);
     fl_clear_error();
+}
+
+/* The cpu kernels are the best set the machine runs, or the one FLARE_CPU_KERNELS
+ * names; a build for this machine only has one set. */
+static void the_cpu_kernels_suit_the_machine(void **state)
+{
+    const char *isa = cpu_kernels(), *wanted = getenv("FLARE_CPU_KERNELS");
+    if (strcmp(isa, "native") == 0)
+        return;
+    static const char *const levels[] = {"x86-64-v4", "x86-64-v3", "x86-64"};
+    __builtin_cpu_init();
+    int best = __builtin_cpu_supports("x86-64-v4") ? 0 : __builtin_cpu_supports("x86-64-v3") ? 1 : 2, chosen = best;
+    for (int i = best; wanted && i < 3; i++)
+        if (strcmp(levels[i], wanted) == 0)
+            chosen = i; /* a level the machine runs; a higher one is not taken */
+    assert_string_equal(isa, levels[chosen]);
 }
 
 static void unimplemented_primitive_is_a_clear_error(void **state)
@@ -316,6 +333,7 @@ int main(void)
         scoped_test(errors_name_the_function_and_propagate_null),
         scoped_test(scopes_release_temporaries),
         scoped_test(registry_and_default),
+        scoped_test(the_cpu_kernels_suit_the_machine),
         scoped_test(unimplemented_primitive_is_a_clear_error),
         scoped_test(uniform_draws_are_philox_4x32_10),
         scoped_test(random_numbers_do_not_depend_on_threads),

@@ -539,20 +539,66 @@ void cpu_register_core(fl_backend *b)
     b->slice = cpu_slice;
 }
 
+/* ---- the table, with the kernel families of the best instruction set ---- */
+
+typedef void (*family_register)(fl_backend *b);
+#define FAMILY_SLOT(family, variant) NULL,
+#define FAMILY_COUNT (sizeof(family_register[]){CPU_FAMILIES(FAMILY_SLOT, _)} / sizeof(family_register))
+
+typedef struct kernel_variant {
+    const char *isa;
+    family_register families[FAMILY_COUNT];
+} kernel_variant;
+
+#ifdef FLARE_CPU_DISPATCH
+#define DECLARE_FAMILY(family, variant) void CPU_JOIN(cpu_register_##family, variant)(fl_backend * b);
+#define DECLARE_VARIANT(variant, isa) CPU_FAMILIES(DECLARE_FAMILY, variant)
+CPU_VARIANTS(DECLARE_VARIANT)
+#define FAMILY_OF(family, variant) CPU_JOIN(cpu_register_##family, variant),
+#define VARIANT_ENTRY(variant, isa) {isa, {CPU_FAMILIES(FAMILY_OF, variant)}},
+static const kernel_variant variants[] = {CPU_VARIANTS(VARIANT_ENTRY)};
+
+/* The first variant the machine runs and the environment allows: FLARE_CPU_KERNELS
+ * may name a lower instruction set, to compare them or to test one. */
+static const kernel_variant *chosen_variant(void)
+{
+    __builtin_cpu_init();
+    const char *wanted = getenv("FLARE_CPU_KERNELS");
+    size_t count = sizeof variants / sizeof variants[0], first = 0;
+    if (__builtin_cpu_supports("x86-64-v4"))
+        first = 0;
+    else if (__builtin_cpu_supports("x86-64-v3"))
+        first = 1;
+    else
+        first = count - 1;
+    for (size_t i = first; wanted && *wanted && i < count; i++)
+        if (strcmp(variants[i].isa, wanted) == 0)
+            return &variants[i];
+    return &variants[first];
+}
+#else
+#define FAMILY_OF(family, variant) cpu_register_##family,
+static const kernel_variant native = {"native", {CPU_FAMILIES(FAMILY_OF, _)}};
+static const kernel_variant *chosen_variant(void) { return &native; }
+#endif
+
 static fl_backend cpu_backend = {.version = FL_BACKEND_VERSION, .size = sizeof(fl_backend), .name = "cpu"};
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static const kernel_variant *kernels;
 
 static void cpu_init(void)
 {
+    kernels = chosen_variant();
     cpu_register_core(&cpu_backend);
-    cpu_register_random(&cpu_backend);
-    cpu_register_elementwise(&cpu_backend);
-    cpu_register_reduce(&cpu_backend);
-    cpu_register_index(&cpu_backend);
     cpu_register_linalg(&cpu_backend);
-    cpu_register_softmax(&cpu_backend);
-    cpu_register_batch_norm(&cpu_backend);
-    cpu_register_gelu(&cpu_backend);
+    for (size_t i = 0; i < FAMILY_COUNT; i++)
+        kernels->families[i](&cpu_backend);
+}
+
+const char *cpu_kernels(void)
+{
+    pthread_once(&cpu_once, cpu_init);
+    return kernels->isa;
 }
 
 const fl_backend *fl_cpu_backend(void)

@@ -102,17 +102,48 @@ cpu_conv_algorithm cpu_conv_get_algorithm(void);
 
 /* Kernel families (each in its own file). */
 void cpu_register_core(fl_backend *b);        /* cpu.c: data movement, casts, views */
+void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c: OpenBLAS and oneDNN */
+void cpu_register_conv(fl_backend *b);        /* conv.c */
+
+/* The families whose loops the compiler vectorizes. An installed library must run on
+ * any x86-64 and still use AVX-512 where the machine has it, so unless the build is
+ * for this machine only (FLARE_NATIVE), CMakeLists.txt compiles these files once per
+ * instruction set of CPU_VARIANTS, with CPU_VARIANT naming the variant; each
+ * compilation names its functions for it (cpu_register_random_x86_64_v4), and cpu.c
+ * registers the best variant the machine runs. Their files keep no state, so
+ * whichever variant runs, there is one of everything else. */
+#define CPU_FAMILIES(X, variant)                                                                  \
+    X(random, variant) X(elementwise, variant) X(reduce, variant) X(index, variant) X(pool, variant) \
+    X(softmax, variant) X(batch_norm, variant) X(gelu, variant)
+/* X(name, ISA level): best first; the last runs anywhere. */
+#define CPU_VARIANTS(X) X(x86_64_v4, "x86-64-v4") X(x86_64_v3, "x86-64-v3") X(x86_64, "x86-64")
+
+#define CPU_JOIN_(a, b) a##_##b
+#define CPU_JOIN(a, b) CPU_JOIN_(a, b)
+#ifdef CPU_VARIANT
+#define cpu_register_random CPU_JOIN(cpu_register_random, CPU_VARIANT)
+#define cpu_register_elementwise CPU_JOIN(cpu_register_elementwise, CPU_VARIANT)
+#define cpu_register_reduce CPU_JOIN(cpu_register_reduce, CPU_VARIANT)
+#define cpu_register_index CPU_JOIN(cpu_register_index, CPU_VARIANT)
+#define cpu_register_pool CPU_JOIN(cpu_register_pool, CPU_VARIANT)
+#define cpu_register_softmax CPU_JOIN(cpu_register_softmax, CPU_VARIANT)
+#define cpu_register_batch_norm CPU_JOIN(cpu_register_batch_norm, CPU_VARIANT)
+#define cpu_register_gelu CPU_JOIN(cpu_register_gelu, CPU_VARIANT)
+#define cpu_sort CPU_JOIN(cpu_sort, CPU_VARIANT)
+#endif
 void cpu_register_random(fl_backend *b);      /* random.c */
 void cpu_register_elementwise(fl_backend *b); /* elementwise.c */
 void cpu_register_reduce(fl_backend *b);      /* reduce.c, sort.c */
 int cpu_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis,
              bool descending); /* sort.c */
 void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update_slice, where, gather, ... */
-void cpu_register_linalg(fl_backend *b);      /* matmul.c; it calls the two below */
-void cpu_register_conv(fl_backend *b);        /* conv.c */
 void cpu_register_pool(fl_backend *b);        /* pool.c */
 void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */
 void cpu_register_batch_norm(fl_backend *b);  /* batchnorm.c: the optional fused batch norm */
 void cpu_register_gelu(fl_backend *b);        /* gelu.c: the optional fused GELU */
+
+/* The instruction set of the kernel families in use ("x86-64-v4", ...; "native" in a
+ * build for this machine only). FLARE_CPU_KERNELS names a lower one to use instead. */
+const char *cpu_kernels(void);
 
 #endif

@@ -180,5 +180,4 @@ void cpu_register_linalg(fl_backend *b)
     openblas_set_num_threads(1);
     b->matmul = cpu_matmul;
     cpu_register_conv(b);
-    cpu_register_pool(b);
 }
