@@ -67,6 +67,18 @@ extern char **environ;
 
 /* Built into the library by CMakeLists.txt. */
 extern const char lazy_kernel_headers[], lazy_kernel_compiler[], lazy_kernel_flags[];
+extern const char *const lazy_kernel_levels[][2];
+
+/* The instruction-set flags of the level the cpu kernels run at (cpu_kernels): the
+ * kernels are compiled for it, so that they round as the interpreter (apply.c) of
+ * that level does, fused multiply-add or not. */
+static const char *level_flags(void)
+{
+    for (int i = 0; lazy_kernel_levels[i][0]; i++)
+        if (strcmp(lazy_kernel_levels[i][0], cpu_kernels()) == 0)
+            return lazy_kernel_levels[i][1];
+    return "";
+}
 
 #define SOURCE_MAX 16384
 #define TABLE_SIZE 1024 /* kernels per process; past it, programs stay interpreted */
@@ -233,7 +245,7 @@ static void hash_shared_text(void)
     }
     if (f)
         fclose(f);
-    shared_hash = fnv1a(fnv1a(h, lazy_kernel_headers), lazy_kernel_flags);
+    shared_hash = fnv1a(fnv1a(fnv1a(h, lazy_kernel_headers), lazy_kernel_flags), level_flags());
 }
 
 static void set_up(void)
@@ -480,7 +492,7 @@ static compile_result compile(uint64_t hash, const char *body)
     }
     /* argv: the compiler, its flags one by one, -o temporary, source */
     char flags[512], cc[1024], *argv[48];
-    snprintf(flags, sizeof flags, "%s", lazy_kernel_flags);
+    snprintf(flags, sizeof flags, "%s %s", lazy_kernel_flags, level_flags());
     int argc = 0;
     argv[argc++] = cc;
     for (char *save, *t = strtok_r(flags, " ", &save); t && argc < 40; t = strtok_r(NULL, " ", &save))

@@ -145,63 +145,6 @@ static bool compile(program *p, const fl_tensor *root)
     return true;
 }
 
-/* ---- the operations over one tile ---- */
-
-/* y[i] = expr(x[i]) over n dense elements. */
-#define UNARY_LOOP(expr)                          \
-    for (int64_t i = 0; i < n; i++) {             \
-        float x = a[i];                           \
-        y[i] = (expr);                            \
-    }
-
-/* y[i] = expr(a, b) where each operand is dense or a single value (stride 0). */
-#define BINARY_LOOP(expr)                                      \
-    if (sa && sb)                                              \
-        for (int64_t i = 0; i < n; i++) {                      \
-            float x = a[i], z = b[i];                          \
-            y[i] = (expr);                                     \
-        }                                                      \
-    else if (sa) {                                             \
-        const float z = *b;                                    \
-        for (int64_t i = 0; i < n; i++) {                      \
-            float x = a[i];                                    \
-            y[i] = (expr);                                     \
-        }                                                      \
-    } else {                                                   \
-        const float x = *a;                                    \
-        for (int64_t i = 0; i < n; i++) {                      \
-            float z = b[i];                                    \
-            y[i] = (expr);                                     \
-        }                                                      \
-    }
-
-/* sin and cos as the CPU backend computes them: the vector form, then libm for the
- * arguments it does not reduce exactly. */
-#define TRIG_LOOP(name)                               \
-    do {                                              \
-        UNARY_LOOP(vm_##name##f(x))                   \
-        for (int64_t i = 0; i < n; i++)               \
-            if (!vm_trig_in_range(a[i]))              \
-                y[i] = name##f(a[i]);                 \
-    } while (0)
-
-/* The same expressions as the CPU backend's kernels, so both give the same values. */
-static void apply(lazy_op op, float *restrict y, const float *a, bool sa, const float *b, bool sb, int64_t n)
-{
-#define UNARY_CASE(op, expr) case op: UNARY_LOOP(expr) break;
-#define BINARY_CASE(op, expr) case op: BINARY_LOOP(expr) break;
-    switch (op) {
-    LAZY_UNARY_EXPRESSIONS(UNARY_CASE)
-    LAZY_BINARY_EXPRESSIONS(BINARY_CASE)
-    case LAZY_SIN: TRIG_LOOP(sin); break;
-    case LAZY_COS: TRIG_LOOP(cos); break;
-    case LAZY_POW: BINARY_LOOP(z == 2.0f ? x * x : powf(x, z)) break;
-    default: break;
-    }
-#undef UNARY_CASE
-#undef BINARY_CASE
-}
-
 /* dst[i] = the leaf's element at offset + i * step, as f32, for i < n; f32 the way
  * C converts, as the CPU backend's cast does. */
 static void load(const slot *s, float *restrict dst, int64_t offset, int64_t step, int64_t n)
@@ -260,12 +203,44 @@ static void gather(const slot *s, float *restrict dst, int64_t begin, int64_t n)
     }
 }
 
+/* The interpreter's tile operations of the level the cpu kernels run at (apply.c). */
+#ifdef FLARE_CPU_DISPATCH
+#define DECLARE_APPLY(variant, isa) \
+    void CPU_JOIN(lazy_apply, variant)(lazy_op, float *restrict, const float *, bool, const float *, bool, int64_t);
+CPU_VARIANTS(DECLARE_APPLY)
+#define APPLY_ENTRY(variant, isa) {isa, CPU_JOIN(lazy_apply, variant)},
+static const struct {
+    const char *isa;
+    lazy_apply_fn apply;
+} applies[] = {CPU_VARIANTS(APPLY_ENTRY)};
+
+static lazy_apply_fn find_interpreter(void)
+{
+    size_t count = sizeof applies / sizeof applies[0], i = 0;
+    while (i < count - 1 && strcmp(applies[i].isa, cpu_kernels()) != 0)
+        i++;
+    return applies[i].apply;
+}
+#else
+static lazy_apply_fn find_interpreter(void) { return lazy_apply; }
+#endif
+
+static lazy_apply_fn interpreter(void)
+{
+    static lazy_apply_fn found;
+    lazy_apply_fn apply = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
+    if (!apply)
+        __atomic_store_n(&found, apply = find_interpreter(), __ATOMIC_RELEASE);
+    return apply;
+}
+
 /* Runs the program over elements [begin, begin + n): afterwards value[i] points at
  * slot i's values for the tile, dense (step[i] true) or a single value. */
 static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64_t begin, int64_t n,
                      const float **value, bool *step)
 {
     float *out[MAX_SLOTS];
+    lazy_apply_fn interpret = interpreter();
     for (int i = 0; i < p->count; i++) {
         const slot *s = &p->slots[i];
         float *own = scratch + (int64_t)i * TILE;
@@ -306,7 +281,7 @@ static void run_tile(const program *p, lazy_kernel kernel, float *scratch, int64
             int a = s->arg[0], b = s->arg[1] >= 0 ? s->arg[1] : a;
             step[i] = step[a] || step[b];
             float *y = s->store && step[i] ? (float *)cpu_data(s->store) + begin : own;
-            apply(s->op, y, value[a], step[a], value[b], step[b], step[i] ? n : 1);
+            interpret(s->op, y, value[a], step[a], value[b], step[b], step[i] ? n : 1);
             if (s->store && !step[i]) {
                 float *stored = (float *)cpu_data(s->store) + begin;
                 for (int64_t k = 0; k < n; k++)

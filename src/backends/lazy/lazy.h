@@ -18,6 +18,8 @@
 #include <stdint.h>
 
 #include "flare/backend.h"
+
+#include "../cpu/cpu.h"
 #include "flare/profile.h" /* fl_lazy_traffic */
 
 /* Every kind of node, in enum order, with the backend primitive it stands for (memory
@@ -112,6 +114,17 @@ int lazy_run(const fl_tensor *t);
  * caller then materializes a and delegates), else 0 or an fl_status. */
 int lazy_run_reduction(fl_tensor *out, const fl_tensor *a, unsigned axes, int op);
 enum { LAZY_SUM, LAZY_PROD, LAZY_MAX, LAZY_MIN };
+
+/* apply.c: y = op over n elements of a (and b for binary operations), each dense or,
+ * where sa or sb is false, one value for all (its stride is 0). Compiled per
+ * instruction set like the cpu kernels (cpu.h, CPU_FAMILIES); lazy_interpreter
+ * (fuse.c) is the one of the level the cpu kernels run at. */
+#ifdef CPU_VARIANT
+#define lazy_apply CPU_JOIN(lazy_apply, CPU_VARIANT)
+#endif
+typedef void (*lazy_apply_fn)(lazy_op op, float *restrict y, const float *a, bool sa, const float *b, bool sb,
+                              int64_t n);
+void lazy_apply(lazy_op op, float *restrict y, const float *a, bool sa, const float *b, bool sb, int64_t n);
 
 /* compile.c: a fused program as one compiled loop. Slot i of a kernel is an input
  * (read from in[i]: a leaf, a converted cast or a constant, one value for the tile if
