@@ -101,7 +101,7 @@ cpu_conv_algorithm cpu_conv_get_algorithm(void);
 #endif
 
 /* Kernel families (each in its own file). */
-void cpu_register_core(fl_backend *b);        /* cpu.c: data movement, casts, views */
+void cpu_register_core(fl_backend *b);        /* cpu.c: data movement, views */
 void cpu_register_linalg(fl_backend *b);      /* matmul.c, conv.c: OpenBLAS and oneDNN */
 void cpu_register_conv(fl_backend *b);        /* conv.c */
 
@@ -113,14 +113,15 @@ void cpu_register_conv(fl_backend *b);        /* conv.c */
  * registers the best variant the machine runs. Their files keep no state, so
  * whichever variant runs, there is one of everything else. */
 #define CPU_FAMILIES(X, variant)                                                                  \
-    X(random, variant) X(elementwise, variant) X(reduce, variant) X(index, variant) X(pool, variant) \
-    X(softmax, variant) X(batch_norm, variant) X(gelu, variant)
+    X(convert, variant) X(random, variant) X(elementwise, variant) X(reduce, variant) X(index, variant) \
+    X(pool, variant) X(softmax, variant) X(batch_norm, variant) X(gelu, variant)
 /* X(name, ISA level): best first; the last runs anywhere. */
 #define CPU_VARIANTS(X) X(x86_64_v4, "x86-64-v4") X(x86_64_v3, "x86-64-v3") X(x86_64, "x86-64")
 
 #define CPU_JOIN_(a, b) a##_##b
 #define CPU_JOIN(a, b) CPU_JOIN_(a, b)
 #ifdef CPU_VARIANT
+#define cpu_register_convert CPU_JOIN(cpu_register_convert, CPU_VARIANT)
 #define cpu_register_random CPU_JOIN(cpu_register_random, CPU_VARIANT)
 #define cpu_register_elementwise CPU_JOIN(cpu_register_elementwise, CPU_VARIANT)
 #define cpu_register_reduce CPU_JOIN(cpu_register_reduce, CPU_VARIANT)
@@ -131,6 +132,7 @@ void cpu_register_conv(fl_backend *b);        /* conv.c */
 #define cpu_register_gelu CPU_JOIN(cpu_register_gelu, CPU_VARIANT)
 #define cpu_sort CPU_JOIN(cpu_sort, CPU_VARIANT)
 #endif
+void cpu_register_convert(fl_backend *b);     /* convert.c: full and cast */
 void cpu_register_random(fl_backend *b);      /* random.c */
 void cpu_register_elementwise(fl_backend *b); /* elementwise.c */
 void cpu_register_reduce(fl_backend *b);      /* reduce.c, sort.c */
