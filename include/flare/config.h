@@ -62,6 +62,9 @@ typedef struct fl_config {
     bool profile;               /* FLARE_PROFILE: profile every operation, and print it at exit */
     fl_log_fn log;              /* FLARE_LOG=stderr: fl_log_stderr; NULL: no log */
     void *log_user;             /* passed to log */
+    /* FLARE_CPU_KERNELS: the cpu kernels' instruction set, "best" (NULL: the best the
+     * machine runs), or a lower "x86-64-v3" or "x86-64" (docs/ARCHITECTURE.md) */
+    const char *cpu_kernels;
 } fl_config;
 
 /* Sets the configuration (NULL: the environment's). It must come before anything else

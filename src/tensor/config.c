@@ -19,7 +19,7 @@
 
 typedef struct settings {
     fl_config config; /* its strings point into the buffers below (see link) */
-    char backend[64], memory[16], conv_algorithm[16], lazy_compile[8], distributed[64];
+    char backend[64], memory[16], conv_algorithm[16], lazy_compile[8], distributed[64], cpu_kernels[16];
     char compiler[1024], kernel_cache[4096];
 } settings;
 
@@ -109,6 +109,7 @@ static void default_kernel_cache(char *buffer, size_t size)
 static const char *const memories[] = {"caching", "plain", NULL};
 static const char *const conv_algorithms[] = {"winograd", "direct", NULL};
 static const char *const compile_modes[] = {"async", "sync", "off", NULL};
+static const char *const cpu_levels[] = {"best", "x86-64-v4", "x86-64-v3", "x86-64", NULL};
 
 /* Checks c and resolves it into s (whose strings link() then points at). */
 static void resolve(const fl_config *c, settings *s, reader *r)
@@ -129,6 +130,9 @@ static void resolve(const fl_config *c, settings *s, reader *r)
     if (!choose(s->lazy_compile, sizeof s->lazy_compile, c->lazy_compile, compile_modes))
         PROBLEM(r, lazy_compile, "FLARE_LAZY_COMPILE", "async", "is '%s', none of 'async', 'sync', 'off'",
                 c->lazy_compile);
+    if (!choose(s->cpu_kernels, sizeof s->cpu_kernels, c->cpu_kernels, cpu_levels))
+        PROBLEM(r, cpu_kernels, "FLARE_CPU_KERNELS", "best", "is '%s', none of 'best', 'x86-64-v4', 'x86-64-v3', 'x86-64'",
+                c->cpu_kernels);
     if (!copy(s->kernel_cache, sizeof s->kernel_cache - KERNEL_NAME_ROOM, c->kernel_cache))
         PROBLEM(r, kernel_cache, "FLARE_KERNEL_CACHE", "the default", "is longer than %zu bytes",
                 sizeof s->kernel_cache - KERNEL_NAME_ROOM - 1);
@@ -162,6 +166,7 @@ static void point_strings(settings *s)
     s->config.kernel_cache = s->kernel_cache;
     s->config.compiler = s->compiler[0] ? s->compiler : NULL;
     s->config.distributed = s->distributed;
+    s->config.cpu_kernels = s->cpu_kernels;
 }
 
 /* The environment as an fl_config: numbers parsed, names passed on for resolve. */
@@ -176,6 +181,7 @@ static void read_environment(settings *s, reader *r)
     c.kernel_cache = getenv("FLARE_KERNEL_CACHE");
     c.compiler = getenv("FLARE_CC");
     c.distributed = getenv("FLARE_DISTRIBUTED");
+    c.cpu_kernels = getenv("FLARE_CPU_KERNELS");
     const char *v = getenv("FLARE_NUM_THREADS");
     if (v && *v) {
         char *end;

@@ -1,6 +1,8 @@
 /* The CPU backend: its table, storage, views and dense copies. */
 #include "cpu.h"
 
+#include "flare/config.h"
+
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -422,12 +424,12 @@ CPU_VARIANTS(DECLARE_VARIANT)
 #define VARIANT_ENTRY(variant, isa) {isa, {CPU_FAMILIES(FAMILY_OF, variant)}},
 static const kernel_variant variants[] = {CPU_VARIANTS(VARIANT_ENTRY)};
 
-/* The first variant the machine runs and the environment allows: FLARE_CPU_KERNELS
- * may name a lower instruction set, to compare them or to test one. */
+/* The first variant the machine runs and the settings allow: FLARE_CPU_KERNELS may
+ * name a lower instruction set, to compare them or to test one. */
 static const kernel_variant *chosen_variant(void)
 {
     __builtin_cpu_init();
-    const char *wanted = getenv("FLARE_CPU_KERNELS");
+    const char *wanted = fl_config_current()->cpu_kernels;
     size_t count = sizeof variants / sizeof variants[0], first = 0;
     if (__builtin_cpu_supports("x86-64-v4"))
         first = 0;
