@@ -63,7 +63,7 @@ int main(void)
         return 1;
     pthread_mutex_init(&c->lock, NULL);
     fl_memory_manager mine = {
-        .version = FL_MEMORY_VERSION, .size = sizeof(fl_memory_manager), .name = "counting", .state = c,
+        .version = FL_MEMORY_VERSION, .table_size = sizeof(fl_memory_manager), .name = "counting", .state = c,
         .alloc = counting_alloc, .free = counting_free, .stats = counting_stats, .destroy = counting_destroy,
     };
     fl_memory_manager *previous = fl_memory_manager_current();

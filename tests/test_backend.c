@@ -140,7 +140,7 @@ static void registration_checks_version_and_size(void **state)
     fl_backend table;
     fl_backend_derive(&table, fl_backend_find("cpu"), "cpu-version-1");
     table.version = 1;
-    table.size = fl_backend_size(1);
+    table.table_size = fl_backend_size(1);
     table.from_host = counting_from_host;
     assert_non_null(table.host_data); /* past version 1's size: not copied */
     assert_int_equal(fl_backend_register(&table), FL_OK);
@@ -158,7 +158,7 @@ static void registration_checks_version_and_size(void **state)
     assert_string_equal(fl_backend_name(t), "cpu-version-1");
 
     table.version = 1;
-    table.size = sizeof(fl_backend);
+    table.table_size = sizeof(fl_backend);
     assert_fails_status(fl_backend_register(&table), FL_ERR_VALUE, "compiled against a different backend.h");
     table.version = FL_BACKEND_VERSION + 1;
     assert_fails_status(fl_backend_register(&table), FL_ERR_VALUE, "written against version");

@@ -228,6 +228,7 @@ static int fake_wait(fl_distributed *d, void *work, double timeout)
 }
 
 static fl_distributed fake = {
+    .version = FL_DISTRIBUTED_VERSION, .table_size = sizeof(fl_distributed),
     .name = "fake", .init = fake_init, .shutdown = fake_shutdown, .rank = fake_rank, .size = fake_size,
     .all_reduce = fake_all_reduce, .wait = fake_wait,
 };
@@ -250,6 +251,36 @@ static void means_divide_by_the_engines_size(void **state)
                  "f32[6] must divide among 4 ranks");
     fl_distributed_shutdown();
     assert_int_equal(fake_shutdowns, 1);
+}
+
+/* The engine table's contract: one list makes it; an engine of another header, or
+ * without an entry every engine needs, is refused; a collective it leaves out is an
+ * error naming it. */
+static void engines_are_checked_when_registered(void **state)
+{
+    assert_string_equal(fl_distributed_entry_name(0), "init");
+    assert_string_equal(fl_distributed_entry_name(9), "wait");
+    assert_null(fl_distributed_entry_name(10));
+    assert_int_equal(fl_distributed_engine_size(FL_DISTRIBUTED_VERSION), sizeof(fl_distributed));
+    fl_distributed other = fake;
+    other.name = "other-header";
+    other.table_size = sizeof other - sizeof(void *);
+    assert_fails_status(fl_distributed_register(&other), FL_ERR_VALUE, "compiled against a different distributed.h");
+    other.table_size = sizeof other;
+    other.version = FL_DISTRIBUTED_VERSION + 1;
+    assert_fails_status(fl_distributed_register(&other), FL_ERR_VALUE, "knows versions 1 to");
+    other.version = FL_DISTRIBUTED_VERSION;
+    other.wait = NULL;
+    assert_fails_status(fl_distributed_register(&other), FL_ERR_VALUE, "engine 'other-header' has no wait entry");
+    assert_null(fl_distributed_find("other-header"));
+
+    if (!fl_distributed_find("fake"))
+        assert_int_equal(fl_distributed_register(&fake), FL_OK);
+    assert_int_equal(fl_distributed_init("fake"), FL_OK);
+    assert_fails(fl_broadcast(T_F32(FL_SHAPE(1), 1), 0), FL_ERR_UNSUPPORTED,
+                 "fl_broadcast: the distributed engine 'fake' does not implement broadcast");
+    assert_fails_status(fl_barrier(), FL_ERR_UNSUPPORTED, "does not implement barrier");
+    fl_distributed_shutdown();
 }
 
 /* The layer reaches a backend only through its table: on a backend without host
@@ -553,6 +584,7 @@ int main(void)
         scoped_test(reducer_errors),
         scoped_test(means_divide_by_the_engines_size),
         scoped_test(collectives_on_a_backend_without_host_access),
+        scoped_test(engines_are_checked_when_registered),
         scoped_test(a_failed_collective_ends_the_job),
         scoped_test(mpi_collectives_under_mpirun),
         scoped_test(two_ranks_train_as_one_with_twice_the_batch),

@@ -517,7 +517,7 @@ static void managers_are_checked_when_installed_and_destroyed(void **state)
     fl_memory_manager *previous = fl_memory_manager_current();
     fl_memory_manager *m = fl_memory_caching(SIZE_MAX, SIZE_MAX);
     fl_memory_manager copy = *m;
-    copy.size = sizeof copy - sizeof(void *);
+    copy.table_size = sizeof copy - sizeof(void *);
     assert_fails_status(fl_memory_set_manager(&copy), FL_ERR_VALUE, "compiled against a different memory.h");
     copy = *m;
     copy.version = FL_MEMORY_VERSION + 1;

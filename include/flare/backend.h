@@ -211,7 +211,7 @@ struct fl_backend {
     /* What the table was written against: FL_BACKEND_VERSION and sizeof(fl_backend)
      * of that header. Registration refuses a size that does not match its version. */
     int version;
-    size_t size;
+    size_t table_size;
     const char *name;
     void *state; /* the backend's own, global state */
     /* The table this one was derived from (fl_backend_derive), or NULL. */

@@ -7,11 +7,11 @@
  *    so code written for many processes runs unchanged in one;
  *  - "mpi": the MPI library the job was launched with (mpirun), on CPU memory.
  *
- * Engines move dense host buffers; the functions below take tensors, hand the engine
- * their storage without a copy where the CPU backend allows, and return new tensors
- * (tensors are values: a collective never changes its input). An engine for device
- * memory (NCCL) would name the backend whose buffers it accepts; today every engine
- * works on "cpu" memory and other backends' tensors go through the host.
+ * Engines move dense host buffers; the functions below take tensors of any backend,
+ * hand the engine their memory without a copy where the backend gives host access
+ * (backend.h, host_data), stage it through host memory where it does not, and return
+ * new tensors on the input's backend (tensors are values: a collective never changes
+ * its input). An engine for device memory (NCCL) would be an appended entry.
  *
  * Faults. Every collective waits at most fl_distributed_timeout() seconds. On timeout
  * it fails with FL_ERR_DISTRIBUTED and a message naming the ranks that did not
@@ -55,40 +55,69 @@ typedef struct fl_distributed fl_distributed;
  * *work (engine-defined; NULL if the engine completed it already); wait completes it.
  * The blocking functions are start-then-wait, so that one wait, the engine's, enforces
  * the timeout for all of them. Buffers are dense host memory of count elements of
- * dtype; all_reduce's send may equal recv (in place). Reduce operations are SUM, MAX and MIN: MEAN
- * is a SUM divided above the engine. Entries return 0, or a non-zero fl_status after
- * fl_distributed_error().
+ * dtype; all_reduce's send may equal recv (in place). Reduce operations are SUM, MAX
+ * and MIN: MEAN is a SUM divided above the engine. Entries return 0, or a non-zero
+ * fl_status after fl_distributed_error().
+ *
+ * The table is one list, X(version, return type, name, parameters), which makes the
+ * struct and the entry names; entries are appended, never reordered, and the layer
+ * reads an entry only if the engine's version is at least the entry's. Thread safety:
+ * the layer calls an engine from one thread at a time (collectives must be called in
+ * the same order on every rank, so a program issues them from one thread); a
+ * request's wait may come from another thread than its start.
  */
+#define FL_DISTRIBUTED_ENTRIES(X)                                                                           \
+    /* Joins the job the process was launched in. */                                                      \
+    X(1, int, init, (fl_distributed * d))                                                                   \
+    /* Leaves the job; called once, by every rank, after its last collective. */                          \
+    X(1, void, shutdown, (fl_distributed * d))                                                              \
+    X(1, int, rank, (const fl_distributed *d))                                                              \
+    X(1, int, size, (const fl_distributed *d))                                                              \
+    X(1, int, all_reduce,                                                                                   \
+      (fl_distributed * d, const void *send, void *recv, int64_t count, fl_dtype dtype, fl_dist_op op,     \
+       void **work))                                                                                        \
+    X(1, int, broadcast, (fl_distributed * d, void *buffer, int64_t count, fl_dtype dtype, int root, void **work)) \
+    /* recv holds size * count elements: rank r's send at r * count. */                                   \
+    X(1, int, all_gather,                                                                                   \
+      (fl_distributed * d, const void *send, void *recv, int64_t count, fl_dtype dtype, void **work))       \
+    /* send holds size * count elements; rank r receives the reduction of block r. */                     \
+    X(1, int, reduce_scatter,                                                                               \
+      (fl_distributed * d, const void *send, void *recv, int64_t count, fl_dtype dtype, fl_dist_op op,     \
+       void **work))                                                                                        \
+    X(1, int, barrier, (fl_distributed * d, void **work))                                                   \
+    /* Completes and frees work, waiting at most timeout seconds (0: no limit). On timeout or a           \
+     * peer's failure the error names the ranks at fault. */                                              \
+    X(1, int, wait, (fl_distributed * d, void *work, double timeout))
+
+/* The version of struct fl_distributed this header declares. */
+#define FL_DISTRIBUTED_VERSION 1
+
+#define FL__DISTRIBUTED_ENTRY(version, type, name, params) type(*name) params;
+
 struct fl_distributed {
+    /* What the engine was written against: FL_DISTRIBUTED_VERSION and
+     * sizeof(fl_distributed) of that header, checked by fl_distributed_register. */
+    int version;
+    size_t table_size;
     const char *name;
     void *state;
-    /* Joins the job the process was launched in. */
-    int (*init)(fl_distributed *d);
-    /* Leaves the job; called once, by every rank, after its last collective. */
-    void (*shutdown)(fl_distributed *d);
-    int (*rank)(const fl_distributed *d);
-    int (*size)(const fl_distributed *d);
-
-    int (*all_reduce)(fl_distributed *d, const void *send, void *recv, int64_t count, fl_dtype dtype,
-                      fl_dist_op op, void **work);
-    int (*broadcast)(fl_distributed *d, void *buffer, int64_t count, fl_dtype dtype, int root, void **work);
-    /* recv holds size * count elements: rank r's send at r * count. */
-    int (*all_gather)(fl_distributed *d, const void *send, void *recv, int64_t count, fl_dtype dtype, void **work);
-    /* send holds size * count elements; rank r receives the reduction of block r. */
-    int (*reduce_scatter)(fl_distributed *d, const void *send, void *recv, int64_t count, fl_dtype dtype,
-                          fl_dist_op op, void **work);
-    int (*barrier)(fl_distributed *d, void **work);
-    /* Completes and frees work, waiting at most timeout seconds (0: no limit). On
-     * timeout or a peer's failure the error names the ranks at fault. */
-    int (*wait)(fl_distributed *d, void *work, double timeout);
+    FL_DISTRIBUTED_ENTRIES(FL__DISTRIBUTED_ENTRY)
 };
+
+/* sizeof(fl_distributed) as version declared it, or 0 for a version that does not
+ * exist. */
+size_t fl_distributed_engine_size(int version);
+/* The name of entry i, in table order, or NULL past the end. */
+const char *fl_distributed_entry_name(int i);
 
 /* Records an error from inside an engine; the function the user called is added.
  * Returns status for convenience. */
 int fl_distributed_error(fl_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Engines are registered by name; "single" and "mpi" are built in. Registration keeps
- * the pointer: the table must outlive its use. */
+ * the pointer (an engine is an object with state): the table must outlive its use and
+ * is not changed while registered. One whose version and size do not match, or
+ * without an entry, is refused with a message. */
 fl_status fl_distributed_register(fl_distributed *engine);
 fl_distributed *fl_distributed_find(const char *name);
 

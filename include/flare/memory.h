@@ -73,7 +73,7 @@ struct fl_memory_manager {
     /* What the manager was written against: FL_MEMORY_VERSION and
      * sizeof(fl_memory_manager) of that header, checked by fl_memory_set_manager. */
     int version;
-    size_t size;
+    size_t table_size;
     const char *name;
     void *state;
     FL_MEMORY_ENTRIES(FL__MEMORY_ENTRY)

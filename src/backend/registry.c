@@ -79,11 +79,11 @@ static fl_backend *checked_copy(const fl_backend *table, char **name)
                          "versions 1 to %d",
                          table->name, table->version, FL_BACKEND_VERSION);
     size_t expected = fl_backend_size(table->version);
-    if (table->size != expected)
+    if (table->table_size != expected)
         return fl_error(FL_ERR_VALUE, fn,
                          "backend '%s' says version %d with a table of %zu bytes, but version %d has %zu: it "
                          "was compiled against a different backend.h",
-                         table->name, table->version, table->size, table->version, expected);
+                         table->name, table->version, table->table_size, table->version, expected);
     if (!table->release)
         return fl_error(FL_ERR_VALUE, fn, "backend '%s' has no release entry", table->name);
     fl_backend *copy = calloc(1, sizeof *copy);
@@ -93,9 +93,9 @@ static fl_backend *checked_copy(const fl_backend *table, char **name)
         free(*name);
         return fl_error(FL_ERR_MEMORY, fn, "no memory for a copy of backend '%s'", table->name);
     }
-    memcpy(copy, table, table->size);
+    memcpy(copy, table, table->table_size);
     copy->version = FL_BACKEND_VERSION;
-    copy->size = sizeof *copy;
+    copy->table_size = sizeof *copy;
     copy->name = *name; /* the copy outlives the caller's string */
     return copy;
 }
@@ -227,7 +227,7 @@ void fl_backend_derive(fl_backend *out, const fl_backend *base, const char *name
 {
     *out = *base;
     out->version = FL_BACKEND_VERSION;
-    out->size = sizeof *out;
+    out->table_size = sizeof *out;
     out->name = name;
     out->base = base;
     out->user = NULL;

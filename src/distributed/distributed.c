@@ -38,11 +38,62 @@ static void register_builtins(void)
     fl_distributed_register(fl__distributed_mpi());
 }
 
+#define NAME_OF(version, type, name, params) #name,
+#define END_OF(version, type, name, params) offsetof(fl_distributed, name) + sizeof(void *),
+#define VERSION_OF(version, type, name, params) version,
+static const char *const entry_names[] = {FL_DISTRIBUTED_ENTRIES(NAME_OF)};
+static const size_t entry_ends[] = {FL_DISTRIBUTED_ENTRIES(END_OF)};
+static const unsigned char entry_versions[] = {FL_DISTRIBUTED_ENTRIES(VERSION_OF)};
+#define ENTRY_COUNT ((int)(sizeof entry_names / sizeof entry_names[0]))
+
+const char *fl_distributed_entry_name(int i) { return i >= 0 && i < ENTRY_COUNT ? entry_names[i] : NULL; }
+
+size_t fl_distributed_engine_size(int version)
+{
+    if (version < 1 || version > FL_DISTRIBUTED_VERSION)
+        return 0;
+    size_t size = 0;
+    for (int i = 0; i < ENTRY_COUNT; i++)
+        if (entry_versions[i] <= version)
+            size = entry_ends[i];
+    return size;
+}
+
+/* The first entry every engine needs that engine leaves NULL, or NULL if none. The
+ * collectives may be NULL: calling one is then an error naming the engine. */
+static const char *missing_entry(const fl_distributed *engine)
+{
+    return !engine->init ? "init" : !engine->shutdown ? "shutdown" : !engine->rank ? "rank" : !engine->size ? "size"
+           : !engine->wait ? "wait" : NULL;
+}
+
+bool fl__dist_implements(const char *fn, const fl_distributed *engine, bool implemented, const char *entry_name)
+{
+    if (!implemented)
+        fl_error(FL_ERR_UNSUPPORTED, fn, "the distributed engine '%s' does not implement %s", engine->name,
+                 entry_name);
+    return implemented;
+}
+
 fl_status fl_distributed_register(fl_distributed *engine)
 {
+    const char *fn = "fl_distributed_register";
     if (!engine || !engine->name) {
-        fl_error(FL_ERR_NULL, "fl_distributed_register", "the engine or its name is NULL");
+        fl_error(FL_ERR_NULL, fn, "the engine or its name is NULL");
         return FL_ERR_NULL;
+    }
+    size_t expected = fl_distributed_engine_size(engine->version);
+    if (!expected || engine->table_size != expected) {
+        fl_error(FL_ERR_VALUE, fn,
+                 "engine '%s' says version %d with a table of %zu bytes; this library knows versions 1 to %d "
+                 "(version %d has %zu): it was compiled against a different distributed.h",
+                 engine->name, engine->version, engine->table_size, FL_DISTRIBUTED_VERSION, engine->version, expected);
+        return FL_ERR_VALUE;
+    }
+    const char *missing = missing_entry(engine);
+    if (missing) {
+        fl_error(FL_ERR_VALUE, fn, "engine '%s' has no %s entry", engine->name, missing);
+        return FL_ERR_VALUE;
     }
     fl_status status = FL_OK;
     pthread_mutex_lock(&registry_lock);
@@ -309,6 +360,7 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
     if (fl_null_args(fn, 1, t) || !fl__dist_accepts(fn, t, op))
         return NULL;
     fl_distributed *engine = fl__dist_engine(fn);
+    static const char *const entries[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
     if (!engine)
         return NULL;
     int rank = engine->rank(engine), size = engine->size(engine);
@@ -329,6 +381,12 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
                             size);
         shape[0] /= size;
     }
+    bool implemented = kind == ALL_REDUCE   ? engine->all_reduce != NULL
+                       : kind == BROADCAST  ? engine->broadcast != NULL
+                       : kind == ALL_GATHER ? engine->all_gather != NULL
+                                            : engine->reduce_scatter != NULL;
+    if (!fl__dist_implements(fn, engine, implemented, entries[kind]))
+        return NULL;
 
     fl_dist_request *r = calloc(1, sizeof *r);
     if (!r)
@@ -422,7 +480,8 @@ fl_status fl_barrier(void)
     const char *fn = "fl_barrier";
     fl_distributed *engine = fl__dist_engine(fn);
     void *work = NULL;
-    if (!engine || !fl__dist_check(fn, engine->barrier(engine, &work)) || !fl__dist_wait(fn, engine, work))
+    if (!engine || !fl__dist_implements(fn, engine, engine->barrier != NULL, "barrier") ||
+        !fl__dist_check(fn, engine->barrier(engine, &work)) || !fl__dist_wait(fn, engine, work))
         return fl_last_status();
     return FL_OK;
 }

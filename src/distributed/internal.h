@@ -19,6 +19,9 @@ fl_distributed *fl__dist_engine(const char *fn);
 /* Records an engine's failure (rc != 0) as fn's error and, for FL_ERR_DISTRIBUTED,
  * marks the job failed. Returns true on success. */
 bool fl__dist_check(const char *fn, int rc);
+/* False, with an FL_ERR_UNSUPPORTED error naming fn, the engine and entry_name, if the
+ * engine leaves that entry NULL. */
+bool fl__dist_implements(const char *fn, const fl_distributed *engine, bool implemented, const char *entry_name);
 /* Completes work under the configured timeout; true on success. */
 bool fl__dist_wait(const char *fn, fl_distributed *engine, void *work);
 

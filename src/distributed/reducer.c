@@ -99,6 +99,8 @@ static bool start_ready(const char *fn, fl_dist_reducer *r)
         bucket *b = &r->buckets[r->next_start];
         if (!r->engine && !(r->engine = fl__dist_engine(fn)))
             return false;
+        if (!fl__dist_implements(fn, r->engine, r->engine->all_reduce != NULL, "all_reduce"))
+            return false;
         void *data = b->flat.data;
         int rc = r->engine->all_reduce(r->engine, data, data, b->numel, b->dtype, fl__dist_engine_op(r->op), &b->work);
         if (!fl__dist_check(fn, rc))

@@ -51,6 +51,8 @@ static int single_barrier(fl_distributed *d, void **work)
 static int single_wait(fl_distributed *d, void *work, double timeout) { return 0; }
 
 static fl_distributed single_engine = {
+    .version = FL_DISTRIBUTED_VERSION,
+    .table_size = sizeof(fl_distributed),
     .name = "single",
     .init = single_init,
     .shutdown = single_shutdown,

@@ -596,7 +596,7 @@ fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_
     c->cache_limit = cache_limit_bytes;
     *m = (fl_memory_manager){
         .version = FL_MEMORY_VERSION,
-        .size = sizeof(fl_memory_manager),
+        .table_size = sizeof(fl_memory_manager),
         .name = "caching",
         .state = c,
         .alloc = caching_alloc,

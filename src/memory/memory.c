@@ -73,11 +73,11 @@ fl_status fl_memory_set_manager(fl_memory_manager *m)
         return FL_ERR_NULL;
     }
     size_t expected = fl_memory_manager_size(m->version);
-    if (!expected || m->size != expected) {
+    if (!expected || m->table_size != expected) {
         fl_error(FL_ERR_VALUE, fn,
                   "manager '%s' says version %d with a table of %zu bytes; this library knows versions 1 to %d "
                   "(version %d has %zu): it was compiled against a different memory.h",
-                  m->name, m->version, m->size, FL_MEMORY_VERSION, m->version, expected);
+                  m->name, m->version, m->table_size, FL_MEMORY_VERSION, m->version, expected);
         return FL_ERR_VALUE;
     }
     if (!m->alloc || !m->free || !m->stats) {

@@ -53,7 +53,7 @@ fl_memory_manager *fl_memory_plain(void)
     static plain_state state;
     static fl_memory_manager manager = {
         .version = FL_MEMORY_VERSION,
-        .size = sizeof(fl_memory_manager),
+        .table_size = sizeof(fl_memory_manager),
         .name = "plain",
         .state = &state,
         .alloc = plain_alloc,

@@ -448,7 +448,7 @@ static const kernel_variant native = {"native", {CPU_FAMILIES(FAMILY_OF, _)}};
 static const kernel_variant *chosen_variant(void) { return &native; }
 #endif
 
-static fl_backend cpu_backend = {.version = FL_BACKEND_VERSION, .size = sizeof(fl_backend), .name = "cpu"};
+static fl_backend cpu_backend = {.version = FL_BACKEND_VERSION, .table_size = sizeof(fl_backend), .name = "cpu"};
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static const kernel_variant *kernels;
 

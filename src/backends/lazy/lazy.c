@@ -633,7 +633,7 @@ static int lazy_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a,
 
 static const fl_backend lazy_backend_table = {
     .version = FL_BACKEND_VERSION,
-    .size = sizeof(fl_backend),
+    .table_size = sizeof(fl_backend),
     .name = "lazy",
     .release = lazy_release,
     .eval = lazy_eval,

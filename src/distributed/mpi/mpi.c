@@ -315,6 +315,8 @@ static int mpi_wait(fl_distributed *d, void *work, double timeout)
 }
 
 static fl_distributed mpi_engine = {
+    .version = FL_DISTRIBUTED_VERSION,
+    .table_size = sizeof(fl_distributed),
     .name = "mpi",
     .init = mpi_init,
     .shutdown = mpi_shutdown,
