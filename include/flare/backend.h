@@ -249,7 +249,7 @@ const fl_backend *fl_default_backend(void);
 fl_status fl_set_default_backend(const char *name);
 
 /* Fills *out with a copy of base (every entry, its state) to override entries of:
- * version and size are this header's, base points to base, user is NULL and name is
+ * version and table_size are this header's, base points to base, user is NULL and name is
  * the given one (kept as a pointer: it must outlive the table). */
 void fl_backend_derive(fl_backend *out, const fl_backend *base, const char *name);
 
