@@ -5,6 +5,7 @@
  * graph pending. Tensors are moved to "lazy" explicitly, so
  * this runs the same in both rows of the backend matrix. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -388,6 +389,47 @@ static void compiled_kernels_match_the_interpreter(void **state)
     assert_no_error();
 }
 
+/* Threads that read one shared pending tensor race to materialize it: each must see
+ * the node computed once, never a node whose operands another thread freed. */
+typedef struct {
+    const fl_tensor *shared;
+    float sum;
+} reader;
+
+static void *transpose_and_read(void *arg)
+{
+    reader *r = arg;
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *t = fl_transpose(r->shared, 0, 1);
+    r->sum = t ? (float)fl_item(fl_sum(t, FL_ALL_AXES, false)) : NAN;
+    fl_scope_end(scope);
+    return NULL;
+}
+
+static void threads_share_a_pending_tensor(void **state)
+{
+    int64_t shape[] = {64, 33};
+    fl_tensor *x = on("lazy", fl_ones(FL_F32, 2, shape));
+    for (int round = 0; round < 200; round++) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *y = fl_add_scalar(fl_mul_scalar(fl_exp(fl_mul_scalar(x, 0)), 2), 1); /* 3 everywhere */
+        assert_true(pending(y));
+        reader readers[4];
+        pthread_t threads[4];
+        for (int i = 0; i < 4; i++) {
+            readers[i] = (reader){y, 0};
+            assert_int_equal(pthread_create(&threads[i], NULL, transpose_and_read, &readers[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(threads[i], NULL);
+            assert_float_equal(readers[i].sum, 3 * 64 * 33, 0);
+        }
+        assert_false(pending(y));
+        fl_scope_end(scope);
+    }
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +442,7 @@ int main(void)
         scoped_test(casts_to_f32_are_read_by_the_pass),
         scoped_test(delegated_operations_and_errors),
         scoped_test(compiled_kernels_match_the_interpreter),
+        scoped_test(threads_share_a_pending_tensor),
     };
     return cmocka_run_group_tests_name("lazy", tests, NULL, NULL);
 }

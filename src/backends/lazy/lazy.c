@@ -30,6 +30,40 @@ static const fl_backend *delegate(void)
     return found;
 }
 
+/* Materializing a node changes it and the nodes under it (they become values and
+ * drop their operands), and graphs share nodes across threads: a tensor read by two
+ * threads is computed by one, under this lock, which every entry that reads or
+ * changes an operand's node holds. Recursive: materializing reaches entries that
+ * take it again. */
+static pthread_mutex_t graph_lock;
+static pthread_once_t graph_lock_once = PTHREAD_ONCE_INIT;
+
+static void graph_lock_init(void)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&graph_lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
+
+static void lock(void)
+{
+    pthread_once(&graph_lock_once, graph_lock_init);
+    pthread_mutex_lock(&graph_lock);
+}
+
+static void unlock(void) { pthread_mutex_unlock(&graph_lock); }
+
+/* The int that expr gives, computed under the graph lock. */
+#define LOCKED(expr)           \
+    ({                         \
+        lock();                \
+        int rc_ = (expr);      \
+        unlock();              \
+        rc_;                   \
+    })
+
 #define ON_CPU(entry, ...)                              \
     ({                                                  \
         const fl_backend *cpu_ = delegate();            \
@@ -142,7 +176,7 @@ static int materialize(const fl_tensor *t, bool operand)
     return 0;
 }
 
-static int evaluate(const fl_tensor *t, bool operand)
+static int evaluate_locked(const fl_tensor *t, bool operand)
 {
     lazy_tensor *l = t->impl;
     if (l->op == LAZY_VALUE)
@@ -154,6 +188,8 @@ static int evaluate(const fl_tensor *t, bool operand)
     return rc;
 }
 
+static int evaluate(const fl_tensor *t, bool operand) { return LOCKED(evaluate_locked(t, operand)); }
+
 static int lazy_eval(const fl_backend *self, fl_tensor *t) { return evaluate(t, false); }
 
 /* The CPU tensor holding t's values for a CPU primitive to read, materializing t if
@@ -161,9 +197,10 @@ static int lazy_eval(const fl_backend *self, fl_tensor *t) { return evaluate(t, 
  * values, hence the cast. */
 static fl_tensor *value_of(const fl_tensor *t)
 {
-    if (evaluate(t, true))
-        return NULL;
-    return lazy_impl(t)->value;
+    lock();
+    fl_tensor *value = evaluate_locked(t, true) ? NULL : lazy_impl(t)->value;
+    unlock();
+    return value;
 }
 
 /* Runs a delegated primitive's result into out: on success out takes the CPU tensor. */
@@ -277,13 +314,13 @@ DELEGATE_UNARY(cast)
 
 static int lazy_expand(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
-    return lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(self, out, a);
+    return LOCKED(lazy_impl(a)->op == LAZY_CONSTANT ? constant_like(out, a) : delegate_expand(self, out, a));
 }
 
 /* A conversion to f32 of a bool, integer or f64 value is deferred: a fused pass
  * reads the value and converts it on the way (a dropout mask is not written as f32
  * before it is scaled). Halves stay with cpu, which converts them its own way. */
-static int lazy_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
+static int cast_locked(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     lazy_op op = lazy_impl(a)->op;
     if (op == LAZY_CONSTANT && out->dtype == FL_F32)
@@ -298,6 +335,11 @@ static int lazy_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
     l->args[0] = fl_retain(a);
     l->nodes = 1;
     return 0;
+}
+
+static int lazy_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
+{
+    return LOCKED(cast_locked(self, out, a));
 }
 
 static int lazy_permute(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const int *axes)
@@ -390,7 +432,7 @@ static int bound(const fl_tensor *a, int other_nodes)
 
 static int node_nodes(const fl_tensor *a) { return lazy_impl(a)->op > LAZY_CONSTANT ? lazy_impl(a)->nodes : 0; }
 
-static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor *b)
+static int defer_locked(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor *b)
 {
     int rc = bound(a, b ? node_nodes(b) : 0);
     if (!rc && b)
@@ -406,11 +448,16 @@ static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor
     return 0;
 }
 
+static int defer(fl_tensor *out, lazy_op op, const fl_tensor *a, const fl_tensor *b)
+{
+    return LOCKED(defer_locked(out, op, a, b));
+}
+
 /* A reshape keeps the row-major order, so a pending graph stays pending under the new
  * shape: attention's head split and a loss's flattening do not cut a fused chain.
  * A reshape of a reshape refers to the operation below both. It counts as a node, so
  * that a bounded graph also fits a program's slots. */
-static int lazy_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
+static int lazy_reshape_locked(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     const lazy_tensor *la = lazy_impl(a);
     if (la->op == LAZY_CONSTANT)
@@ -427,6 +474,11 @@ static int lazy_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor 
     l->args[0] = fl_retain(below);
     l->nodes = 1 + lazy_impl(below)->nodes;
     return 0;
+}
+
+static int lazy_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
+{
+    return LOCKED(lazy_reshape_locked(self, out, a));
 }
 
 #define UNARY(name, OP)                                          \
@@ -487,8 +539,8 @@ DELEGATE_BINARY(matmul)
 #define REDUCE(name, OP)                                                            \
     static int lazy_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, unsigned axes)       \
     {                                                                               \
-        if (a->dtype == FL_F32 && lazy_impl(a)->op > LAZY_CONSTANT) {               \
-            int rc = lazy_run_reduction(out, a, axes, OP);                          \
+        if (a->dtype == FL_F32) {                                                   \
+            int rc = LOCKED(lazy_impl(a)->op > LAZY_CONSTANT ? lazy_run_reduction(out, a, axes, OP) : -1); \
             if (rc >= 0)                                                            \
                 return rc;                                                          \
         }                                                                           \
@@ -578,7 +630,7 @@ static int lazy_pool2d_backward(const fl_backend *self, fl_tensor *dx, const fl_
  * row in cache for its maximum, its exponentials and its output. Composed, a pass
  * per statistic reads the row from memory three times and computes its input (a
  * bias add, a scale) three times. */
-static int lazy_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
+static int lazy_softmax_locked(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
 {
     const fl_backend *cpu = delegate();
     if (!cpu->softmax) /* declined: the tensor layer composes softmax, and this backend fuses that */
@@ -610,6 +662,11 @@ static int lazy_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor 
     rc = rc ? rc : r ? cpu->softmax(cpu, r, lazy_impl(copy)->value, logarithm) : FL_ERR_MEMORY;
     fl_release(copy);
     return finish(out, r, rc);
+}
+
+static int lazy_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
+{
+    return LOCKED(lazy_softmax_locked(self, out, a, logarithm));
 }
 
 /* GELU and its gradient are graph nodes, computed by gelu.h's formulas as the cpu
