@@ -191,6 +191,10 @@ static void malformed_headers(void **state)
     both_fail("overflow", overflow, sizeof overflow, "at offset 4 describe more than");
     both_fail("too_large", (const unsigned char[]){0, 0, 0x08, 3, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0}, 16,
               "the dimension sizes [65536, 65536, 65536] at offset 4");
+    /* An empty tensor whose other sizes overflow its strides. */
+    both_fail("empty_overflow",
+              (const unsigned char[]){0, 0, 0x08, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 16,
+              "the dimension sizes [0, 4294967295, 4294967295] at offset 4");
 }
 
 static void sizes_larger_than_the_data_do_not_allocate_them(void **state)

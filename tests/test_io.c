@@ -428,6 +428,9 @@ static void malformed_files_are_clear_errors(void **state)
          "at byte 54: too big integer"},
         {"{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,1]}}", 1, 0, FL_ERR_VALUE,
          "tensor 'a' is too large to address"},
+        /* The zero keeps the product small; the other sizes still multiply into strides. */
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[0,4294967295,4294967295],\"data_offsets\":[0,0]}}", 0, 0,
+         FL_ERR_VALUE, "tensor 'a' is too large to address"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, 0, FL_ERR_VALUE,
          "tensor 'a' has data_offsets [0, 4] (4 bytes) but F32[2] needs 8"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", 4, 0, FL_ERR_VALUE,

@@ -333,6 +333,63 @@ static void missing_primitives_are_reported(void **state)
     support_override(&original);
 }
 
+/* Element counts, strides and byte sizes are checked for overflow wherever a shape is
+ * formed: each of these wrapped to a small buffer, or to a negative size. */
+static void sizes_that_overflow_are_refused(void **state)
+{
+    const int64_t big = (int64_t)1 << 32;
+    assert_fails(fl_zeros(FL_F64, FL_SHAPE((int64_t)1 << 61)), FL_ERR_SHAPE,
+                 "fl_zeros: a f64 tensor of shape [2305843009213693952] is too large");
+    assert_fails(fl_zeros(FL_F32, FL_SHAPE(big, big)), FL_ERR_SHAPE, "is too large");
+    assert_fails(fl_zeros(FL_F32, FL_SHAPE(0, (int64_t)1 << 62, (int64_t)1 << 62)), FL_ERR_SHAPE, "is too large");
+    assert_fails(fl_from_data(NULL, FL_U8, FL_SHAPE(0, big, big)), FL_ERR_SHAPE, "fl_from_data: a u8 tensor");
+    assert_shape(fl_zeros(FL_F32, FL_SHAPE(0, big)), 0, big); /* empty, and its strides fit */
+
+    fl_tensor *empty = fl_zeros(FL_F32, FL_SHAPE(0));
+    assert_fails(fl_reshape(empty, FL_SHAPE(big, big)), FL_ERR_SHAPE, "fl_reshape: cannot reshape f32[0] to");
+    assert_fails(fl_reshape(empty, FL_SHAPE(0, big, big)), FL_ERR_SHAPE, "is too large");
+    assert_fails(fl_reshape(empty, FL_SHAPE(0, -1)), FL_ERR_SHAPE, "cannot reshape");
+
+    fl_tensor *one = fl_scalar(1, FL_F32);
+    assert_fails(fl_expand(one, FL_SHAPE((int64_t)1 << 31, (int64_t)1 << 31)), FL_ERR_SHAPE, "is too large");
+    assert_fails(fl_broadcast_to(one, FL_SHAPE(big, big)), FL_ERR_SHAPE, "is too large");
+    assert_fails(fl_add(fl_expand(one, FL_SHAPE(big, 1)), fl_expand(one, FL_SHAPE(1, big))), FL_ERR_SHAPE,
+                 "is too large");
+
+    fl_tensor *row = fl_zeros(FL_F32, FL_SHAPE(2));
+    assert_fails(fl_pad(row, (const int64_t[]){INT64_MAX}, (const int64_t[]){1}, 0), FL_ERR_SHAPE,
+                 "fl_pad: padding axis 0 of f32[2] by 9223372036854775807 and 1 gives too many elements");
+    assert_fails(fl_pad(row, (const int64_t[]){(int64_t)1 << 62}, (const int64_t[]){0}, 0), FL_ERR_SHAPE,
+                 "fl_pad: a f32 tensor of shape [4611686018427387906] is too large");
+    assert_fails(fl_tile(row, 1, (const int64_t[]){(int64_t)1 << 62}), FL_ERR_SHAPE,
+                 "fl_tile: repeating axis 0 of size 2 4611686018427387904 times gives too many elements");
+    assert_fails(fl_tile(row, 2, (const int64_t[]){big, big}), FL_ERR_SHAPE, "fl_tile: a f32 tensor");
+
+    /* Broadcast views of 2^62 bytes exist; three of them joined do not. */
+    fl_tensor *wide = fl_expand(fl_scalar(1, FL_BOOL), FL_SHAPE((int64_t)1 << 62));
+    assert_non_null(wide);
+    assert_fails(fl_concat((fl_tensor *[]){wide, wide, wide}, 3, 0), FL_ERR_SHAPE,
+                 "fl_concat: joining 3 tensors along axis 0 gives too many elements");
+
+    fl_tensor *x = fl_ones(FL_F32, FL_SHAPE(1, 1, 4, 4)), *w = fl_ones(FL_F32, FL_SHAPE(1, 1, 1, 1));
+    fl_conv_params padded = {.padding = {1 << 30, 1 << 30}};
+    assert_fails(fl_conv2d(x, w, &padded), FL_ERR_SHAPE, "fl_conv2d: a f32 tensor of shape [1, 1, 2147483652, 2147483652]");
+    assert_fails(fl_conv2d_backward_input(fl_ones(FL_F32, FL_SHAPE(1, 1, 4, 4)), w, (const int64_t[]){big, 1, big, 4},
+                                          NULL),
+                 FL_ERR_SHAPE, "is too large");
+
+    /* Steps of INT64_MAX and INT64_MIN take one element. */
+    fl_tensor *m = T_F32(FL_SHAPE(3, 2), 1, 2, 3, 4, 5, 6);
+    fl_tensor *first = fl_index(m, FL_INDEX(FL_RANGE_STEP(0, FL_END, INT64_MAX)));
+    assert_shape(first, 1, 2);
+    assert_values(first, 0, 0, 1, 2);
+    fl_tensor *last = fl_index(m, FL_INDEX(FL_RANGE_STEP(2, FL_END, INT64_MIN)));
+    assert_shape(last, 1, 2);
+    assert_values(last, 0, 0, 5, 6);
+    assert_shape(fl_index(m, FL_INDEX(FL_RANGE_STEP(INT64_MIN, INT64_MAX, INT64_MAX - 1))), 1, 2);
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +409,7 @@ int main(void)
         scoped_test(split_errors),
         scoped_test(pad_surrounds_with_a_constant),
         scoped_test(tile_matches_numpy),
+        scoped_test(sizes_that_overflow_are_refused),
         scoped_test(missing_primitives_are_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

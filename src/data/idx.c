@@ -316,14 +316,16 @@ static fl_tensor *load(source *s)
         return NULL;
     size_t tensor_size = fl_dtype_size(type->dtype);
     int64_t shape[FL_MAX_DIMS];
-    uint64_t numel = 1;
+    uint64_t numel = 1, span = 1; /* span: the non-zero sizes, which bound the strides even of an empty tensor */
     bool too_large = false;
     for (int i = 0; i < ndim; i++) {
         const unsigned char *b = sizes + 4 * i;
         shape[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
-        too_large |= __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel);
+        numel *= (uint64_t)shape[i];
+        if (shape[i])
+            too_large |= __builtin_mul_overflow(span, (uint64_t)shape[i], &span);
     }
-    if (too_large || numel > FL_IDX_MAX_BYTES / tensor_size) {
+    if (too_large || span > FL_IDX_MAX_BYTES / tensor_size) {
         char buf[FL_DESC_SIZE];
         return source_error(s, FL_ERR_IO,
                             "the dimension sizes %s at offset 4 describe more than the %" PRIu64

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -456,11 +457,15 @@ static bool parse_tensor(problem *p, const char *name, json_t *entry, header *h)
     if (seen != (DTYPE | SHAPE | OFFSETS))
         return refuse(p, FL_ERR_VALUE, "tensor '%s' lacks its %s", name,
                       !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
-    uint64_t bytes = fl_dtype_size(info->dtype);
-    for (int d = 0; d < info->ndim; d++)
-        if (__builtin_mul_overflow(bytes, (uint64_t)info->shape[d], &bytes))
+    /* The non-zero sizes bound the strides even of an empty tensor. */
+    uint64_t span = fl_dtype_size(info->dtype);
+    bool empty = false;
+    for (int d = 0; d < info->ndim; d++) {
+        empty |= info->shape[d] == 0;
+        if (info->shape[d] && (__builtin_mul_overflow(span, (uint64_t)info->shape[d], &span) || span > PTRDIFF_MAX))
             return refuse(p, FL_ERR_VALUE, "tensor '%s' is too large to address", name);
-    info->bytes = bytes;
+    }
+    info->bytes = empty ? 0 : span;
     return true;
 }
 

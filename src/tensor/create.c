@@ -5,25 +5,6 @@
 
 #include "internal.h"
 
-static bool check_shape(const char *fn, int ndim, const int64_t *shape)
-{
-    char buf[FL_DESC_SIZE];
-    if (ndim < 0 || ndim > FL_MAX_DIMS) {
-        fl_error(FL_ERR_SHAPE, fn, "%d dimensions requested; Flare supports 0 to %d", ndim, FL_MAX_DIMS);
-        return false;
-    }
-    if (ndim > 0 && !shape) {
-        fl_error(FL_ERR_NULL, fn, "the shape is NULL for %d dimensions", ndim);
-        return false;
-    }
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) {
-            fl_error(FL_ERR_SHAPE, fn, "negative size in shape %s", fl_describe_shape(ndim, shape, buf));
-            return false;
-        }
-    return true;
-}
-
 static bool check_dtype(const char *fn, fl_dtype dtype)
 {
     if ((unsigned)dtype >= FL_DTYPE_COUNT) {
@@ -36,7 +17,7 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
 /* A fresh tensor on the default backend made by one creation primitive. */
 #define CREATE(fn, entry, dtype, ndim, shape, ...)                                                        \
     do {                                                                                                  \
-        if (!check_dtype(fn, dtype) || !check_shape(fn, ndim, shape))                                     \
+        if (!check_dtype(fn, dtype) || !fl_check_size(fn, dtype, ndim, shape))                                     \
             return NULL;                                                                                  \
         const fl_backend *backend_ = fl_default_backend();                                                \
         __typeof__(backend_->entry) primitive_ = fl__primitive(fn, backend_, FL_PRIMITIVE(entry), #entry); \
@@ -50,7 +31,7 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
 
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (!check_dtype("fl_from_data", dtype) || !check_shape("fl_from_data", ndim, shape))
+    if (!check_dtype("fl_from_data", dtype) || !fl_check_size("fl_from_data", dtype, ndim, shape))
         return NULL;
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++)
@@ -146,7 +127,7 @@ void fl__random_reserve(uint64_t count, uint64_t *seed, uint64_t *offset)
 
 static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (!check_dtype(fn, dtype) || !check_shape(fn, ndim, shape))
+    if (!check_dtype(fn, dtype) || !fl_check_size(fn, dtype, ndim, shape))
         return NULL;
     if (!fl_dtype_is_float(dtype))
         return fl_error(FL_ERR_DTYPE, fn, "random values need a float dtype, not %s", fl_dtype_name(dtype));

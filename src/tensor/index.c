@@ -34,10 +34,10 @@ static void resolve_range(int64_t start, int64_t stop, int64_t step, int64_t siz
         stop = stop + size < low ? low : stop + size;
     else if (stop > high)
         stop = high;
-    if (step > 0)
-        *count = stop > start ? (stop - start + step - 1) / step : 0;
-    else
-        *count = start > stop ? (start - stop - 1) / -step + 1 : 0;
+    /* In unsigned arithmetic: a step of INT64_MAX or INT64_MIN takes one element. */
+    uint64_t stride = step > 0 ? (uint64_t)step : -(uint64_t)step;
+    int64_t distance = step > 0 ? stop - start : start - stop;
+    *count = distance > 0 ? (int64_t)((uint64_t)(distance - 1) / stride + 1) : 0;
     *first = *count > 0 ? start : 0; /* an empty region points at nothing */
 }
 
@@ -86,7 +86,7 @@ static bool select_index(const char *fn, const fl_tensor *t, const fl_index_item
                 return false;
             }
             resolve_range(item.start, item.stop, item.step, size, &s->start[axis], &s->region[axis]);
-            s->step[axis] = item.step;
+            s->step[axis] = s->region[axis] > 1 ? item.step : 1; /* the backend multiplies strides by it */
             s->shape[s->ndim++] = s->region[axis];
             break;
         case FL_INDEX_AT: {

@@ -168,7 +168,8 @@ static bool resolve_conv1d_params(const char *fn, const fl_conv_params *p, fl_co
 static bool conv_output_shape(const char *fn, const int64_t *x, const int64_t *w, const fl_conv2d_desc *d,
                               const char *x_shown, const char *w_shown, int64_t *y)
 {
-    if (x[1] != w[1] * d->groups) {
+    int64_t channels;
+    if (!fl_size_mul(w[1], d->groups, &channels) || x[1] != channels) {
         fl_error(FL_ERR_SHAPE, fn, "weight %s with groups=%d expects an input with %lld channels, got %s", w_shown,
                  d->groups, (long long)(w[1] * d->groups), x_shown);
         return false;
@@ -182,8 +183,8 @@ static bool conv_output_shape(const char *fn, const int64_t *x, const int64_t *w
     y[1] = w[0];
     for (int i = 0; i < 2; i++) {
         int64_t padded = x[2 + i] + 2 * (int64_t)d->padding[i];
-        int64_t extent = (int64_t)d->dilation[i] * (w[2 + i] - 1) + 1;
-        if (w[2 + i] < 1 || extent > padded) {
+        int64_t extent = 0;
+        if (w[2 + i] < 1 || !fl_size_mul(d->dilation[i], w[2 + i] - 1, &extent) || ++extent > padded) {
             fl_error(FL_ERR_SHAPE, fn, "kernel %s (dilated extent %lld) is larger than the padded input %s "
                      "(padding %d)", w_shown, (long long)extent, x_shown, d->padding[i]);
             return false;
@@ -305,7 +306,8 @@ static fl_tensor *convolve(const char *fn, conv_op op, const fl_tensor *a, const
     else
         fl_describe(b, w_shown);
     int64_t y[4];
-    if (!conv_output_shape(fn, x, w, &d, x_shown, w_shown, y))
+    if (!conv_output_shape(fn, x, w, &d, x_shown, w_shown, y) ||
+        !fl_check_size(fn, a->dtype, 4, op == CONV_FORWARD ? y : op == CONV_BACKWARD_INPUT ? x : w))
         return NULL;
     int64_t y_shown[3] = {y[0], y[1], y[3]};
     if (op != CONV_FORWARD && !same_shape_as(fn, "dy", op == CONV_BACKWARD_INPUT ? a : b, ndim,

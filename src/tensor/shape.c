@@ -23,8 +23,9 @@ fl_tensor *fl_reshape(const fl_tensor *t, int ndim, const int64_t *shape)
         else if (shape[i] < 0)
             return fl_error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s", fl_describe(t, a),
                              fl_describe_shape(ndim, shape, b));
-        else
-            known *= shape[i];
+        else if (!fl_size_mul(known, shape[i], &known))
+            return fl_error(FL_ERR_SHAPE, "fl_reshape", "cannot reshape %s to %s: too many elements",
+                            fl_describe(t, a), fl_describe_shape(ndim, shape, b));
     }
     if (infer >= 0) {
         if (known == 0 || t->numel % known != 0)
@@ -257,7 +258,9 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         if (!fits)
             return fl_error(FL_ERR_SHAPE, fn, "tensor %d %s does not match tensor 0 %s outside axis %d", i,
                              fl_describe(t, b), fl_describe(first, a), axis);
-        shape[ax] += t->shape[ax];
+        if (!fl_size_add(shape[ax], t->shape[ax], &shape[ax]))
+            return fl_error(FL_ERR_SHAPE, fn, "joining %d tensors along axis %d gives too many elements", count,
+                            axis);
         dtype = fl_promote_types(dtype, t->dtype);
     }
     FL_ENTRY_TYPE(concat) primitive =
@@ -372,9 +375,13 @@ fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *afte
         if (before[i] < 0 || after[i] < 0) /* as numpy.pad; torch's negative pads crop */
             return fl_error(FL_ERR_VALUE, "fl_pad", "padding of axis %d of %s is negative (%lld before, %lld after)", i,
                              fl_describe(t, buf), (long long)before[i], (long long)after[i]);
-        shape[i] = before[i] + t->shape[i] + after[i];
+        if (!fl_size_add(before[i], t->shape[i], &shape[i]) || !fl_size_add(shape[i], after[i], &shape[i]))
+            return fl_error(FL_ERR_SHAPE, "fl_pad", "padding axis %d of %s by %lld and %lld gives too many elements",
+                            i, fl_describe(t, buf), (long long)before[i], (long long)after[i]);
         region[i] = FL_RANGE(before[i], before[i] + t->shape[i]);
     }
+    if (!fl_check_size("fl_pad", t->dtype, t->ndim, shape))
+        return NULL;
     fl_tensor *filled = fl__full(t->backend, value, t->dtype, t->ndim, shape);
     fl_scope scope = fl_scope_begin();
     fl_tensor *padded = filled ? fl_index_assign(filled, region, t->ndim, t) : NULL;
@@ -401,6 +408,13 @@ fl_tensor *fl_tile(const fl_tensor *t, int count, const int64_t *repeats)
         shape[i] = i < ndim - t->ndim ? 1 : t->shape[i - (ndim - t->ndim)];
         reps[i] = i < ndim - count ? 1 : repeats[i - (ndim - count)];
     }
+    int64_t tiled[FL_MAX_DIMS];
+    for (int i = 0; i < ndim; i++)
+        if (!fl_size_mul(shape[i], reps[i], &tiled[i]))
+            return fl_error(FL_ERR_SHAPE, "fl_tile", "repeating axis %d of size %lld %lld times gives too many elements",
+                            i, (long long)shape[i], (long long)reps[i]);
+    if (!fl_check_size("fl_tile", t->dtype, ndim, tiled))
+        return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *result = fl_reshape(t, ndim, shape);
     for (int i = 0; i < ndim && result; i++) {

@@ -1,4 +1,5 @@
 /* Tensor handles: allocation, reference counts, scopes, introspection, threads. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -6,8 +7,37 @@
 #include "config.h"
 #include "internal.h"
 
+bool fl_check_size(const char *fn, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    char buf[FL_DESC_SIZE];
+    if (ndim < 0 || ndim > FL_MAX_DIMS) {
+        fl_error(FL_ERR_SHAPE, fn, "%d dimensions requested; Flare supports 0 to %d", ndim, FL_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        fl_error(FL_ERR_NULL, fn, "the shape is NULL for %d dimensions", ndim);
+        return false;
+    }
+    int64_t bytes = (int64_t)fl_dtype_size(dtype);
+    bool fits = true;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            fl_error(FL_ERR_SHAPE, fn, "negative size in shape %s", fl_describe_shape(ndim, shape, buf));
+            return false;
+        }
+        if (shape[i] > 0)
+            fits = fits && fl_size_mul(bytes, shape[i], &bytes) && bytes <= PTRDIFF_MAX;
+    }
+    if (!fits)
+        fl_error(FL_ERR_SHAPE, fn, "a %s tensor of shape %s is too large: its size in bytes exceeds %lld",
+                 fl_dtype_name(dtype), fl_describe_shape(ndim, shape, buf), (long long)PTRDIFF_MAX);
+    return fits;
+}
+
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
+    if (!fl_check_size("fl_tensor", dtype, ndim, shape))
+        return NULL;
     fl_tensor *t = malloc(sizeof *t);
     if (!t) /* recorded here, once, for every operation that makes a tensor */
         return fl_error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
