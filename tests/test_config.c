@@ -54,7 +54,7 @@ static int bad_environment_is_logged(void)
     fl_set_log(capture, NULL);
     EXPECT(fl_num_threads() == (int)sysconf(_SC_NPROCESSORS_ONLN));
     EXPECT(log_calls == 3);
-    EXPECT(strstr(logged, "W:FLARE_NUM_THREADS is 'abc', not a whole number of threads >= 0; "
+    EXPECT(strstr(logged, "W:FLARE_NUM_THREADS is 'abc', not a whole number of threads from 0 to 1024; "
                           "using one per processor|"));
     EXPECT(strstr(logged, "W:FLARE_MEMORY is 'fast', neither 'caching' nor 'plain'; using caching|"));
     EXPECT(strstr(logged, "W:FLARE_DIST_TIMEOUT is '-1', not a number of seconds >= 0; using 300|"));
@@ -82,7 +82,8 @@ static int explicit_configuration(void)
     } bad[] = {
         {{.size = 0}, "config->size is 0; set it to sizeof(fl_config)"},
         {{.size = sizeof(fl_config) + 8}, "config->size"},
-        {{.size = sizeof(fl_config), .num_threads = -1}, "config->num_threads is -1; it must be >= 0"},
+        {{.size = sizeof(fl_config), .num_threads = -1}, "config->num_threads is -1; it must be 0 to 1024"},
+        {{.size = sizeof(fl_config), .num_threads = 1025}, "config->num_threads is 1025; it must be 0 to 1024"},
         {{.size = sizeof(fl_config), .memory = "pooled"}, "config->memory is 'pooled'"},
         {{.size = sizeof(fl_config), .conv_algorithm = "fft"}, "config->conv_algorithm is 'fft'"},
         {{.size = sizeof(fl_config), .lazy_compile = "later"}, "config->lazy_compile is 'later'"},

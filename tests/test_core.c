@@ -98,6 +98,9 @@ static void errors_name_the_function_and_propagate_null(void **state)
     assert_fails(bad, FL_ERR_SHAPE, "fl_zeros");
     /* A NULL passed directly is reported as such. */
     assert_fails(fl_cast(NULL, FL_F32), FL_ERR_NULL, "fl_cast: argument 1 is NULL");
+    /* A NULL release function would be called when the scope ends. */
+    int object;
+    assert_fails(fl_scope_own(&object, NULL), FL_ERR_NULL, "fl_scope_own: the release function is NULL");
     fl_tensor *t = fl_zeros(FL_F32, FL_SHAPE(2, 3));
     char small[4];
     assert_fails_status(fl_to_host(t, small, sizeof small), FL_ERR_VALUE, "f32[2, 3] needs 24 bytes");
@@ -236,6 +239,12 @@ static void random_numbers_do_not_depend_on_threads(void **state)
     fl_to_host(fl_randn(FL_F32, FL_SHAPE(N)), b, N * sizeof(float));
     fl_set_num_threads(threads);
     assert_memory_equal(a, b, N * sizeof(float));
+    /* A million threads overflowed the OpenMP runtime's stack; the count is capped. */
+    fl_set_num_threads(1000000);
+    assert_fails(NULL, FL_ERR_VALUE, "fl_set_num_threads: the thread count must be 1 to 1024, got 1000000");
+    fl_set_num_threads(FL_MAX_THREADS + 1);
+    assert_fails(NULL, FL_ERR_VALUE, "got 1025");
+    assert_int_equal(fl_num_threads(), threads);
     /* The moments of a large draw are those of N(0, 1). */
     double sum = 0, sq = 0;
     for (int i = 0; i < N; i++) {

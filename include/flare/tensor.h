@@ -125,7 +125,10 @@ const char *fl_backend_name(const fl_tensor *t);
 /* ---- threads ------------------------------------------------------------------- */
 
 /* The number of threads backends use. Initially FLARE_NUM_THREADS if set, else the
- * number of cores. */
+ * number of cores. At most FL_MAX_THREADS: OpenMP runtimes keep per-thread state on
+ * the stack of the thread that starts a parallel region, and a million threads
+ * overflow it. */
+#define FL_MAX_THREADS 1024
 void fl_set_num_threads(int n);
 int fl_num_threads(void);
 

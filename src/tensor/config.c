@@ -120,8 +120,9 @@ static void resolve(const fl_config *c, settings *s, reader *r)
     if (!choose(s->memory, sizeof s->memory, c->memory, memories))
         PROBLEM(r, memory, "FLARE_MEMORY", "caching", "is '%s', neither 'caching' nor 'plain'", c->memory);
     s->config.num_threads = c->num_threads;
-    if (c->num_threads < 0) {
-        PROBLEM(r, num_threads, "FLARE_NUM_THREADS", "one per processor", "is %d; it must be >= 0", c->num_threads);
+    if (c->num_threads < 0 || c->num_threads > FL_MAX_THREADS) {
+        PROBLEM(r, num_threads, "FLARE_NUM_THREADS", "one per processor", "is %d; it must be 0 to %d",
+                c->num_threads, FL_MAX_THREADS);
         s->config.num_threads = 0;
     }
     if (!choose(s->conv_algorithm, sizeof s->conv_algorithm, c->conv_algorithm, conv_algorithms))
@@ -186,9 +187,9 @@ static void read_environment(settings *s, reader *r)
     if (v && *v) {
         char *end;
         long n = strtol(v, &end, 10);
-        if (*end || n < 0 || n > 1 << 20)
+        if (*end || n < 0 || n > FL_MAX_THREADS)
             PROBLEM(r, num_threads, "FLARE_NUM_THREADS", "one per processor",
-                    "is '%s', not a whole number of threads >= 0", v);
+                    "is '%s', not a whole number of threads from 0 to %d", v, FL_MAX_THREADS);
         else
             c.num_threads = (int)n;
     }

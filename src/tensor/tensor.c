@@ -129,6 +129,8 @@ void fl_scope_end(fl_scope scope)
 
 void *fl_scope_own(void *object, void (*release)(void *object))
 {
+    if (object && !release) /* the scope's end would call it */
+        return fl_error(FL_ERR_NULL, "fl_scope_own", "the release function is NULL");
     if (!object || scopes.depth == 0)
         return object;
     if (scopes.count == scopes.capacity) {
@@ -203,8 +205,8 @@ static int num_threads;
 
 void fl_set_num_threads(int n)
 {
-    if (n < 1) {
-        fl_error(FL_ERR_VALUE, "fl_set_num_threads", "the thread count must be at least 1, got %d", n);
+    if (n < 1 || n > FL_MAX_THREADS) {
+        fl_error(FL_ERR_VALUE, "fl_set_num_threads", "the thread count must be 1 to %d, got %d", FL_MAX_THREADS, n);
         return;
     }
     num_threads = n;
@@ -216,7 +218,7 @@ int fl_num_threads(void)
         int n = fl_config_current()->num_threads;
         if (n < 1)
             n = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        num_threads = n < 1 ? 1 : n;
+        num_threads = n < 1 ? 1 : n > FL_MAX_THREADS ? FL_MAX_THREADS : n;
     }
     return num_threads;
 }
