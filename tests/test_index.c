@@ -184,6 +184,9 @@ static void where_broadcasts_and_promotes(void **state)
     assert_dtype(h, FL_F16);
     assert_values(h, 0, 0, 1.5, -1, 3.5);
     assert_shape(fl_where(fl_zeros(FL_BOOL, FL_SHAPE(0, 1)), fl_ones(FL_F32, FL_SHAPE(3)), fl_scalar(0, FL_F32)), 0, 3);
+    /* A float condition is refused, as torch.where does: is 0.5 true? */
+    assert_fails(fl_where(T_F32(FL_SHAPE(2), 0.5, 0), fl_ones(FL_F32, FL_SHAPE(2)), fl_scalar(0, FL_F32)), FL_ERR_DTYPE,
+                 "fl_where: the condition f32[2] must be bool or an integer, not a float");
     /* A large case runs the parallel path. */
     fl_tensor *big = fl_reshape(fl_arange(0, 70000, 1, FL_F64), FL_SHAPE(350, 200));
     fl_tensor *even = fl_eq(fl_sub(big, fl_mul_scalar(fl_floor(fl_div_scalar(big, 2)), 2)), fl_scalar(0, FL_F64));

@@ -190,6 +190,9 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
     if (!fl__same_backend(a, cond) || !fl__same_backend(b, cond))
         return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", cond->backend->name,
                         a->backend->name, b->backend->name);
+    if (fl_dtype_is_float(cond->dtype)) /* as torch.where: 0.5 is neither true nor false */
+        return fl_error(FL_ERR_DTYPE, fn, "the condition %s must be bool or an integer, not a float",
+                        fl_describe(cond, dc));
     int pair_ndim, ndim;
     int64_t pair[FL_MAX_DIMS], shape[FL_MAX_DIMS];
     if (!fl__broadcast_shapes(cond->ndim, cond->shape, a->ndim, a->shape, &pair_ndim, pair) ||
