@@ -163,6 +163,13 @@ static void errors_are_clear(void **state)
     assert_fails_status(fl_v_backward(fl_v_mul(x, x), fl_ones(FL_F32, FL_SHAPE(3)), false), FL_ERR_SHAPE, "f32[3]");
     assert_fails_status(fl_v_set_value(x, fl_ones(FL_F32, FL_SHAPE(3))), FL_ERR_SHAPE, "f32[2]");
     assert_fails_status(fl_v_set_value(fl_v_mul(x, x), fl_ones(FL_F32, FL_SHAPE(2))), FL_ERR_VALUE, "leaf");
+    assert_fails_status(fl_v_set_grad(fl_v_mul(x, x), fl_ones(FL_F32, FL_SHAPE(2))), FL_ERR_VALUE,
+                        "fl_v_set_grad: only a leaf's gradient can be replaced");
+    assert_fails(fl_v_record(fl_v_value(x), (fl_variable *const[]){x}, -1, cos_grad, NULL, 0,
+                             NULL, 0),
+                 FL_ERR_VALUE, "fl_v_record: invalid lists of -1 inputs and 0 saved tensors");
+    assert_fails(fl_v_record(fl_v_value(x), (fl_variable *const[]){x}, 1, cos_grad, NULL, -2, NULL, 0), FL_ERR_VALUE,
+                 "-2 saved tensors");
     assert_fails(fl_v_add(x, NULL), FL_ERR_NULL, "fl_v_add");
     assert_fails(fl_v_matmul(x, V(T_F32(FL_SHAPE(3), 1, 2, 3), true)), FL_ERR_SHAPE, "fl_matmul");
     /* A NULL from an earlier failure propagates without a new message. */

@@ -72,6 +72,9 @@ fl_variable *fl_v_record(const fl_tensor *value, fl_variable *const *inputs, int
 {
     if (!value) /* the forward computation failed and recorded why */
         return fl_null_args("fl_v_record", 1, value), NULL;
+    if (ninputs < 0 || nsaved < 0 || (ninputs > 0 && !inputs) || (nsaved > 0 && !saved))
+        return fl_error(FL_ERR_VALUE, "fl_v_record", "invalid lists of %d inputs and %d saved tensors", ninputs,
+                        nsaved);
     bool any = false;
     for (int i = 0; i < ninputs; i++) {
         if (fl_null_args("fl_v_record", 1, inputs[i]))

@@ -122,6 +122,8 @@ fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad)
 {
     if (fl_null_args("fl_v_set_grad", 1, v))
         return fl_last_status();
+    if (v->node) /* its gradient flows on to the leaves; a stored one would never be read */
+        return fl_error(FL_ERR_VALUE, "fl_v_set_grad", "only a leaf's gradient can be replaced"), FL_ERR_VALUE;
     if (grad && !same_description("fl_v_set_grad", "gradient", v, grad))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->grad;
