@@ -296,6 +296,8 @@ static void construction_errors(void **state)
     assert_fails(fl_sgd(&integer, 1, NULL), FL_ERR_DTYPE, "i32[2]");
     fl_variable *computed = fl_v_add(p[0], p[0]);
     assert_fails(fl_sgd(&computed, 1, NULL), FL_ERR_VALUE, "not a leaf");
+    assert_fails(fl_adam((fl_variable *[]){p[0], p[1], p[0]}, 3, &FL_ADAM_DEFAULTS), FL_ERR_VALUE,
+                 "fl_adam: parameter 2 is parameter 0 listed again");
 }
 
 static void step_errors(void **state)

@@ -332,6 +332,11 @@ static bool check_params(const char *fn, fl_variable *const *params, size_t coun
                 fl_error(FL_ERR_NULL, fn, "parameter %zu is NULL", i);
             return false;
         }
+        for (size_t k = 0; k < i; k++)
+            if (params[k] == p) { /* it would be stepped twice per step, with one state for both */
+                fl_error(FL_ERR_VALUE, fn, "parameter %zu is parameter %zu listed again", i, k);
+                return false;
+            }
         if (!fl_v_is_leaf(p)) {
             fl_error(FL_ERR_VALUE, fn, "parameter %zu is not a leaf (a computed variable cannot be optimized)", i);
             return false;
