@@ -138,6 +138,31 @@ static void bad_checkpoints_change_nothing(void **state)
     assert_fails_status(fl_checkpoint_save(path, r.model, r.opt, (const char *[]){"key", NULL}), FL_ERR_VALUE,
                         "has no value");
     assert_fails_status(fl_checkpoint_save("/nonexistent/dir/x", r.model, r.opt, NULL), FL_ERR_IO, "/nonexistent");
+    /* The caller's metadata cannot replace the generator's state (the file would not load). */
+    assert_fails_status(fl_checkpoint_save(path, r.model, r.opt, (const char *[]){"flare.random_counter", "7", NULL}),
+                        FL_ERR_VALUE, "metadata key 'flare.random_counter' is reserved");
+    /* A counter beyond 2^64, or signed, is refused rather than saturated or negated. */
+    static const char *const bad_counters[] = {"18446744073709551616", "-3", "+3", " 3", "3x"};
+    for (size_t i = 0; i < sizeof bad_counters / sizeof *bad_counters; i++) {
+        map = fl_tensor_map_create();
+        fl_module_state_dict(r.model, map);
+        fl_tensor_map_set_metadata(map, "flare.random_seed", "1");
+        fl_tensor_map_set_metadata(map, "flare.random_counter", bad_counters[i]);
+        assert_int_equal(fl_save_safetensors(path, map), FL_OK);
+        fl_tensor_map_free(map);
+        assert_fails_status(fl_checkpoint_load(path, r.model, NULL, NULL), FL_ERR_VALUE,
+                            "is not two whole numbers below 2^64");
+    }
+    map = fl_tensor_map_create();
+    fl_module_state_dict(r.model, map);
+    fl_tensor_map_set_metadata(map, "flare.random_seed", "1");
+    fl_tensor_map_set_metadata(map, "flare.random_counter", "18446744073709551615");
+    fl_save_safetensors(path, map);
+    fl_tensor_map_free(map);
+    assert_int_equal(fl_checkpoint_load(path, r.model, NULL, NULL), FL_OK);
+    uint64_t counter;
+    fl_random_state(NULL, &counter);
+    assert_true(counter == UINT64_MAX);
     finish(&r);
     remove(path);
 }

@@ -38,6 +38,11 @@ fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_
         if (!metadata[i + 1])
             status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
                       FL_ERR_VALUE);
+        else if (strncmp(metadata[i], "flare.", 6) == 0) /* the generator's state: overwritten, the file is lost */
+            status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save",
+                               "metadata key '%s' is reserved: keys starting with 'flare.' hold Flare's own state",
+                               metadata[i]),
+                      FL_ERR_VALUE);
         else
             status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
     }
@@ -47,13 +52,18 @@ fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_
     return status;
 }
 
+/* Decimal digits only, below 2^64: strtoull alone takes a sign (negating "-3") and
+ * saturates what overflows. */
 static bool parse_u64(const char *text, uint64_t *out)
 {
-    char *end;
     if (!text || !*text)
         return false;
-    *out = strtoull(text, &end, 10);
-    return *end == '\0';
+    uint64_t v = 0;
+    for (const char *c = text; *c; c++)
+        if (*c < '0' || *c > '9' || __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *c - '0', &v))
+            return false;
+    *out = v;
+    return true;
 }
 
 fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *optimizer, fl_tensor_map **file)
@@ -66,9 +76,16 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
     fl_tensor_map *map = NULL, *weights = fl_tensor_map_create(), *before = fl_tensor_map_create();
     fl_status status = weights && before ? fl_load_safetensors(path, &map) : fl_last_status();
     uint64_t seed = 0, counter = 0;
-    if (status == FL_OK && (!parse_u64(fl_tensor_map_metadata(map, RANDOM_SEED_KEY), &seed) ||
-                            !parse_u64(fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY), &counter)))
+    const char *seed_text = status == FL_OK ? fl_tensor_map_metadata(map, RANDOM_SEED_KEY) : NULL;
+    const char *counter_text = status == FL_OK ? fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY) : NULL;
+    if (status == FL_OK && (!seed_text || !counter_text))
         status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
+                  FL_ERR_VALUE);
+    else if (status == FL_OK && (!parse_u64(seed_text, &seed) || !parse_u64(counter_text, &counter)))
+        status = (fl_error(FL_ERR_VALUE, fn,
+                           "%s: the generator state (" RANDOM_SEED_KEY " '%.40s', " RANDOM_COUNTER_KEY
+                           " '%.40s') is not two whole numbers below 2^64",
+                           path, seed_text, counter_text),
                   FL_ERR_VALUE);
     for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
         const char *name = fl_tensor_map_name_at(map, i);
