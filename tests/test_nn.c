@@ -546,6 +546,9 @@ static void bad_losses_and_constructors_are_refused(void **state)
     assert_values(fl_v_value(loss), 1e-6, 0, log(3.0));
 
     assert_fails(fl_nn_linear(-1, 3, true), FL_ERR_VALUE, "negative features");
+    assert_fails(fl_nn_linear((int64_t)1 << 32, (int64_t)1 << 32, true), FL_ERR_SHAPE,
+                 "a f32 tensor of shape [4294967296, 4294967296] is too large");
+    assert_fails(fl_nn_embedding((int64_t)1 << 40, (int64_t)1 << 40, -1), FL_ERR_SHAPE, "is too large");
     assert_fails(fl_nn_conv2d(3, 4, 3, 3, &(fl_conv_params){.groups = 2}, true), FL_ERR_VALUE, "divisible by the groups");
     assert_fails(fl_nn_max_pool2d(0, 0, 0), FL_ERR_VALUE, "the kernel must be positive");
     assert_fails(fl_nn_batch_norm2d(0, 1e-5, 0.1, true, true), FL_ERR_VALUE, "features must be positive");
