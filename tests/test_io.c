@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "flare/io.h"
 #include "support.h"
 #include "tensor/internal.h"
@@ -599,6 +601,45 @@ static void truncated_and_corrupted_files_never_crash(void **state)
     fl_tensor_map_free(map);
 }
 
+/* jansson's allocations, failing once allocations_left runs out. */
+static int allocations_left;
+static void *failing_malloc(size_t size) { return allocations_left-- > 0 ? malloc(size) : NULL; }
+
+/* Every allocation of the header failing in turn: each save is FL_ERR_MEMORY and
+ * leaves the old file, never a hang or a crash; the first with enough memory saves. */
+static void saves_out_of_memory_are_errors(void **state)
+{
+    fl_tensor_map *old = fl_tensor_map_create(), *map = fl_tensor_map_create();
+    fl_tensor_map_set(old, "x", T_F32(FL_SHAPE(1), 1));
+    assert_int_equal(fl_save_safetensors(scratch_path, old), FL_OK);
+    fl_tensor_map_set(map, "weight", T_F32(FL_SHAPE(2, 2), 1, 2, 3, 4));
+    fl_tensor_map_set(map, "step", T_I64(FL_SHAPE(1), 7));
+    fl_tensor_map_set_metadata(map, "epoch", "3");
+    int failures = 0;
+    for (int n = 0;; n++) {
+        allocations_left = n;
+        json_set_alloc_funcs(failing_malloc, free);
+        fl_status status = fl_save_safetensors(scratch_path, map);
+        json_set_alloc_funcs(malloc, free);
+        if (status == FL_OK)
+            break;
+        assert_fails_status(status, FL_ERR_MEMORY, "out of memory");
+        fl_tensor_map *back = NULL;
+        assert_int_equal(fl_load_safetensors(scratch_path, &back), FL_OK);
+        assert_same_map(back, old);
+        fl_tensor_map_free(back);
+        failures++;
+        assert_true(n < 1000);
+    }
+    assert_true(failures > 5);
+    fl_tensor_map *back = NULL;
+    assert_int_equal(fl_load_safetensors(scratch_path, &back), FL_OK);
+    assert_same_map(back, map);
+    fl_tensor_map_free(back);
+    fl_tensor_map_free(map);
+    fl_tensor_map_free(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +649,7 @@ int main(void)
         io_test(header_layout_is_the_documented_one),
         scoped_test(reads_the_reference_implementation_file),
         io_test(failed_saves_leave_the_old_file),
+        io_test(saves_out_of_memory_are_errors),
         io_test(malformed_files_are_clear_errors),
         io_test(truncated_and_corrupted_files_never_crash),
     };
