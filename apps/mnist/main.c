@@ -230,6 +230,21 @@ static int fail(const char *what)
     return 1;
 }
 
+/* The epoch a checkpoint was saved after: digits only, at most the run's epochs (a
+ * later one would index past the results). A checkpoint without one starts at 0. */
+static bool parse_epoch(const char *text, int epochs, int *epoch)
+{
+    *epoch = 0;
+    if (!text)
+        return true;
+    if (!*text)
+        return false;
+    for (const char *c = text; *c; c++)
+        if (*c < '0' || *c > '9' || (*epoch = *epoch * 10 + (*c - '0')) > epochs)
+            return false;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -246,9 +261,19 @@ int main(int argc, char **argv)
     }
     fl_manual_seed(o.seed);
 
-    fl_tensor *images, *labels, *test_images, *test_labels;
-    if (load_split(o.data, true, &images, &labels) != FL_OK || load_split(o.data, false, &test_images, &test_labels))
-        return fail("loading the dataset");
+    /* Every exit past this point goes through done, which releases what was made. */
+    int status = 0, done = 0, first_epoch = 0;
+    fl_tensor *images = NULL, *labels = NULL, *test_images = NULL, *test_labels = NULL;
+    fl_dataset *train = NULL, *validation = NULL, *test = NULL;
+    fl_module *model = NULL;
+    fl_parameters *params = NULL;
+    fl_optimizer *opt = NULL;
+    fl_data_parallel *dp = NULL;
+    epoch_result *results = NULL;
+    if (load_split(o.data, true, &images, &labels) != FL_OK || load_split(o.data, false, &test_images, &test_labels)) {
+        status = fail("loading the dataset");
+        goto finish;
+    }
     int64_t train_count = fl_dim(images, 0) - VALIDATION_SIZE;
     if (o.train_limit && o.train_limit < train_count)
         train_count = o.train_limit;
@@ -256,44 +281,51 @@ int main(int argc, char **argv)
      * the same permutation on every rank, which then takes its part. */
     fl_dataset *shuffled = fl_shuffle_dataset(
         fl_span_dataset(fl_tensor_dataset((fl_tensor *[]){images, labels}, 2), VALIDATION_SIZE, train_count), o.seed);
-    fl_dataset *train = fl_batch_dataset(fl_partition_dataset(shuffled, fl_distributed_rank(), fl_distributed_size()),
+    train = fl_batch_dataset(fl_partition_dataset(shuffled, fl_distributed_rank(), fl_distributed_size()),
                                          o.batch, false, NULL, NULL);
     if (train && o.workers)
         train = fl_prefetch_dataset(train, o.workers, 0);
-    fl_dataset *validation = batches(images, labels, 0, VALIDATION_SIZE, EVAL_BATCH);
-    fl_dataset *test = batches(test_images, test_labels, 0, fl_dim(test_images, 0), EVAL_BATCH);
-    fl_module *model = mnist_cnn();
-    fl_parameters *params = model ? fl_module_parameters(model) : NULL;
-    fl_optimizer *opt = params ? fl_sgd(params->items, params->count,
-                                        &(fl_sgd_options){.lr = o.lr, .momentum = o.momentum})
-                               : NULL;
-    if (!train || !validation || !test || !opt)
-        return fail("setting up");
+    validation = batches(images, labels, 0, VALIDATION_SIZE, EVAL_BATCH);
+    test = batches(test_images, test_labels, 0, fl_dim(test_images, 0), EVAL_BATCH);
+    model = mnist_cnn();
+    params = model ? fl_module_parameters(model) : NULL;
+    opt = params ? fl_sgd(params->items, params->count, &(fl_sgd_options){.lr = o.lr, .momentum = o.momentum}) : NULL;
+    results = calloc((size_t)(o.epochs > 0 ? o.epochs : 1), sizeof *results);
+    if (!train || !validation || !test || !opt || !results) {
+        status = fail("setting up");
+        goto finish;
+    }
     if (!o.quiet)
         printf("Fashion-MNIST CNN (the paper's Listing 8): %" PRId64 " parameters; %" PRId64
                " training images, batch %" PRId64 " x %d process%s, %d threads each\n",
                fl_module_parameter_count(model), train_count, o.batch, fl_distributed_size(),
                fl_distributed_size() > 1 ? "es" : "", fl_num_threads());
 
-    int first_epoch = 0;
     if (o.load) {
         fl_tensor_map *file = NULL;
-        if (fl_checkpoint_load(o.load, model, o.eval_only ? NULL : opt, &file) != FL_OK)
-            return fail("loading the checkpoint");
+        if (fl_checkpoint_load(o.load, model, o.eval_only ? NULL : opt, &file) != FL_OK) {
+            status = fail("loading the checkpoint");
+            goto finish;
+        }
         const char *epoch = fl_tensor_map_metadata(file, "epoch");
-        first_epoch = epoch ? atoi(epoch) : 0;
+        if (!parse_epoch(epoch, o.epochs, &first_epoch)) {
+            fprintf(stderr, "mnist: %s: its metadata's epoch '%.40s' is not a number of epochs from 0 to %d\n", o.load,
+                    epoch, o.epochs);
+            status = 1;
+        }
         fl_tensor_map_free(file);
+        if (status)
+            goto finish;
         if (!o.quiet)
             printf("resumed from %s after epoch %d\n", o.load, first_epoch);
     }
     /* After loading, so that rank 0's weights are the ones every rank starts from. */
-    fl_data_parallel *dp = fl_data_parallel_new(model, 0);
-    if (!dp)
-        return fail("setting up data-parallel training");
+    dp = fl_data_parallel_new(model, 0);
+    if (!dp) {
+        status = fail("setting up data-parallel training");
+        goto finish;
+    }
 
-    int status = 0;
-    epoch_result *results = calloc((size_t)(o.epochs > 0 ? o.epochs : 1), sizeof *results);
-    int done = 0;
     int last_epoch = o.stop_after && o.stop_after < o.epochs ? o.stop_after : o.epochs;
     for (int epoch = first_epoch; !o.eval_only && epoch < last_epoch && status == 0; epoch++, done++) {
         fl_dataset_set_epoch(train, epoch);
@@ -360,6 +392,7 @@ int main(int argc, char **argv)
     if (status == 0 && o.json)
         status = write_json(&o, results, first_epoch, done, tested ? &test_result : NULL);
 
+finish:
     free(results);
     fl_data_parallel_free(dp);
     fl_optimizer_free(opt);
