@@ -82,13 +82,13 @@ bool fl_axes_mask(const char *fn, const int *axes, int count, int ndim, unsigned
 /* ---- sizes ------------------------------------------------------------------------- */
 
 /* *out = a * b, or a + b, for sizes computed from shapes (padded, tiled, joined,
- * convolved); false, with *out unset, if the result does not fit in an int64_t. */
+ * convolved); false if the result does not fit in an int64_t (*out is then garbage). */
 static inline bool fl_size_mul(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool fl_size_add(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
 
-/* True if a tensor of dtype and shape can exist: 0 to FL_MAX_DIMS non-negative sizes
- * whose product times the element size (its bytes, and so every element count,
- * stride and byte offset) is at most PTRDIFF_MAX. A zero size empties the tensor but
+/* True if a tensor of dtype and shape can exist: a valid dtype, and 0 to FL_MAX_DIMS
+ * non-negative sizes whose product times the element size (its bytes, and so every
+ * element count, stride and byte offset) is at most PTRDIFF_MAX. A zero size empties the tensor but
  * its strides still multiply the other sizes, so the product is taken over the
  * non-zero ones. Otherwise false and FL_ERR_SHAPE naming fn, the shape and dtype.
  * Every tensor is checked when it is made; callers that form a shape from untrusted

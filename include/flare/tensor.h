@@ -93,7 +93,8 @@ fl_tensor *fl_keep(fl_tensor *t);
 /* Scopes hold references to objects of the layers above too (autograd variables,
  * ...). fl_scope_own hands one reference of object to the innermost scope, which
  * drops it with release when it ends; outside any scope it does nothing. It returns
- * object (NULL, after release, if the scope cannot grow). fl_scope_disown takes the
+ * object (NULL, after release, if the scope cannot grow; NULL, and FL_ERR_NULL, if
+ * release is NULL, the object staying the caller's). fl_scope_disown takes the
  * reference back: true if the innermost scope held it. */
 void *fl_scope_own(void *object, void (*release)(void *object));
 bool fl_scope_disown(void *object);

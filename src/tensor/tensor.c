@@ -18,6 +18,10 @@ bool fl_check_size(const char *fn, fl_dtype dtype, int ndim, const int64_t *shap
         fl_error(FL_ERR_NULL, fn, "the shape is NULL for %d dimensions", ndim);
         return false;
     }
+    if ((unsigned)dtype >= FL_DTYPE_COUNT) {
+        fl_error(FL_ERR_DTYPE, fn, "invalid dtype %d", (int)dtype);
+        return false;
+    }
     int64_t bytes = (int64_t)fl_dtype_size(dtype);
     bool fits = true;
     for (int i = 0; i < ndim; i++) {
