@@ -54,7 +54,8 @@ typedef enum fl_status {
     FL_ERR_UNSUPPORTED, /* the backend does not implement the operation */
     FL_ERR_BACKEND,     /* the backend failed (a library it calls returned an error) */
     FL_ERR_IO,          /* a file could not be read or written */
-    FL_ERR_DISTRIBUTED  /* a collective failed: a peer died or did not arrive in time */
+    FL_ERR_DISTRIBUTED, /* a collective failed: a peer died or did not arrive in time */
+    FL_ERR_RELEASED     /* a tensor or variable used after its release (checked handles) */
 } fl_status;
 
 typedef struct fl_tensor fl_tensor;
