@@ -1,5 +1,6 @@
 /* Lifetimes: checked handles (FLARE_CHECK_HANDLES) turn a use after release into an
- * error naming the operation and what released the handle. */
+ * error naming the operation and what released the handle; fl_live_tensors shows
+ * a training loop that forgot its per-step scope. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 #include "flare/autograd.h"
 #include "flare/config.h"
 #include "flare/extension.h"
+#include "flare/nn.h"
+#include "flare/optim.h"
 #include "support.h"
 
 /* ---- checked handles (on for this process: main sets FLARE_CHECK_HANDLES=1) ---- */
@@ -89,6 +92,68 @@ static void live_handles_pass(void **state)
         fl_scope_end(scope);
     }
     assert_no_error();
+}
+
+/* ---- fl_live_tensors ---- */
+
+static void step(fl_module *model, fl_optimizer *opt, const fl_tensor *x, const fl_tensor *y)
+{
+    fl_variable *loss = fl_nn_cross_entropy(fl_module_forward(model, fl_v_new(x, false)), y, NULL);
+    assert_int_equal(fl_v_backward(loss, NULL, false), FL_OK);
+    assert_int_equal(fl_optimizer_step(opt), FL_OK);
+    fl_optimizer_zero_grad(opt);
+}
+
+/* Evaluates the parameters, which on the lazy backend are pending expressions that
+ * hold their inputs, so that the count is of what the loop keeps. */
+static void settle(const fl_parameters *params)
+{
+    for (size_t i = 0; i < params->count; i++)
+        assert_int_equal(fl_eval(fl_v_value(params->items[i])), FL_OK);
+}
+
+/* How many more tensors are alive after `steps` steps of a small MLP than before;
+ * per_step_scope false forgets the scope of each step. */
+static int64_t live_growth(int steps, bool per_step_scope)
+{
+    fl_manual_seed(1);
+    fl_module *model = fl_nn_sequential(FL_MODULES(fl_nn_linear(4, 8, true), fl_nn_relu(), fl_nn_linear(8, 3, true)));
+    fl_parameters *params = fl_module_parameters(model);
+    fl_optimizer *opt = fl_sgd(params->items, params->count, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9});
+    fl_tensor *x = fl_keep(fl_randn(FL_F32, FL_SHAPE(16, 4)));
+    fl_tensor *y = fl_keep(fl_randint(0, 3, FL_I64, FL_SHAPE(16)));
+    fl_scope first = fl_scope_begin(); /* the optimizer's state is made by the first step */
+    step(model, opt, x, y);
+    fl_scope_end(first);
+    settle(params);
+    int64_t before = fl_live_tensors();
+    fl_scope outer = fl_scope_begin(); /* what a forgotten step scope leaves its tensors to */
+    for (int i = 0; i < steps; i++) {
+        fl_scope scope = per_step_scope ? fl_scope_begin() : (fl_scope){0, 0};
+        step(model, opt, x, y);
+        if (per_step_scope)
+            fl_scope_end(scope);
+    }
+    settle(params);
+    int64_t grown = fl_live_tensors() - before;
+    fl_scope_end(outer);
+    fl_release(x);
+    fl_release(y);
+    fl_optimizer_free(opt);
+    fl_parameters_free(params);
+    fl_module_release(model);
+    assert_no_error();
+    return grown;
+}
+
+static void a_forgotten_step_scope_shows_in_the_live_count(void **state)
+{
+    int64_t base = fl_live_tensors();
+    assert_int_equal(live_growth(10, true), 0);
+    int64_t one = live_growth(1, false), ten = live_growth(10, false);
+    assert_true(one > 0);
+    assert_int_equal(ten, 10 * one);
+    assert_int_equal(fl_live_tensors(), base); /* the model, optimizer and data are gone */
 }
 
 /* ---- the setting, in fresh processes ---- */
@@ -174,6 +239,7 @@ int main(int argc, char **argv)
         scoped_test(a_variable_used_after_its_scope_fails),
         scoped_test(a_variable_released_twice_fails),
         scoped_test(live_handles_pass),
+        scoped_test(a_forgotten_step_scope_shows_in_the_live_count),
         scoped_test(the_setting_comes_from_the_environment_or_fl_init),
     };
     return cmocka_run_group_tests_name("handles", tests, NULL, NULL);

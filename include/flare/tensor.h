@@ -99,6 +99,12 @@ fl_tensor *fl_keep(fl_tensor *t);
 void *fl_scope_own(void *object, void (*release)(void *object));
 bool fl_scope_disown(void *object);
 
+/* The tensor handles alive in the process: made and not yet released for the last
+ * time, on any thread. Forgetting the per-step scope of a training loop shows up as
+ * a count that grows with every step (docs/NN.md, "A training loop"). Views,
+ * gradients and the inputs a lazy tensor holds until it is evaluated count. */
+int64_t fl_live_tensors(void);
+
 /* ---- dtypes and introspection -------------------------------------------------- */
 
 const char *fl_dtype_name(fl_dtype dtype);

@@ -6,11 +6,16 @@
 #include "config.h"
 #include "internal.h"
 
+static int64_t live_tensors;
+
+int64_t fl_live_tensors(void) { return __atomic_load_n(&live_tensors, __ATOMIC_RELAXED); }
+
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     fl_tensor *t = malloc(sizeof *t);
     if (!t) /* recorded here, once, for every operation that makes a tensor */
         return fl_error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
+    __atomic_add_fetch(&live_tensors, 1, __ATOMIC_RELAXED);
     t->refcount = 1;
     t->dtype = dtype;
     t->ndim = ndim;
@@ -49,6 +54,7 @@ void fl_release(fl_tensor *t)
         return;
     if (t->impl && t->backend->release)
         t->backend->release(t->backend, t);
+    __atomic_sub_fetch(&live_tensors, 1, __ATOMIC_RELAXED);
     if (fl__checked()) {
         t->impl = NULL;
         fl_handle_retire(t, "tensor", "fl_release", free_handle);
