@@ -611,6 +611,94 @@ static void wrappers_of_a_failed_dataset_keep_the_first_error(void **state)
     assert_fails(fl_merge_dataset(sources, 2), FL_ERR_NULL, "fl_resample_dataset: the source dataset is NULL");
 }
 
+/* ---- a dataset written the natural way: get stores what tensor functions return ---- */
+
+typedef struct natural_state {
+    fl_tensor *x; /* f32 [n, 3] */
+} natural_state;
+
+static int64_t natural_size(fl_dataset *ds) { return fl_dim(((natural_state *)ds->state)->x, 0); }
+
+/* Field 0: row index scaled by 2 (two temporaries); field 1: the same tensor again;
+ * field 2: the whole tensor the dataset holds, retained. */
+static fl_status natural_get(fl_dataset *ds, int64_t index, fl_sample *out)
+{
+    natural_state *st = ds->state;
+    fl_tensor *row = fl_mul_scalar(fl_index(st->x, FL_INDEX(FL_AT(index))), 2);
+    out->fields[0] = row;
+    out->fields[1] = row;
+    out->fields[2] = fl_retain(st->x);
+    out->count = 3;
+    return row ? FL_OK : fl_last_status();
+}
+
+static fl_status natural_get_batch(fl_dataset *ds, const int64_t *indices, int64_t count, fl_sample *out)
+{
+    natural_state *st = ds->state;
+    fl_tensor *index = fl_from_data(indices, FL_I64, 1, &count);
+    out->fields[0] = fl_mul_scalar(fl_index_select(st->x, 0, index), 2);
+    out->count = 1;
+    return out->fields[0] ? FL_OK : fl_last_status();
+}
+
+static void natural_release(fl_dataset *ds)
+{
+    natural_state *st = ds->state;
+    fl_release(st->x);
+    free(st);
+}
+
+static fl_dataset *natural(int64_t n, bool with_batch)
+{
+    static const fl_dataset_ops ops = {.name = "natural", .size = natural_size, .get = natural_get,
+                                       .release = natural_release};
+    static const fl_dataset_ops batch_ops = {.name = "natural", .size = natural_size, .get = natural_get,
+                                             .get_batch = natural_get_batch, .release = natural_release};
+    natural_state *st = malloc(sizeof *st);
+    fl_scope scope = fl_scope_begin();
+    st->x = fl_keep(fl_reshape(fl_arange(0, (double)(3 * n), 1, FL_F32), FL_SHAPE(n, 3)));
+    fl_scope_end(scope);
+    return fl_dataset_new(with_batch ? &batch_ops : &ops, st);
+}
+
+/* Inside the caller's scope, outside any, through wrappers and on prefetch workers:
+ * the fields are right and nothing is released twice or leaked (ASan and LSan). */
+static void a_natural_get_needs_no_scope_of_its_own(void **state)
+{
+    for (int with_batch = 0; with_batch < 2; with_batch++) {
+        fl_dataset *ds = natural(6, with_batch);
+        for (int i = 0; i < 6; i++) {
+            fl_scope scope = fl_scope_begin();
+            fl_sample s;
+            assert_int_equal(fl_dataset_get(ds, i, &s), FL_OK);
+            assert_int_equal(s.count, 3);
+            assert_ptr_equal(s.fields[0], s.fields[1]);
+            assert_close(s.fields[0], fl_mul_scalar(fl_arange(3.0 * i, 3.0 * i + 3, 1, FL_F32), 2), 0, 0);
+            fl_scope_end(scope);
+        }
+        fl_sample s;
+        assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK); /* outside any scope: the caller's */
+        fl_sample_release(&s);
+        assert_int_equal(fl_dataset_get_batch(ds, (const int64_t[]){2, 0}, 2, &s), FL_OK);
+        fl_sample_release(&s);
+
+        fl_dataset *loader = fl_prefetch_dataset(
+            fl_batch_dataset(fl_shuffle_dataset(fl_dataset_retain(ds), 3), 4, false, NULL, NULL), 2, 0);
+        for (int epoch = 0; epoch < 3; epoch++) {
+            fl_dataset_set_epoch(loader, epoch);
+            for (int64_t b = 0; b < fl_dataset_size(loader); b++) {
+                fl_scope scope = fl_scope_begin();
+                fl_sample batch;
+                assert_int_equal(fl_dataset_get(loader, b, &batch), FL_OK);
+                assert_int_equal(fl_item(fl_sum(batch.fields[0], NULL, 0, false)) > 0, 1);
+                fl_scope_end(scope);
+            }
+        }
+        fl_dataset_release(loader);
+        fl_dataset_release(ds);
+    }
+}
+
 /* Outside any scope the caller owns the fields (LeakSanitizer checks the release). */
 static void samples_outside_a_scope_belong_to_the_caller(void **state)
 {
@@ -646,6 +734,7 @@ int main(void)
         scoped_test(datasets_of_ones_own),
         scoped_test(wrappers_of_a_failed_dataset_keep_the_first_error),
         cmocka_unit_test(samples_outside_a_scope_belong_to_the_caller),
+        cmocka_unit_test(a_natural_get_needs_no_scope_of_its_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

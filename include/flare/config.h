@@ -65,6 +65,10 @@ typedef struct fl_config {
     /* FLARE_CPU_KERNELS: the cpu kernels' instruction set, "best" (NULL: the best the
      * machine runs), or a lower "x86-64-v3" or "x86-64" (docs/ARCHITECTURE.md) */
     const char *cpu_kernels;
+    /* FLARE_CHECK_HANDLES: 1 poisons released tensors and variables so that a later use
+     * fails with FL_ERR_RELEASED (extension.h, "checked handles"); -1 off; 0 the build's
+     * default: on in Debug and sanitizer builds, off otherwise. Resolved to 1 or -1. */
+    int check_handles;
 } fl_config;
 
 /* Sets the configuration (NULL: the environment's). It must come before anything else

@@ -45,9 +45,19 @@ typedef struct fl_dataset fl_dataset;
 
 /*
  * What a kind of dataset implements. Entries receive valid arguments (the index in
- * range, out zeroed) and fill out with references the caller owns, never registered
- * in a scope; they return FL_OK or a status after recording an error (fl_last_error).
- * get and size are required; the others may be NULL.
+ * range, out zeroed); they return FL_OK or a status after recording an error
+ * (fl_last_error). get and size are required; the others may be NULL.
+ *
+ * get and get_batch run inside a scope of their own, as collate functions and
+ * transforms do, so they simply store what tensor functions return:
+ *
+ *     out->fields[0] = fl_mul_scalar(fl_index(st->images, FL_INDEX(FL_AT(index))), 1.0 / 255);
+ *     out->count = 1;
+ *
+ * The fields they store are taken from that scope and handed to the caller; their
+ * temporaries go when it ends. A field not made in that scope must be a reference of
+ * the entry's own: to return a tensor the dataset holds, store fl_retain(t). (fl_keep
+ * of a result made in the scope is also right: the reference is then the entry's.)
  *
  * get may run on several threads at once (prefetch workers): it must not change
  * shared state without a lock. Tensors are immutable and their scopes and errors are

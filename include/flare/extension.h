@@ -52,8 +52,28 @@ void *fl_error(fl_status status, const char *fn, const char *fmt, ...) __attribu
 /* True if any of the count arguments (pointers, tensors or variables) is NULL. If no
  * error is recorded yet, the caller passed the NULL itself, and it records FL_ERR_NULL
  * naming fn and the argument's position; otherwise the NULL is an earlier failure's
- * result and is passed on without a new message. */
+ * result and is passed on without a new message. With checked handles on (below), also
+ * true, with FL_ERR_RELEASED, if an argument is a released tensor or variable. */
 bool fl_null_args(const char *fn, int count, ...);
+
+/* ---- checked handles ------------------------------------------------------------- */
+
+/*
+ * With checked handles on (FLARE_CHECK_HANDLES, docs/CONFIG.md; on by default in Debug
+ * and sanitizer builds), a handle whose last reference is released is poisoned rather
+ * than freed, and a later use fails with FL_ERR_RELEASED and a message saying what
+ * released it: fl_release, fl_v_release, or fl_scope_end and which scope. The most
+ * recent 16384 released handles are kept so; fl_null_args checks its arguments against
+ * them, which is how every operation catches a released tensor or variable.
+ */
+bool fl_handles_checked(void);
+/* Frees handle with free_fn, or with checked handles on keeps it poisoned as a
+ * released `kind` ("tensor", "variable") that `by` (a function's name) released; the
+ * scope being ended, if any, is named instead. For handle types of one's own. */
+void fl_handle_retire(void *handle, const char *kind, const char *by, void (*free_fn)(void *handle));
+/* True, after recording FL_ERR_RELEASED naming fn (unless an error is already
+ * recorded), if checked handles are on and handle is a released handle. */
+bool fl_handle_released(const char *fn, const void *handle);
 
 /* ---- describing tensors in messages ---------------------------------------------- */
 

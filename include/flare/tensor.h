@@ -54,7 +54,8 @@ typedef enum fl_status {
     FL_ERR_UNSUPPORTED, /* the backend does not implement the operation */
     FL_ERR_BACKEND,     /* the backend failed (a library it calls returned an error) */
     FL_ERR_IO,          /* a file could not be read or written */
-    FL_ERR_DISTRIBUTED  /* a collective failed: a peer died or did not arrive in time */
+    FL_ERR_DISTRIBUTED, /* a collective failed: a peer died or did not arrive in time */
+    FL_ERR_RELEASED     /* a tensor or variable used after its release (checked handles) */
 } fl_status;
 
 typedef struct fl_tensor fl_tensor;
@@ -98,6 +99,12 @@ fl_tensor *fl_keep(fl_tensor *t);
  * reference back: true if the innermost scope held it. */
 void *fl_scope_own(void *object, void (*release)(void *object));
 bool fl_scope_disown(void *object);
+
+/* The tensor handles alive in the process: made and not yet released for the last
+ * time, on any thread. Forgetting the per-step scope of a training loop shows up as
+ * a count that grows with every step (docs/NN.md, "A training loop"). Views,
+ * gradients and the inputs a lazy tensor holds until it is evaluated count. */
+int64_t fl_live_tensors(void);
 
 /* ---- dtypes and introspection -------------------------------------------------- */
 

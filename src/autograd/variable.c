@@ -46,27 +46,44 @@ fl_variable *fl_v_new(const fl_tensor *value, bool requires_grad)
     return out(fl__v_new_owned(value, requires_grad, NULL));
 }
 
+/* With checked handles on: true, after recording FL_ERR_RELEASED, if v was released. */
+static bool released(const char *fn, const fl_variable *v)
+{
+    return fl_handle_released(fn, v); /* false at once when the checks are off */
+}
+
 fl_variable *fl_v_retain(fl_variable *v)
 {
+    if (released("fl_v_retain", v))
+        return NULL;
     if (v)
         __atomic_add_fetch(&v->refcount, 1, __ATOMIC_RELAXED);
     return v;
 }
 
+static void free_variable(void *v) { free(v); }
+
 void fl_v_release(fl_variable *v)
 {
+    if (released("fl_v_release", v))
+        return; /* released twice: the second release is the error */
     if (!v || __atomic_sub_fetch(&v->refcount, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     fl_release(v->value);
     fl_release(v->grad);
     fl__node_release(v->node);
     free(v->hooks);
-    free(v);
+    if (__builtin_expect(fl_handles_checked(), 0)) {
+        *v = (fl_variable){0}; /* a use past the checks reads NULLs, not freed memory */
+        fl_handle_retire(v, "variable", "fl_v_release", free_variable);
+    } else {
+        free(v);
+    }
 }
 
 fl_variable *fl_v_keep(fl_variable *v)
 {
-    if (!v)
+    if (!v || released("fl_v_keep", v))
         return NULL;
     return fl_scope_disown(v) ? v : fl_v_retain(v);
 }
@@ -74,6 +91,8 @@ fl_variable *fl_v_keep(fl_variable *v)
 fl_variable *fl_v_scope_return(fl_scope scope, fl_variable *result)
 {
     /* A reference of the caller's own survives the scope; then it goes to the caller's scope. */
+    if (released("fl_v_scope_return", result))
+        result = NULL;
     bool owned_here = fl_scope_disown(result);
     if (result && !owned_here)
         fl_v_retain(result);
@@ -81,14 +100,14 @@ fl_variable *fl_v_scope_return(fl_scope scope, fl_variable *result)
     return out(result);
 }
 
-const fl_tensor *fl_v_value(const fl_variable *v) { return v ? v->value : NULL; }
-const fl_tensor *fl_v_grad(const fl_variable *v) { return v ? v->grad : NULL; }
-bool fl_v_requires_grad(const fl_variable *v) { return v && v->requires_grad; }
-bool fl_v_is_leaf(const fl_variable *v) { return v && !v->node; }
+const fl_tensor *fl_v_value(const fl_variable *v) { return v && !released("fl_v_value", v) ? v->value : NULL; }
+const fl_tensor *fl_v_grad(const fl_variable *v) { return v && !released("fl_v_grad", v) ? v->grad : NULL; }
+bool fl_v_requires_grad(const fl_variable *v) { return v && !released("fl_v_requires_grad", v) && v->requires_grad; }
+bool fl_v_is_leaf(const fl_variable *v) { return v && !released("fl_v_is_leaf", v) && !v->node; }
 
 void fl_v_zero_grad(fl_variable *v)
 {
-    if (!v)
+    if (!v || released("fl_v_zero_grad", v))
         return;
     fl_release(v->grad);
     v->grad = NULL;

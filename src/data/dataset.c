@@ -118,9 +118,35 @@ static fl_status checked(const char *fn, fl_dataset *ds, fl_status status, fl_sa
     return FL_OK;
 }
 
+/* Takes the fields an entry stored in out from the scope it ran in, which ends next:
+ * a field the scope holds (made there by tensor functions) becomes the caller's
+ * reference; any other field already is one (fl_keep or fl_retain in the entry). A
+ * tensor stored in two fields gets a reference for each. */
+static void take_fields(fl_sample *out)
+{
+    bool taken[FL_SAMPLE_MAX_FIELDS] = {false};
+    for (int i = 0; i < out->count && i < FL_SAMPLE_MAX_FIELDS; i++) {
+        if (!out->fields[i])
+            continue;
+        taken[i] = fl_scope_disown(out->fields[i]);
+        for (int j = 0; !taken[i] && j < i; j++) {
+            if (taken[j] && out->fields[j] == out->fields[i]) {
+                fl_retain(out->fields[i]);
+                break;
+            }
+        }
+    }
+}
+
 fl_status fl__dataset_fetch(fl_dataset *ds, int64_t index, fl_sample *out)
 {
-    return checked("fl_dataset_get", ds, ds->ops->get(ds, index, out), out);
+    /* A scope of its own, as collate and transforms have: the natural get stores what
+     * tensor functions return, which belongs to this scope, not to the caller's. */
+    fl_scope scope = fl_scope_begin();
+    fl_status status = ds->ops->get(ds, index, out);
+    take_fields(out);
+    fl_scope_end(scope);
+    return checked("fl_dataset_get", ds, status, out);
 }
 
 fl_status fl_dataset_get(fl_dataset *ds, int64_t index, fl_sample *out)
@@ -180,8 +206,13 @@ fl_status fl__stack_samples(const fl_sample *samples, int64_t count, fl_sample *
 
 fl_status fl__dataset_gather(fl_dataset *ds, const int64_t *indices, int64_t count, fl_sample *out)
 {
-    if (ds->ops->get_batch)
-        return checked("fl_dataset_get_batch", ds, ds->ops->get_batch(ds, indices, count, out), out);
+    if (ds->ops->get_batch) {
+        fl_scope scope = fl_scope_begin();
+        fl_status status = ds->ops->get_batch(ds, indices, count, out);
+        take_fields(out);
+        fl_scope_end(scope);
+        return checked("fl_dataset_get_batch", ds, status, out);
+    }
     fl_sample *samples = calloc((size_t)count, sizeof *samples);
     if (!samples)
         return fl_error(FL_ERR_MEMORY, "fl_dataset_get_batch", "cannot allocate %lld samples", (long long)count),

@@ -153,6 +153,11 @@ static void resolve(const fl_config *c, settings *s, reader *r)
         s->config.dist_timeout = 300;
     }
     s->config.profile = c->profile;
+#ifdef FLARE_CHECK_HANDLES_DEFAULT
+    s->config.check_handles = c->check_handles ? (c->check_handles > 0 ? 1 : -1) : 1;
+#else
+    s->config.check_handles = c->check_handles > 0 ? 1 : -1;
+#endif
     s->config.log = c->log;
     s->config.log_user = c->log_user;
     s->config.size = sizeof s->config;
@@ -204,6 +209,13 @@ static void read_environment(settings *s, reader *r)
     }
     v = getenv("FLARE_PROFILE");
     c.profile = v && *v && strcmp(v, "0") != 0;
+    v = getenv("FLARE_CHECK_HANDLES");
+    if (v && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            c.check_handles = *v == '1' ? 1 : -1;
+        else
+            PROBLEM(r, check_handles, "FLARE_CHECK_HANDLES", "the build's default", "is '%s', neither '0' nor '1'", v);
+    }
     v = getenv("FLARE_LOG");
     if (v && *v && strcmp(v, "none") != 0) {
         c.log = fl_log_stderr;
@@ -224,6 +236,7 @@ static bool publish(const settings *s)
     point_strings(&current);
     __atomic_store_n(&read_once, true, __ATOMIC_RELEASE);
     fl__profile_configure(current.config.profile);
+    fl__handles_configure(current.config.check_handles > 0);
     return true;
 }
 

@@ -48,6 +48,7 @@ const char *fl_status_name(fl_status status)
         [FL_ERR_BACKEND] = "backend failure",
         [FL_ERR_IO] = "i/o error",
         [FL_ERR_DISTRIBUTED] = "distributed error",
+        [FL_ERR_RELEASED] = "released handle",
     };
     if ((unsigned)status >= sizeof names / sizeof names[0])
         return "unknown status";
@@ -128,6 +129,14 @@ bool fl_null_args(const char *fn, int count, ...)
         if (!va_arg(ap, const void *) && missing < 0)
             missing = i;
     va_end(ap);
+    if (missing < 0 && fl__checked()) {
+        va_start(ap, count);
+        bool released = false;
+        for (int i = 0; i < count && !released; i++)
+            released = fl_handle_released(fn, va_arg(ap, const void *));
+        va_end(ap);
+        return released;
+    }
     if (missing < 0)
         return false;
     if (last_status == FL_OK)

@@ -30,6 +30,17 @@ static inline fl_tensor *fl__mutable(const fl_tensor *t) { return (fl_tensor *)(
 
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);
 
+/* handles.c: whether checked handles are on (fl_handles_checked without reading the
+ * settings, for the paths where a handle exists, so they were read). */
+extern bool fl__handles_on;
+static inline bool fl__checked(void) { return __builtin_expect(__atomic_load_n(&fl__handles_on, __ATOMIC_RELAXED), 0); }
+/* handles.c: turns checked handles on or off (config.c, once). */
+void fl__handles_configure(bool on);
+/* handles.c: while ending is true, handles this thread retires are recorded as
+ * released by fl_scope_end of the scope at depth, opened by call serial of
+ * fl_scope_begin. */
+void fl__handles_scope_ending(int64_t serial, int depth, bool ending);
+
 /* ---- errors ---- */
 
 /* The status and message a backend left with fl_backend_error, cleared on read. */

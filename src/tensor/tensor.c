@@ -38,6 +38,10 @@ bool fl_check_size(const char *fn, fl_dtype dtype, int ndim, const int64_t *shap
     return fits;
 }
 
+static int64_t live_tensors;
+
+int64_t fl_live_tensors(void) { return __atomic_load_n(&live_tensors, __ATOMIC_RELAXED); }
+
 fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!fl_check_size("fl_tensor", dtype, ndim, shape))
@@ -45,6 +49,7 @@ fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const in
     fl_tensor *t = malloc(sizeof *t);
     if (!t) /* recorded here, once, for every operation that makes a tensor */
         return fl_error(FL_ERR_MEMORY, "fl_tensor", "cannot allocate a tensor handle");
+    __atomic_add_fetch(&live_tensors, 1, __ATOMIC_RELAXED);
     t->refcount = 1;
     t->dtype = dtype;
     t->ndim = ndim;
@@ -66,18 +71,30 @@ fl_tensor *fl_tensor_alloc(const fl_backend *backend, fl_dtype dtype, int ndim, 
 fl_tensor *fl_retain(const fl_tensor *t)
 {
     fl_tensor *own = fl__mutable(t);
+    if (fl__checked() && fl_handle_released("fl_retain", t))
+        return NULL;
     if (own)
         __atomic_add_fetch(&own->refcount, 1, __ATOMIC_RELAXED);
     return own;
 }
 
+static void free_handle(void *t) { free(t); }
+
 void fl_release(fl_tensor *t)
 {
+    if (fl__checked() && fl_handle_released("fl_release", t))
+        return; /* released twice: the second release is the error */
     if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     if (t->impl && t->backend->release)
         t->backend->release(t->backend, t);
-    free(t);
+    __atomic_sub_fetch(&live_tensors, 1, __ATOMIC_RELAXED);
+    if (fl__checked()) {
+        t->impl = NULL;
+        fl_handle_retire(t, "tensor", "fl_release", free_handle);
+    } else {
+        free(t);
+    }
 }
 
 /* ---- scopes: a per-thread stack of owned references and of scope marks ---- */
@@ -87,20 +104,26 @@ typedef struct scope_item {
     void (*release)(void *object);
 } scope_item;
 
+typedef struct scope_mark {
+    size_t count;   /* the items below the scope */
+    int64_t serial; /* which fl_scope_begin of the thread opened it, for checked handles */
+} scope_mark;
+
 typedef struct scope_stack {
     scope_item *items;
     size_t count, capacity;
-    size_t *marks;
+    scope_mark *marks;
     int depth, mark_capacity;
 } scope_stack;
 
 static _Thread_local scope_stack scopes;
+static _Thread_local int64_t scopes_begun;
 
 fl_scope fl_scope_begin(void)
 {
     if (scopes.depth == scopes.mark_capacity) {
         int capacity = scopes.mark_capacity ? 2 * scopes.mark_capacity : 16;
-        size_t *marks = realloc(scopes.marks, (size_t)capacity * sizeof *marks);
+        scope_mark *marks = realloc(scopes.marks, (size_t)capacity * sizeof *marks);
         if (!marks) {
             fl_error(FL_ERR_MEMORY, "fl_scope_begin", "cannot grow the scope stack");
             return (fl_scope){scopes.count, scopes.depth};
@@ -108,7 +131,7 @@ fl_scope fl_scope_begin(void)
         scopes.marks = marks;
         scopes.mark_capacity = capacity;
     }
-    scopes.marks[scopes.depth++] = scopes.count;
+    scopes.marks[scopes.depth++] = (scope_mark){scopes.count, ++scopes_begun};
     return (fl_scope){scopes.count, scopes.depth};
 }
 
@@ -119,10 +142,15 @@ void fl_scope_end(fl_scope scope)
      * anything has the same mark), so the depth decides. */
     if (scope.depth < 1 || scope.depth > scopes.depth)
         return;
+    bool checked = fl__checked();
+    if (checked)
+        fl__handles_scope_ending(scopes.marks[scope.depth - 1].serial, scope.depth, true);
     while (scopes.count > scope.mark) {
         scope_item item = scopes.items[--scopes.count];
         item.release(item.object);
     }
+    if (checked)
+        fl__handles_scope_ending(0, 0, false);
     scopes.depth = scope.depth - 1;
     if (scopes.depth == 0) {
         free(scopes.items);
@@ -155,7 +183,7 @@ bool fl_scope_disown(void *object)
 {
     if (!object || scopes.depth == 0)
         return false;
-    size_t floor = scopes.marks[scopes.depth - 1];
+    size_t floor = scopes.marks[scopes.depth - 1].count;
     for (size_t i = scopes.count; i > floor; i--) {
         if (scopes.items[i - 1].object == object) {
             /* Keep the order of the others: they are released newest first. */
