@@ -235,9 +235,11 @@ typedef struct fl_class_loss_options {
 #define FL_CLASS_LOSS_DEFAULTS ((fl_class_loss_options){.reduction = FL_REDUCTION_MEAN, .ignore_index = -100})
 
 /* CrossEntropyLoss of logits [N, C] or [N, C, d...] (or [C]) and class indices
- * (i64 or i32) [N] or [N, d...] (or []): log_softmax over axis 1 and the target's
- * entry, one node. The mean is over the targets not ignored. Class weights and
- * probability targets are not supported. */
+ * of any integer dtype (u8, i32, i64) [N] or [N, d...] (or []): log_softmax over
+ * axis 1 and the target's entry, one node. The mean is over the targets not
+ * ignored; with every target ignored it is nan (0 / 0, as PyTorch's) and the
+ * gradient is zero, as PyTorch's. Class weights and probability targets are not
+ * supported. */
 fl_variable *fl_nn_cross_entropy(fl_variable *logits, const fl_tensor *targets, const fl_class_loss_options *options);
 /* NLLLoss: the same for log-probabilities (label_smoothing must be 0). */
 fl_variable *fl_nn_nll_loss(fl_variable *log_probs, const fl_tensor *targets, const fl_class_loss_options *options);
