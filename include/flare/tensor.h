@@ -286,12 +286,13 @@ fl_tensor *fl_logical_or(const fl_tensor *a, const fl_tensor *b);
 /* With a scalar on the right. The scalar is "weak", as in PyTorch: it does not widen
  * the tensor's dtype unless it is of a higher kind (an int tensor times 0.5 is f32).
  * The kind is read from the value, since C passes every scalar as a double: a whole
- * value below 2^63 in magnitude acts as an integer (PyTorch's Python int: an i32
- * tensor plus 3.0 stays i32, a bool tensor plus 1 is i64), anything else (3.5, inf,
- * nan) as a float (an i32 tensor plus 3.5 is f32). An integer scalar outside the
- * range of the dtype it takes is an error (FL_ERR_VALUE: an i32 tensor plus 3e9, a
- * u8 tensor plus -1), where PyTorch wraps it around. fl_pow_scalar of an integer
- * tensor with a negative whole exponent is an error, as fl_pow's. */
+ * value below 2^63 in magnitude acts as PyTorch's Python int (an i32 tensor plus 3.0
+ * stays i32, where PyTorch's 3.0 would give f32; a bool tensor plus 1 is i64), anything
+ * else (3.5, inf, nan) as a float (an i32 tensor plus 3.5 is f32). An integer
+ * scalar outside the range of the dtype it takes is an error (FL_ERR_VALUE: an i32
+ * tensor plus 3e9, a u8 tensor plus -1), where PyTorch wraps it around; fl_div_scalar
+ * takes it as a float. fl_pow_scalar of an integer tensor with a negative whole
+ * exponent is an error, as fl_pow's. */
 fl_tensor *fl_add_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_sub_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_mul_scalar(const fl_tensor *t, double value);
