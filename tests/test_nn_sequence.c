@@ -213,6 +213,18 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
     assert_no_error();
 }
 
+/* The same against PyTorch: values and every gradient, the padded sample's included. */
+static void a_fully_padded_sample_matches_pytorch(void **state)
+{
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_encoder(layer, 2, NULL);
+    load(m, "enc_padded");
+    fl_variable *x = input("enc_padded", "x");
+    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL);
+    compare(m, "enc_padded", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
 /* ---- recurrent layers ---- */
 
 static fl_variable *flat(fl_variable *const *parts, int count)
@@ -470,6 +482,7 @@ int main(void)
         scoped_test(pre_norm_gelu_encoder_layer_matches_pytorch),
         scoped_test(encoder_stack_with_final_norm_matches_pytorch),
         scoped_test(a_fully_padded_sample_leaves_the_batch_gradients_finite),
+        scoped_test(a_fully_padded_sample_matches_pytorch),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),
