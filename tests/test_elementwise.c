@@ -307,6 +307,11 @@ static void scalar_forms_and_composites(void **state)
     /* low > high: every element is high, as torch.clamp and numpy.clip. */
     assert_values(fl_clamp(i, 3, 1), 0, 0, 1, 1, 1);
     assert_values(fl_clamp(x, 2, 1), 0, 0, 1, 1, 1, 1, NAN);
+    /* Bounds past an integer dtype's range clamp nothing on their side, as in PyTorch. */
+    assert_values(fl_clamp(i, -1e10, 1e10), 0, 0, -3, 0, 5);
+    assert_dtype(fl_clamp(i, -1e10, 1e10), FL_I32);
+    assert_values(fl_clamp(T_U8(FL_SHAPE(3), 0, 7, 255), -5, 300), 0, 0, 0, 7, 255);
+    assert_values(fl_clamp(T_U8(FL_SHAPE(3), 0, 7, 255), 3, 300), 0, 0, 3, 7, 255);
     assert_no_error();
 }
 

@@ -259,7 +259,8 @@ fl_tensor *fl_round(const fl_tensor *t); /* half to even, as numpy.round */
 fl_tensor *fl_isnan(const fl_tensor *t);
 fl_tensor *fl_isinf(const fl_tensor *t);
 fl_tensor *fl_logical_not(const fl_tensor *t);
-/* min(max(t, low), high), as PyTorch: with low > high every element is high. */
+/* min(max(t, low), high), as PyTorch: with low > high every element is high. A bound
+ * past the end of a u8 or i32 tensor's range clamps nothing on its side. */
 fl_tensor *fl_clamp(const fl_tensor *t, double low, double high);
 fl_tensor *fl_square(const fl_tensor *t);
 fl_tensor *fl_reciprocal(const fl_tensor *t);

@@ -248,6 +248,13 @@ SCALAR(minimum, fl_minimum)
 
 fl_tensor *fl_clamp(const fl_tensor *t, double low, double high)
 {
+    /* A bound past the end of a u8 or i32 range clamps nothing on its side (as in
+     * PyTorch); the range's end does the same and fits the scalar operations. */
+    if (t && (t->dtype == FL_U8 || t->dtype == FL_I32)) {
+        double min = t->dtype == FL_U8 ? 0 : -0x1p31, max = t->dtype == FL_U8 ? 255 : 0x1p31 - 1;
+        low = low < min ? min : low;
+        high = high > max ? max : high;
+    }
     fl_scope scope = fl_scope_begin();
     return fl_scope_return(scope, fl_minimum_scalar(fl_maximum_scalar(t, low), high));
 }
