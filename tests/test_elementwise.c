@@ -304,7 +304,64 @@ static void scalar_forms_and_composites(void **state)
     assert_values(fl_reciprocal(i), 1e-7, 0, -1 / 3.0, INFINITY, 0.2);
     assert_values(fl_pow_scalar(i, 2), 0, 0, 9, 0, 25);
     assert_dtype(fl_pow_scalar(i, 2), FL_I32);
-    assert_fails(fl_clamp(x, 2, 1), FL_ERR_VALUE, "fl_clamp: low 2 must not exceed high 1");
+    /* low > high: every element is high, as torch.clamp and numpy.clip. */
+    assert_values(fl_clamp(i, 3, 1), 0, 0, 1, 1, 1);
+    assert_values(fl_clamp(x, 2, 1), 0, 0, 1, 1, 1, 1, NAN);
+    /* Bounds past an integer dtype's range clamp nothing on their side, as in PyTorch. */
+    assert_values(fl_clamp(i, -1e10, 1e10), 0, 0, -3, 0, 5);
+    assert_dtype(fl_clamp(i, -1e10, 1e10), FL_I32);
+    assert_values(fl_clamp(T_U8(FL_SHAPE(3), 0, 7, 255), -5, 300), 0, 0, 0, 7, 255);
+    assert_values(fl_clamp(T_U8(FL_SHAPE(3), 0, 7, 255), 3, 300), 0, 0, 3, 7, 255);
+    assert_no_error();
+}
+
+/* An integer to a negative integer power is refused, as PyTorch and NumPy do, on every
+ * backend: the check is the tensor layer's. */
+static void negative_integer_powers_are_refused(void **state)
+{
+    fl_tensor *i = T_I32(FL_SHAPE(4), 2, 0, -1, 3);
+    assert_fails(fl_pow_scalar(i, -1), FL_ERR_VALUE, "fl_pow_scalar: integers to negative integer powers");
+    assert_fails(fl_pow(i, T_I32(FL_SHAPE(4), 1, 2, -1, 0)), FL_ERR_VALUE,
+                 "fl_pow: integers to negative integer powers are not allowed (i32[4] ** i32[4] holds -1)");
+    assert_fails(fl_pow(T_I64(FL_SHAPE(1), 2), T_I64(FL_SHAPE(1), -3)), FL_ERR_VALUE, "fl_pow");
+    assert_fails(fl_pow(T_U8(FL_SHAPE(1), 2), T_I32(FL_SHAPE(1), -3)), FL_ERR_VALUE, "fl_pow");
+    assert_fails(fl_pow_scalar(T_BOOL(FL_SHAPE(1), 1), -2), FL_ERR_VALUE, "fl_pow_scalar");
+    /* Non-negative integer exponents, and float ones, still work. */
+    assert_values(fl_pow(i, T_I32(FL_SHAPE(4), 1, 2, 3, 0)), 0, 0, 2, 0, -1, 1);
+    assert_values(fl_pow(i, T_U8(FL_SHAPE(1), 2)), 0, 0, 4, 0, 1, 9);
+    assert_values(fl_pow(i, fl_zeros(FL_I32, FL_SHAPE(0, 4))), 0, 0);
+    fl_tensor *f = fl_pow_scalar(i, -0.5); /* a fraction makes it f32 */
+    assert_dtype(f, FL_F32);
+    assert_values(f, 1e-6, 0, 1 / sqrt(2), INFINITY, NAN, 1 / sqrt(3));
+    assert_values(fl_pow(i, T_F32(FL_SHAPE(1), -1)), 1e-7, 0, 0.5, INFINITY, -1, 1 / 3.0);
+    assert_values(fl_pow(T_F32(FL_SHAPE(1), 2), T_I32(FL_SHAPE(1), -1)), 0, 0, 0.5);
+    assert_no_error();
+}
+
+/* An integer scalar outside the range of the dtype it takes would be converted with
+ * undefined behaviour in C (UBSan reports it): it is refused. */
+static void out_of_range_scalars_are_refused(void **state)
+{
+    fl_tensor *i = T_I32(FL_SHAPE(2), 1, 2), *u = T_U8(FL_SHAPE(2), 1, 2);
+    assert_fails(fl_add_scalar(i, 3e9), FL_ERR_VALUE, "fl_add_scalar: 3000000000 does not fit i32[2]'s dtype i32");
+    assert_fails(fl_mul_scalar(i, -0x1p31 - 1), FL_ERR_VALUE, "fl_mul_scalar");
+    assert_fails(fl_sub_scalar(u, 256), FL_ERR_VALUE, "does not fit u8[2]'s dtype u8");
+    assert_fails(fl_add_scalar(u, -1), FL_ERR_VALUE, "fl_add_scalar");
+    assert_fails(fl_maximum_scalar(i, 1e18), FL_ERR_VALUE, "fl_maximum_scalar");
+    /* The ends of the ranges fit. */
+    assert_values(fl_maximum_scalar(i, 2147483647.0), 0, 0, 2147483647.0, 2147483647.0);
+    assert_values(fl_minimum_scalar(i, -2147483648.0), 0, 0, -2147483648.0, -2147483648.0);
+    assert_values(fl_maximum_scalar(u, 255), 0, 0, 255, 255);
+    assert_values(fl_add_scalar(T_I64(FL_SHAPE(1), 0), -0x1p63), 0, 0, -0x1p63);
+    /* Division computes in floating point: a large divisor is fine. */
+    fl_tensor *q = fl_div_scalar(i, 4e9);
+    assert_dtype(q, FL_F32);
+    assert_values(q, 1e-7, 0, 0.25e-9, 0.5e-9);
+    /* Past 2^63 the value is no integer: the result is f32, as for a fraction. */
+    assert_dtype(fl_add_scalar(i, 1e19), FL_F32);
+    assert_dtype(fl_add_scalar(T_I64(FL_SHAPE(1), 1), -0x1p63 - 4096), FL_F32);
+    assert_dtype(fl_add_scalar(i, INFINITY), FL_F32);
+    assert_dtype(fl_add_scalar(u, NAN), FL_F32);
     assert_no_error();
 }
 
@@ -533,6 +590,8 @@ int main(void)
         scoped_test(f32_math_is_within_two_ulp_everywhere),
         scoped_test(dtypes_promote_as_pytorch),
         scoped_test(scalar_forms_and_composites),
+        scoped_test(negative_integer_powers_are_refused),
+        scoped_test(out_of_range_scalars_are_refused),
         scoped_test(broadcasting_matches_numpy),
         scoped_test(large_broadcasts_split_across_threads),
         scoped_test(strided_operands_are_read_in_place),

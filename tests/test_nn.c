@@ -335,6 +335,38 @@ static void fused_batch_norm_kernels_refuse_other_dtypes(void **state)
     assert_dtype(fl_v_value(out), FL_F16);
 }
 
+/* Class indices of any integer dtype: u8 is what fl_load_mnist gives. */
+static void class_losses_take_every_integer_dtype(void **state)
+{
+    fl_tensor *logits = T_F32(FL_SHAPE(3, 4), 1, 2, 3, 4, -1, 0, 1, 5, 2, 2, 0, -3);
+    fl_dtype dtypes[] = {FL_U8, FL_I32, FL_I64};
+    const fl_tensor *want = NULL, *want_grad = NULL;
+    for (int d = 0; d < 3; d++)
+        for (int nll = 0; nll < 2; nll++) {
+            fl_variable *x = fl_v_new(nll ? fl_log_softmax(logits, 1) : logits, true);
+            fl_tensor *targets = fl_cast(T_I64(FL_SHAPE(3), 3, 0, 1), dtypes[d]);
+            fl_variable *loss = nll ? fl_nn_nll_loss(x, targets, NULL) : fl_nn_cross_entropy(x, targets, NULL);
+            assert_non_null(loss);
+            fl_v_backward(loss, NULL, false);
+            if (!want)
+                want = fl_v_value(loss), want_grad = fl_v_grad(x);
+            assert_close(fl_v_value(loss), want, 1e-6, 0);
+            if (!nll)
+                assert_close(fl_v_grad(x), want_grad, 1e-6, 0);
+        }
+    /* u8 targets with the default ignore_index (-100, which u8 cannot hold) and with 255. */
+    fl_variable *x = fl_v_new(logits, true);
+    fl_variable *all = fl_nn_cross_entropy(x, T_U8(FL_SHAPE(3), 3, 0, 1), NULL);
+    fl_variable *two = fl_nn_cross_entropy(fl_v_new(fl_index(logits, FL_INDEX(FL_RANGE(0, 2))), false),
+                                           T_U8(FL_SHAPE(2), 3, 0), NULL);
+    fl_variable *ignored = fl_nn_cross_entropy(x, T_U8(FL_SHAPE(3), 3, 0, 255),
+                                               &(fl_class_loss_options){FL_REDUCTION_MEAN, 255, 0});
+    assert_close(fl_v_value(all), want, 1e-6, 0);
+    assert_close(fl_v_value(ignored), fl_v_value(two), 1e-6, 0);
+    assert_fails(fl_nn_cross_entropy(x, T_U8(FL_SHAPE(3), 3, 0, 255), NULL), FL_ERR_INDEX, "out of the 4 classes");
+    assert_no_error();
+}
+
 static void losses_match_pytorch(void **state)
 {
     const char *reductions[] = {"mean", "sum", "none"};
@@ -535,7 +567,9 @@ static void bad_losses_and_constructors_are_refused(void **state)
                  "a target of i64[2] is out of the 3 classes");
     assert_fails(fl_nn_cross_entropy(logits, T_I64(FL_SHAPE(3), 0, 1, 2), NULL), FL_ERR_SHAPE,
                  "logits f32[2, 3] and targets i64[3]");
-    assert_fails(fl_nn_cross_entropy(logits, T_F32(FL_SHAPE(2), 0, 1), NULL), FL_ERR_SHAPE, "integer class indices");
+    assert_fails(fl_nn_cross_entropy(logits, T_F32(FL_SHAPE(2), 0, 1), NULL), FL_ERR_DTYPE,
+                 "targets f32[2]: expects floats and integer class indices (u8, i32 or i64)");
+    assert_fails(fl_nn_nll_loss(logits, T_BOOL(FL_SHAPE(2), 0, 1), NULL), FL_ERR_DTYPE, "integer class indices");
     assert_fails(fl_nn_nll_loss(logits, T_I64(FL_SHAPE(2), 0, 1), &(fl_class_loss_options){.label_smoothing = 0.1}),
                  FL_ERR_VALUE, "NLL takes no smoothing");
     assert_fails(fl_nn_mse_loss(logits, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(3, 2)), false), FL_REDUCTION_MEAN),
@@ -544,6 +578,16 @@ static void bad_losses_and_constructors_are_refused(void **state)
     /* Ignored targets count for nothing, in the mean too. */
     fl_variable *loss = fl_nn_cross_entropy(logits, T_I64(FL_SHAPE(2), 1, -100), NULL);
     assert_values(fl_v_value(loss), 1e-6, 0, log(3.0));
+    /* Every target ignored: the mean over none is nan, as PyTorch's, and the gradient
+     * zero, as PyTorch's, so that one such batch does not poison the parameters. */
+    for (int mean = 0; mean < 2; mean++) {
+        fl_variable *x = fl_v_new(T_F32(FL_SHAPE(2, 3), 1, 2, 3, -1, 0, 4), true);
+        fl_class_loss_options o = {mean ? FL_REDUCTION_MEAN : FL_REDUCTION_SUM, -100, 0.1};
+        loss = fl_nn_cross_entropy(x, T_I64(FL_SHAPE(2), -100, -100), &o);
+        assert_values(fl_v_value(loss), 0, 0, mean ? NAN : 0);
+        fl_v_backward(loss, NULL, false);
+        assert_values(fl_v_grad(x), 0, 0, 0, 0, 0, 0, 0, 0);
+    }
 
     assert_fails(fl_nn_linear(-1, 3, true), FL_ERR_VALUE, "negative features");
     assert_fails(fl_nn_linear((int64_t)1 << 32, (int64_t)1 << 32, true), FL_ERR_SHAPE,
@@ -578,6 +622,7 @@ int main(void)
         scoped_test(fused_batch_norm_matches_the_composition),
         scoped_test(fused_batch_norm_kernels_refuse_other_dtypes),
         scoped_test(losses_match_pytorch),
+        scoped_test(class_losses_take_every_integer_dtype),
         scoped_test(listing_8_builds_the_mnist_cnn_of_pytorch),
         scoped_test(initializers_follow_pytorch),
         scoped_test(dropout_scales_what_it_keeps_and_only_while_training),

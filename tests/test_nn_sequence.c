@@ -155,6 +155,76 @@ static void encoder_stack_with_final_norm_matches_pytorch(void **state)
     fl_module_release(m);
 }
 
+static bool all_finite(const fl_tensor *t)
+{
+    return t && fl_item(fl_any(fl_logical_or(fl_isnan(t), fl_isinf(t)), FL_ALL_AXES, false)) == 0;
+}
+
+/* A fully padded sample: every query of it has all its keys masked. PyTorch's
+ * scaled_dot_product_attention (and MultiheadAttention with need_weights=False, as the
+ * encoder calls it) gives that sample finite values and gradients; a plain softmax
+ * gives nan, which the backward pass spreads to every parameter of the batch. */
+static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state)
+{
+    fl_manual_seed(17);
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_encoder(layer, 2, NULL);
+    assert_non_null(m);
+    fl_tensor *x = fl_randn(FL_F32, FL_SHAPE(3, 4, 8));
+    fl_tensor *padded = T_BOOL(FL_SHAPE(3, 4), 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1);
+    fl_tensor *w = fl_randn(FL_F32, FL_SHAPE(3, 4, 8));
+    fl_tensor *kept = T_I64(FL_SHAPE(2), 0, 2);
+    fl_parameters *p = fl_module_parameters(m);
+    fl_tensor *grads[2][64];
+    assert_true(p->count <= 64);
+    for (int run = 0; run < 2; run++) {
+        /* run 0: the batch with sample 1 padded out (and weighted 0 in the loss);
+         * run 1: the same batch without sample 1. */
+        fl_tensor *xs = run ? fl_index_select(x, 0, kept) : x, *ws = run ? fl_index_select(w, 0, kept) : w;
+        fl_tensor *masks = run ? fl_index_select(padded, 0, kept) : padded;
+        if (!run)
+            ws = fl_mul(w, T_F32(FL_SHAPE(3, 1, 1), 1, 0, 1));
+        fl_module_zero_grad(m);
+        fl_variable *y = fl_nn_transformer_encoder_forward(m, fl_v_new(xs, false), masks, NULL);
+        assert_non_null(y);
+        assert_true(all_finite(fl_v_value(y)));
+        assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(ws, false)), FL_ALL_AXES, false), NULL, false),
+                         FL_OK);
+        for (size_t i = 0; i < p->count; i++)
+            grads[run][i] = fl_copy(fl_v_grad(p->items[i]));
+    }
+    for (size_t i = 0; i < p->count; i++) {
+        assert_true(all_finite(grads[0][i]));
+        assert_close(grads[0][i], grads[1][i], 1e-5, 1e-6);
+    }
+    fl_parameters_free(p);
+
+    /* MultiheadAttention alone: the padded sample's output is out_proj's bias. */
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
+    assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
+    fl_variable *xv = fl_v_new(x, true);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, xv, xv, xv, padded, NULL);
+    assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_AT(1))), fl_expand(bias, FL_SHAPE(4, 8)), 0, 0);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(xv)));
+    fl_module_release(mha);
+    fl_module_release(m);
+    assert_no_error();
+}
+
+/* The same against PyTorch: values and every gradient, the padded sample's included. */
+static void a_fully_padded_sample_matches_pytorch(void **state)
+{
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_encoder(layer, 2, NULL);
+    load(m, "enc_padded");
+    fl_variable *x = input("enc_padded", "x");
+    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL);
+    compare(m, "enc_padded", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
 /* ---- recurrent layers ---- */
 
 static fl_variable *flat(fl_variable *const *parts, int count)
@@ -281,6 +351,14 @@ static void attention_gradients_match_finite_differences(void **state)
     fl_tensor *allowed = fl_gt(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
     allowed = fl_logical_or(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 1, 1)); /* the first key: no row all forbidden */
     assert_gradcheck(sdpa_float_mask, allowed, q, k, v);
+    /* A row with every key forbidden: zero weights, a zero output, as PyTorch's. */
+    fl_tensor *row_forbidden = fl_logical_and(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 0, 1));
+    assert_gradcheck(sdpa_float_mask, row_forbidden, q, k, v);
+    assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(0, FL_F64), fl_scalar(-INFINITY, FL_F64)), q,
+                     k, v);
+    fl_variable *out = fl_f_scaled_dot_product_attention(fl_v_new(q, false), fl_v_new(k, false), fl_v_new(v, false),
+                                                         row_forbidden, 0.0, false);
+    assert_close(fl_index(fl_v_value(out), FL_INDEX(FL_SPAN, FL_AT(1))), fl_zeros(FL_F64, FL_SHAPE(2, 3)), 0, 0);
     /* Broadcast batch axes: one k and v for every head. */
     assert_gradcheck(sdpa_float_mask, NULL, gradcheck_input(-1, 1, FL_SHAPE(2, 2, 3, 4)), k, v);
 }
@@ -403,6 +481,8 @@ int main(void)
         scoped_test(post_norm_encoder_layer_matches_pytorch),
         scoped_test(pre_norm_gelu_encoder_layer_matches_pytorch),
         scoped_test(encoder_stack_with_final_norm_matches_pytorch),
+        scoped_test(a_fully_padded_sample_leaves_the_batch_gradients_finite),
+        scoped_test(a_fully_padded_sample_matches_pytorch),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),

@@ -235,9 +235,11 @@ typedef struct fl_class_loss_options {
 #define FL_CLASS_LOSS_DEFAULTS ((fl_class_loss_options){.reduction = FL_REDUCTION_MEAN, .ignore_index = -100})
 
 /* CrossEntropyLoss of logits [N, C] or [N, C, d...] (or [C]) and class indices
- * (i64 or i32) [N] or [N, d...] (or []): log_softmax over axis 1 and the target's
- * entry, one node. The mean is over the targets not ignored. Class weights and
- * probability targets are not supported. */
+ * of any integer dtype (u8, i32, i64) [N] or [N, d...] (or []): log_softmax over
+ * axis 1 and the target's entry, one node. The mean is over the targets not
+ * ignored; with every target ignored it is nan (0 / 0, as PyTorch's) and the
+ * gradient is zero, as PyTorch's. Class weights and probability targets are not
+ * supported. */
 fl_variable *fl_nn_cross_entropy(fl_variable *logits, const fl_tensor *targets, const fl_class_loss_options *options);
 /* NLLLoss: the same for log-probabilities (label_smoothing must be 0). */
 fl_variable *fl_nn_nll_loss(fl_variable *log_probs, const fl_tensor *targets, const fl_class_loss_options *options);
@@ -256,8 +258,10 @@ fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target
  * v [..., S, Dv] (leading axes broadcast), giving [..., L, Dv]. mask (may be NULL)
  * broadcasts to [..., L, S]: a float mask is added to the scores; a bool mask, as in
  * PyTorch's scaled_dot_product_attention, is true where attention is allowed (false
- * gives -inf). The mask is a constant (no gradient). In training, dropout_p of the
- * attention weights are zeroed and the rest scaled by 1 / (1 - dropout_p). */
+ * gives -inf). The mask is a constant (no gradient). A query whose every key is
+ * masked gets zero weights, so a zero output and finite gradients, as PyTorch's
+ * scaled_dot_product_attention (where a plain softmax would give nan). In training,
+ * dropout_p of the attention weights are zeroed and the rest scaled by 1 / (1 - dropout_p). */
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
                                                double dropout_p, bool training);
 
@@ -268,7 +272,9 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
  * ([L, N, E] and [S, N, E] without batch_first) and two optional masks, as PyTorch's:
  * key_padding_mask [N, S] (bool: true ignores that key; float: added) and attn_mask
  * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added). It returns the
- * attention output only (PyTorch's need_weights=False). */
+ * attention output only (PyTorch's need_weights=False). A fully padded sample gets
+ * out_proj's bias as its output and finite gradients, as with need_weights=False
+ * (PyTorch's need_weights=True path gives nan there). */
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,

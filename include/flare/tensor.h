@@ -270,6 +270,8 @@ fl_tensor *fl_round(const fl_tensor *t); /* half to even, as numpy.round */
 fl_tensor *fl_isnan(const fl_tensor *t);
 fl_tensor *fl_isinf(const fl_tensor *t);
 fl_tensor *fl_logical_not(const fl_tensor *t);
+/* min(max(t, low), high), as PyTorch: with low > high every element is high. A bound
+ * past the end of a u8 or i32 tensor's range clamps nothing on its side. */
 fl_tensor *fl_clamp(const fl_tensor *t, double low, double high);
 fl_tensor *fl_square(const fl_tensor *t);
 fl_tensor *fl_reciprocal(const fl_tensor *t);
@@ -278,6 +280,9 @@ fl_tensor *fl_add(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_sub(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_mul(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_div(const fl_tensor *a, const fl_tensor *b); /* true division */
+/* Integer results wrap on overflow. An integer base with an integer exponent that
+ * holds a negative value is an error (FL_ERR_VALUE), as in PyTorch and NumPy; the
+ * check reads the exponent's minimum, a sync on deferred backends. */
 fl_tensor *fl_pow(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_minimum(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_maximum(const fl_tensor *a, const fl_tensor *b);
@@ -291,7 +296,15 @@ fl_tensor *fl_logical_and(const fl_tensor *a, const fl_tensor *b);
 fl_tensor *fl_logical_or(const fl_tensor *a, const fl_tensor *b);
 
 /* With a scalar on the right. The scalar is "weak", as in PyTorch: it does not widen
- * the tensor's dtype unless it is of a higher kind (an int tensor times 0.5 is f32). */
+ * the tensor's dtype unless it is of a higher kind (an int tensor times 0.5 is f32).
+ * The kind is read from the value, since C passes every scalar as a double: a whole
+ * value below 2^63 in magnitude acts as PyTorch's Python int (an i32 tensor plus 3.0
+ * stays i32, where PyTorch's 3.0 would give f32; a bool tensor plus 1 is i64), anything
+ * else (3.5, inf, nan) as a float (an i32 tensor plus 3.5 is f32). An integer
+ * scalar outside the range of the dtype it takes is an error (FL_ERR_VALUE: an i32
+ * tensor plus 3e9, a u8 tensor plus -1), where PyTorch wraps it around; fl_div_scalar
+ * takes it as a float. fl_pow_scalar of an integer tensor with a negative whole
+ * exponent is an error, as fl_pow's. */
 fl_tensor *fl_add_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_sub_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_mul_scalar(const fl_tensor *t, double value);
@@ -303,6 +316,8 @@ fl_tensor *fl_minimum_scalar(const fl_tensor *t, double value);
 /* ---- reductions ----------------------------------------------------------------- */
 
 /* Over the listed axes (negative ones count from the end; FL_ALL_AXES for all).
+ * A count of 0 reduces every axis whatever axes points to, as PyTorch's dim=[]
+ * (NumPy's axis=() reduces none). Listing an axis twice is an error.
  * Sums and products of bool and integer tensors are i64, as in NumPy. */
 fl_tensor *fl_sum(const fl_tensor *t, const int *axes, int count, bool keepdims);
 fl_tensor *fl_mean(const fl_tensor *t, const int *axes, int count, bool keepdims);

@@ -79,6 +79,12 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
     fl_tensor *p = fl_softmax(scores, -1);
+    /* A query whose every key is masked has no softmax (0 / 0 gives nan, which the
+     * gradient spreads to every parameter): its weights are zero instead, so its output
+     * is zero and its gradients finite, as PyTorch's scaled_dot_product_attention. A nan
+     * from the inputs stays nan: only rows whose maximum is -inf are zeroed. */
+    if (mask)
+        p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_scalar(-INFINITY, dtype)), fl_scalar(0, dtype), p);
     fl_tensor *multiplier = NULL, *weights = p;
     if (c.dropout && p) {
         fl_tensor *kept = fl_lt(fl_rand(dtype, fl_ndim(p), fl_shape(p)), fl_scalar(1 - dropout_p, dtype));

@@ -51,23 +51,27 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
         (!from_logits && o.label_smoothing != 0))
         return fl_error(FL_ERR_VALUE, fn, "reduction %d and label smoothing %g: %s", (int)o.reduction,
                         o.label_smoothing, from_logits ? "smoothing is in [0, 1]" : "NLL takes no smoothing");
+    const char *what = from_logits ? "logits" : "log-probabilities";
+    if (!fl_dtype_is_float(fl_dtype_of(xv)) || !fl_dtype_is_integer(fl_dtype_of(targets)))
+        return fl_error(FL_ERR_DTYPE, fn, "%s %s and targets %s: expects floats and integer class indices (u8, i32 "
+                        "or i64)", what, fl_describe(xv, dx), fl_describe(targets, dt));
     int ndim = fl_ndim(xv), class_axis = ndim == 1 ? 0 : 1;
-    bool shapes_match = ndim >= 1 && fl_ndim(targets) == ndim - 1 && fl_dtype_is_float(fl_dtype_of(xv)) &&
-                        (fl_dtype_of(targets) == FL_I64 || fl_dtype_of(targets) == FL_I32);
+    bool shapes_match = ndim >= 1 && fl_ndim(targets) == ndim - 1;
     for (int i = 0, j = 0; shapes_match && i < ndim; i++)
         if (i != class_axis && fl_shape(xv)[i] != fl_shape(targets)[j++])
             shapes_match = false;
     if (!shapes_match)
-        return fl_error(FL_ERR_SHAPE, fn,
-                        "%s %s and targets %s: expects floats [N, C, d...] (or [C]) and integer class indices "
-                        "[N, d...] (or [])",
-                         from_logits ? "logits" : "log-probabilities", fl_describe(xv, dx),
-                         fl_describe(targets, dt));
+        return fl_error(FL_ERR_SHAPE, fn, "%s %s and targets %s: expects [N, C, d...] (or [C]) and [N, d...] (or [])",
+                        what, fl_describe(xv, dx), fl_describe(targets, dt));
     int64_t classes = fl_shape(xv)[class_axis];
     fl_dtype dtype = fl_dtype_of(xv);
     fl_scope scope = fl_scope_begin();
-    fl_tensor *kept = fl_ne(targets, fl_scalar((double)o.ignore_index, fl_dtype_of(targets)));
-    fl_tensor *index = fl_unsqueeze(fl_where(kept, targets, fl_scalar(0, fl_dtype_of(targets))), class_axis);
+    /* In i64 the ignore_index fits whatever the targets' dtype (u8 cannot hold -100). */
+    const fl_tensor *wide = fl_dtype_of(targets) == FL_I64 ? targets : fl_cast(targets, FL_I64);
+    double ignored = (double)o.ignore_index; /* 2^63 (from INT64_MAX) would not convert back */
+    fl_tensor *kept =
+        ignored < 0x1p63 ? fl_ne(wide, fl_scalar(ignored, FL_I64)) : fl_cast(fl_ones_like(wide), FL_BOOL);
+    fl_tensor *index = fl_unsqueeze(fl_where(kept, wide, fl_scalar(0, FL_I64)), class_axis);
     if (fl_numel(index) > 0 && index) {
         double low = fl_item(fl_min(index, FL_ALL_AXES, false)), high = fl_item(fl_max(index, FL_ALL_AXES, false));
         if (low < 0 || high >= (double)classes) {
@@ -86,8 +90,10 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
     fl_tensor *weight = fl_cast(fl_unsqueeze(kept, class_axis), dtype);
     loss = fl_mul(loss, weight);
     if (o.reduction == FL_REDUCTION_MEAN) {
+        /* With every target ignored the mean is 0 / 0, nan as in PyTorch, and the
+         * gradient is zero, as PyTorch's: the weights divide by at least 1. */
         fl_tensor *count = fl_sum(weight, FL_ALL_AXES, false);
-        weight = fl_div(weight, count);
+        weight = fl_div(weight, fl_maximum_scalar(count, 1));
         loss = fl_div(fl_sum(loss, FL_ALL_AXES, false), count);
     } else if (o.reduction == FL_REDUCTION_SUM)
         loss = fl_sum(loss, FL_ALL_AXES, false);

@@ -161,6 +161,16 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
     return out;
 }
 
+bool fl__scalar_fits(double value, fl_dtype dtype)
+{
+    switch (dtype) {
+    case FL_U8: return value > -1.0 && value < 0x1p8;
+    case FL_I32: return value > -0x1p31 - 1.0 && value < 0x1p31;
+    case FL_I64: return value >= -0x1p63 && value < 0x1p63;
+    default: return true;
+    }
+}
+
 fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     __typeof__(backend->full) full = fl__primitive("fl_full", backend, FL_PRIMITIVE(full), "full");

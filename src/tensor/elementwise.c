@@ -144,7 +144,6 @@ BINARY(add, BINARY_ARITHMETIC)
 BINARY(sub, BINARY_NO_BOOL)
 BINARY(mul, BINARY_ARITHMETIC)
 BINARY(div, BINARY_DIVISION)
-BINARY(pow, BINARY_NO_BOOL)
 BINARY(minimum, BINARY_ARITHMETIC)
 BINARY(maximum, BINARY_ARITHMETIC)
 BINARY(eq, BINARY_COMPARE)
@@ -153,6 +152,34 @@ BINARY(lt, BINARY_COMPARE)
 BINARY(le, BINARY_COMPARE)
 BINARY(logical_and, BINARY_LOGICAL)
 BINARY(logical_or, BINARY_LOGICAL)
+
+/* An integer to a negative integer power has no integer result: PyTorch and NumPy
+ * refuse it, and so does Flare rather than truncate to 0 or +-1. The exponent's
+ * values are read (a reduction and a sync) only when both sides are integers and
+ * the exponent's dtype can hold negatives; fl_pow_scalar checks its scalar instead. */
+static fl_tensor *power(const char *fn, const fl_tensor *a, const fl_tensor *b, bool check_exponent)
+{
+    if (fl_null_args(fn, 2, a, b))
+        return NULL;
+    if (check_exponent && fl_dtype_is_integer(fl_promote_types(a->dtype, b->dtype)) &&
+        (b->dtype == FL_I32 || b->dtype == FL_I64) && b->numel > 0) {
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *low = fl_min(b, FL_ALL_AXES, false);
+        double lowest = low ? fl_item(low) : 0;
+        fl_scope_end(scope);
+        if (!low)
+            return NULL;
+        if (lowest < 0) {
+            char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
+            return fl_error(FL_ERR_VALUE, fn,
+                            "integers to negative integer powers are not allowed (%s ** %s holds %.0f); "
+                            "cast the base to a float dtype", fl_describe(a, da), fl_describe(b, db), lowest);
+        }
+    }
+    return binary(fn, FL_PRIMITIVE(pow), "pow", a, b, BINARY_NO_BOOL);
+}
+
+fl_tensor *fl_pow(const fl_tensor *a, const fl_tensor *b) { return power("fl_pow", a, b, true); }
 
 /* a > b is b < a: one primitive for each ordering. */
 fl_tensor *fl_gt(const fl_tensor *a, const fl_tensor *b) { return binary("fl_gt", FL_PRIMITIVE(lt), "lt", b, a, BINARY_COMPARE); }
@@ -177,7 +204,15 @@ static fl_tensor *with_scalar(const char *fn, fl_tensor *(*op)(const fl_tensor *
 {
     if (fl_null_args(fn, 1, t))
         return NULL;
-    fl_tensor *s = fl__full(t->backend, value, scalar_dtype(t, value), 0, NULL);
+    fl_dtype dtype = scalar_dtype(t, value);
+    if (op == fl_div && !fl__scalar_fits(value, dtype))
+        dtype = FL_DEFAULT_FLOAT; /* integers divide in floating point anyway */
+    if (!fl__scalar_fits(value, dtype)) {
+        char d[FL_DESC_SIZE];
+        return fl_error(FL_ERR_VALUE, fn, "%.17g does not fit %s's dtype %s; cast the tensor to a wider dtype",
+                        value, fl_describe(t, d), fl_dtype_name(dtype));
+    }
+    fl_tensor *s = fl__full(t->backend, value, dtype, 0, NULL);
     fl_scope scope = fl_scope_begin();
     fl_tensor *result = s ? op(t, s) : NULL;
     result = fl_scope_return(scope, result);
@@ -192,7 +227,20 @@ SCALAR(add, fl_add)
 SCALAR(sub, fl_sub)
 SCALAR(mul, fl_mul)
 SCALAR(div, fl_div)
-SCALAR(pow, fl_pow)
+
+/* The base's dtype decides: a negative whole exponent of an integer tensor is refused. */
+static fl_tensor *pow_checked(const fl_tensor *t, const fl_tensor *s) { return power("fl_pow_scalar", t, s, false); }
+
+fl_tensor *fl_pow_scalar(const fl_tensor *t, double value)
+{
+    if (t && value < 0 && !fl_dtype_is_float(scalar_dtype(t, value))) {
+        char d[FL_DESC_SIZE];
+        return fl_error(FL_ERR_VALUE, "fl_pow_scalar",
+                        "integers to negative integer powers are not allowed (%s ** %g); cast the base to a float "
+                        "dtype", fl_describe(t, d), value);
+    }
+    return with_scalar("fl_pow_scalar", pow_checked, t, value);
+}
 SCALAR(maximum, fl_maximum)
 SCALAR(minimum, fl_minimum)
 
@@ -200,8 +248,13 @@ SCALAR(minimum, fl_minimum)
 
 fl_tensor *fl_clamp(const fl_tensor *t, double low, double high)
 {
-    if (!(low <= high))
-        return fl_error(FL_ERR_VALUE, "fl_clamp", "low %g must not exceed high %g", low, high);
+    /* A bound past the end of a u8 or i32 range clamps nothing on its side (as in
+     * PyTorch); the range's end does the same and fits the scalar operations. */
+    if (t && (t->dtype == FL_U8 || t->dtype == FL_I32)) {
+        double min = t->dtype == FL_U8 ? 0 : -0x1p31, max = t->dtype == FL_U8 ? 255 : 0x1p31 - 1;
+        low = low < min ? min : low;
+        high = high > max ? max : high;
+    }
     fl_scope scope = fl_scope_begin();
     return fl_scope_return(scope, fl_minimum_scalar(fl_maximum_scalar(t, low), high));
 }

@@ -80,6 +80,9 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape);
 /* A tensor of value on a given backend. */
 fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape);
+/* Whether value converts to dtype without leaving its range (an out-of-range or
+ * non-finite double converted to an integer type is undefined behaviour in C). */
+bool fl__scalar_fits(double value, fl_dtype dtype);
 /* The dtype computations happen in: f16 and bf16 compute in f32. */
 fl_dtype fl__compute_dtype(fl_dtype dtype);
 /* The default float dtype that integer inputs to float functions compute in. */

@@ -375,9 +375,9 @@ static int cpu_div(const fl_backend *self, fl_tensor *out, const fl_tensor *a, c
     return run_binary(out, a, b, rows, "div");
 }
 
-/* Integer powers by squaring, wrapping on overflow. A negative exponent gives the
- * truncated result (1 for base 1, +-1 for base -1, else 0); PyTorch raises an error
- * there instead and NumPy refuses it, and checking would cost a pass over b. */
+/* Integer powers by squaring, wrapping on overflow. The tensor layer refuses negative
+ * exponents (as PyTorch and NumPy do); a backend called directly with one gets the
+ * truncated result (1 for base 1, +-1 for base -1, else 0) rather than undefined shifts. */
 static inline int64_t int_pow(int64_t base, int64_t exponent)
 {
     if (exponent < 0)
