@@ -599,6 +599,57 @@ static void prefetch_gives_the_source_samples_in_order(void **state)
     assert_no_error();
 }
 
+/* A random augmentation: noise added to the row. */
+static fl_tensor *jitter(const fl_tensor *x, void *user)
+{
+    return fl_add(x, fl_rand(FL_F32, fl_ndim(x), fl_shape(x)));
+}
+
+/* The augmented rows of 2 epochs, batched, through `workers` prefetch threads (0: none),
+ * the consumer drawing random numbers of its own between batches when `draws` (as a
+ * training step's dropout does). */
+static fl_tensor *augmented_epochs(int workers, bool draws)
+{
+    fl_manual_seed(99);
+    fl_dataset *ds = fl_batch_dataset(fl_transform_dataset(rows(23), (const fl_transform_fn[]){jitter}, 1, NULL), 4,
+                                      false, NULL, NULL);
+    if (workers)
+        ds = fl_prefetch_dataset(ds, workers, 0);
+    fl_tensor *parts[12];
+    int count = 0;
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        fl_dataset_set_epoch(ds, epoch);
+        for (int64_t i = 0; i < fl_dataset_size(ds); i++) {
+            fl_sample s;
+            assert_int_equal(fl_dataset_get(ds, i, &s), FL_OK);
+            parts[count++] = s.fields[0];
+            if (draws)
+                fl_rand(FL_F32, FL_SHAPE(5));
+        }
+    }
+    fl_dataset_release(ds);
+    return fl_concat(parts, count, 0);
+}
+
+static void augmentation_is_reproducible_whatever_the_workers(void **state)
+{
+    fl_tensor *reference = augmented_epochs(0, false);
+    for (int workers = 0; workers <= 2; workers++) {
+        for (int repeat = 0; repeat < 3; repeat++)
+            assert_close(augmented_epochs(workers, true), reference, 0, 0);
+    }
+    /* Each epoch draws anew, noise in [0, 1) on every row. */
+    fl_tensor *x = fl_reshape(fl_arange(0, 69, 1, FL_F32), FL_SHAPE(23, 3));
+    fl_tensor *epochs[2];
+    assert_int_equal(fl_split(fl_sub(reference, fl_concat((fl_tensor *[]){x, x}, 2, 0)), (const int64_t[]){23, 23},
+                              2, 0, epochs),
+                     FL_OK);
+    for (int e = 0; e < 2; e++)
+        assert_true(fl_item(fl_min(epochs[e], NULL, 0, false)) >= 0 && fl_item(fl_max(epochs[e], NULL, 0, false)) < 1);
+    assert_true(fl_item(fl_max(fl_abs(fl_sub(epochs[0], epochs[1])), NULL, 0, false)) > 0.01);
+    assert_no_error();
+}
+
 static void prefetch_reports_worker_errors_on_get(void **state)
 {
     fl_dataset *labels = fl_tensor_dataset((fl_tensor *[]){fl_arange(0, 8, 1, FL_I64)}, 1);
@@ -701,6 +752,7 @@ int main(void)
         scoped_test(span_and_partition),
         scoped_test(epochs_stop_at_a_split),
         scoped_test(prefetch_gives_the_source_samples_in_order),
+        scoped_test(augmentation_is_reproducible_whatever_the_workers),
         scoped_test(prefetch_reports_worker_errors_on_get),
         scoped_test(prefetch_shuts_down_cleanly),
         scoped_test(datasets_of_ones_own),

@@ -130,7 +130,11 @@ fl_dataset *fl_resample_dataset(fl_dataset *source, const int64_t *indices, int6
 
 /* Maps field i of each sample through transforms[i] (NULL leaves it). A transform
  * runs inside a scope of its own, so it may compose tensor functions freely; it
- * returns the new field, or NULL after an error. It may run on prefetch workers. */
+ * returns the new field, or NULL after an error. It may run on prefetch workers.
+ * Random draws in it (fl_rand, ...) come from a stream of the sample's own, keyed by
+ * the generator's state when the dataset was made (fl_random_stream_key), the epoch
+ * and the sample index: a random augmentation gives the same values whatever the
+ * number of workers and their timing, and new values each epoch. */
 typedef fl_tensor *(*fl_transform_fn)(const fl_tensor *field, void *user);
 fl_dataset *fl_transform_dataset(fl_dataset *source, const fl_transform_fn *transforms, int count, void *user);
 
