@@ -1,5 +1,6 @@
 /* Training checkpoints: a model's state dict, an optimizer's state and the random
- * generator's, in one safetensors file (include/flare/io.h). */
+ * generator's, in one safetensors file; and weights files, the state dict alone
+ * (include/flare/io.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,38 @@
 #define OPTIMIZER_PREFIX "optimizer."
 #define RANDOM_SEED_KEY "flare.random_seed"
 #define RANDOM_COUNTER_KEY "flare.random_counter"
+
+/* The caller's key/value strings, ..., NULL (metadata may be NULL), into map. */
+static fl_status add_metadata(const char *fn, fl_tensor_map *map, const char *const *metadata)
+{
+    fl_status status = FL_OK;
+    for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
+        if (!metadata[i + 1])
+            status = (fl_error(FL_ERR_VALUE, fn, "metadata key '%s' has no value", metadata[i]), FL_ERR_VALUE);
+        else
+            status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
+    }
+    return status;
+}
+
+fl_status fl_save_weights(const char *path, const fl_module *model, const char *const *metadata)
+{
+    if (fl_null_args("fl_save_weights", 2, path, model))
+        return fl_last_status();
+    fl_tensor_map *map = fl_tensor_map_create();
+    if (!map)
+        return fl_last_status();
+    fl_status status = fl_module_state_dict(model, map);
+    /* What safetensors.torch.save_file writes. */
+    if (status == FL_OK)
+        status = fl_tensor_map_set_metadata(map, "format", "pt");
+    if (status == FL_OK)
+        status = add_metadata("fl_save_weights", map, metadata);
+    if (status == FL_OK)
+        status = fl_save_safetensors(path, map);
+    fl_tensor_map_free(map);
+    return status;
+}
 
 fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
                              const char *const *metadata)
@@ -34,13 +67,8 @@ fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_
         status = fl_tensor_map_set_metadata(map, RANDOM_SEED_KEY, seed_text);
     if (status == FL_OK)
         status = fl_tensor_map_set_metadata(map, RANDOM_COUNTER_KEY, counter_text);
-    for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
-        if (!metadata[i + 1])
-            status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
-                      FL_ERR_VALUE);
-        else
-            status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
-    }
+    if (status == FL_OK)
+        status = add_metadata("fl_checkpoint_save", map, metadata);
     if (status == FL_OK)
         status = fl_save_safetensors(path, map);
     fl_tensor_map_free(map);
@@ -66,9 +94,13 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
     fl_tensor_map *map = NULL, *weights = fl_tensor_map_create(), *before = fl_tensor_map_create();
     fl_status status = weights && before ? fl_load_safetensors(path, &map) : fl_last_status();
     uint64_t seed = 0, counter = 0;
-    if (status == FL_OK && (!parse_u64(fl_tensor_map_metadata(map, RANDOM_SEED_KEY), &seed) ||
-                            !parse_u64(fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY), &counter)))
-        status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
+    bool has_generator = status == FL_OK && parse_u64(fl_tensor_map_metadata(map, RANDOM_SEED_KEY), &seed) &&
+                         parse_u64(fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY), &counter);
+    /* Resuming needs the generator; evaluating (no optimizer) needs only the weights,
+     * so a plain state dict (PyTorch's, fl_save_weights') loads then. */
+    if (status == FL_OK && !has_generator && optimizer)
+        status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata), so "
+                           "training cannot resume from it; without an optimizer its weights alone load", path),
                   FL_ERR_VALUE);
     for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
         const char *name = fl_tensor_map_name_at(map, i);
@@ -86,7 +118,7 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
         if (status != FL_OK)
             fl_module_load_state_dict(model, before, true);
     }
-    if (status == FL_OK)
+    if (status == FL_OK && has_generator)
         fl_set_random_state(seed, counter);
     if (status != FL_OK && fl_last_status() != FL_OK && !strstr(fl_last_error(), path)) {
         /* Name the file in errors that come from the layers below. */
