@@ -282,6 +282,38 @@ static void the_generator_state_restores_the_stream(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
+/* A stream of one's own: the same values for the same key whatever was drawn before,
+ * the global generator untouched, nesting restored. */
+static void random_streams_are_keyed_and_leave_the_generator(void **state)
+{
+    fl_manual_seed(5);
+    uint64_t key = fl_random_stream_key(), other = fl_random_stream_key();
+    assert_true(key != other);
+    uint64_t seed, counter, after;
+    fl_random_state(&seed, &counter);
+    double x[6], y[6], z[6], w[6];
+    fl_random_stream outer = fl_random_stream_begin(key);
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), x, sizeof x);
+    fl_random_stream inner = fl_random_stream_begin(other);
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), z, sizeof z);
+    fl_random_stream_end(inner);
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), y, sizeof y); /* key's stream, further on */
+    fl_random_stream_end(outer);
+    fl_random_state(NULL, &after);
+    assert_int_equal(after, counter);
+    assert_memory_not_equal(x, y, sizeof x);
+    assert_memory_not_equal(x, z, sizeof x);
+
+    fl_rand(FL_F32, FL_SHAPE(100)); /* global draws do not move the stream */
+    outer = fl_random_stream_begin(key);
+    fl_to_host(fl_rand(FL_F64, FL_SHAPE(6)), w, sizeof w);
+    fl_random_stream_end(outer);
+    assert_memory_equal(x, w, sizeof x);
+
+    fl_manual_seed(5); /* the same keys after the same seed */
+    assert_true(fl_random_stream_key() == key);
+}
+
 static const fl_profile_entry *find_entry(const fl_profile_entry *e, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
@@ -347,6 +379,7 @@ int main(void)
         scoped_test(uniform_draws_are_philox_4x32_10),
         scoped_test(random_numbers_do_not_depend_on_threads),
         scoped_test(the_generator_state_restores_the_stream),
+        scoped_test(random_streams_are_keyed_and_leave_the_generator),
         scoped_test(the_profile_counts_and_times_operations),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);

@@ -499,6 +499,65 @@ static void span_and_partition(void **state)
     assert_fails(fl_partition_dataset(NULL, 0, 1), FL_ERR_NULL, "fl_partition_dataset: the source dataset is NULL");
 }
 
+/* A validation span and a training span of one shuffled source: the training
+ * pipeline's epochs reshuffle within its own span and never move a sample across. */
+static void epochs_stop_at_a_split(void **state)
+{
+    enum { n = 40, held = 10 };
+    fl_dataset *shuffled = fl_shuffle_dataset(rows(n), 7);
+    fl_dataset *validation = fl_span_dataset(fl_dataset_retain(shuffled), 0, held);
+    fl_dataset *picked = fl_resample_dataset(fl_dataset_retain(shuffled), (const int64_t[]){1, 3}, 2);
+    fl_dataset *train = fl_shuffle_dataset(fl_span_dataset(shuffled, held, n - held), 8);
+    int64_t before[held], first[n - held], picks[2] = {label(picked, 0), label(picked, 1)};
+    bool in_validation[n] = {false};
+    for (int64_t i = 0; i < held; i++) {
+        before[i] = label(validation, i);
+        in_validation[before[i]] = true;
+    }
+    for (int64_t i = 0; i < n - held; i++)
+        first[i] = label(train, i);
+    bool reshuffled = false;
+    for (int64_t epoch = 1; epoch < 4; epoch++) {
+        fl_dataset_set_epoch(train, epoch);
+        fl_dataset_set_epoch(picked, epoch);
+        for (int64_t i = 0; i < held; i++)
+            assert_int_equal(label(validation, i), before[i]);
+        for (int64_t i = 0; i < n - held; i++) {
+            assert_false(in_validation[label(train, i)]);
+            reshuffled |= label(train, i) != first[i];
+        }
+        assert_int_equal(label(picked, 0), picks[0]);
+        assert_int_equal(label(picked, 1), picks[1]);
+    }
+    assert_true(reshuffled); /* the shuffle above the split still gets the epoch */
+
+    /* A partition passes the epoch on: every rank reshuffles alike, shares disjoint. */
+    fl_dataset *ranks[2] = {fl_partition_dataset(fl_shuffle_dataset(rows(n), 3), 0, 2),
+                            fl_partition_dataset(fl_shuffle_dataset(rows(n), 3), 1, 2)};
+    int64_t share0[n / 2];
+    for (int64_t i = 0; i < n / 2; i++)
+        share0[i] = label(ranks[0], i);
+    bool moved = false;
+    for (int r = 0; r < 2; r++)
+        fl_dataset_set_epoch(ranks[r], 1);
+    int seen[n] = {0};
+    for (int r = 0; r < 2; r++) {
+        for (int64_t i = 0; i < n / 2; i++) {
+            seen[label(ranks[r], i)]++;
+            moved |= r == 0 && label(ranks[r], i) != share0[i];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        assert_int_equal(seen[i], 1);
+    assert_true(moved);
+    fl_dataset_release(ranks[0]);
+    fl_dataset_release(ranks[1]);
+    fl_dataset_release(validation);
+    fl_dataset_release(picked);
+    fl_dataset_release(train);
+    assert_no_error();
+}
+
 /* ---- prefetch ---- */
 
 static fl_dataset *pipeline(int workers, int depth)
@@ -537,6 +596,57 @@ static void prefetch_gives_the_source_samples_in_order(void **state)
         }
     }
     fl_dataset_release(reference);
+    assert_no_error();
+}
+
+/* A random augmentation: noise added to the row. */
+static fl_tensor *jitter(const fl_tensor *x, void *user)
+{
+    return fl_add(x, fl_rand(FL_F32, fl_ndim(x), fl_shape(x)));
+}
+
+/* The augmented rows of 2 epochs, batched, through `workers` prefetch threads (0: none),
+ * the consumer drawing random numbers of its own between batches when `draws` (as a
+ * training step's dropout does). */
+static fl_tensor *augmented_epochs(int workers, bool draws)
+{
+    fl_manual_seed(99);
+    fl_dataset *ds = fl_batch_dataset(fl_transform_dataset(rows(23), (const fl_transform_fn[]){jitter}, 1, NULL), 4,
+                                      false, NULL, NULL);
+    if (workers)
+        ds = fl_prefetch_dataset(ds, workers, 0);
+    fl_tensor *parts[12];
+    int count = 0;
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        fl_dataset_set_epoch(ds, epoch);
+        for (int64_t i = 0; i < fl_dataset_size(ds); i++) {
+            fl_sample s;
+            assert_int_equal(fl_dataset_get(ds, i, &s), FL_OK);
+            parts[count++] = s.fields[0];
+            if (draws)
+                fl_rand(FL_F32, FL_SHAPE(5));
+        }
+    }
+    fl_dataset_release(ds);
+    return fl_concat(parts, count, 0);
+}
+
+static void augmentation_is_reproducible_whatever_the_workers(void **state)
+{
+    fl_tensor *reference = augmented_epochs(0, false);
+    for (int workers = 0; workers <= 2; workers++) {
+        for (int repeat = 0; repeat < 3; repeat++)
+            assert_close(augmented_epochs(workers, true), reference, 0, 0);
+    }
+    /* Each epoch draws anew, noise in [0, 1) on every row. */
+    fl_tensor *x = fl_reshape(fl_arange(0, 69, 1, FL_F32), FL_SHAPE(23, 3));
+    fl_tensor *epochs[2];
+    assert_int_equal(fl_split(fl_sub(reference, fl_concat((fl_tensor *[]){x, x}, 2, 0)), (const int64_t[]){23, 23},
+                              2, 0, epochs),
+                     FL_OK);
+    for (int e = 0; e < 2; e++)
+        assert_true(fl_item(fl_min(epochs[e], NULL, 0, false)) >= 0 && fl_item(fl_max(epochs[e], NULL, 0, false)) < 1);
+    assert_true(fl_item(fl_max(fl_abs(fl_sub(epochs[0], epochs[1])), NULL, 0, false)) > 0.01);
     assert_no_error();
 }
 
@@ -728,7 +838,9 @@ int main(void)
         scoped_test(concat_puts_datasets_end_to_end),
         scoped_test(merge_puts_fields_side_by_side),
         scoped_test(span_and_partition),
+        scoped_test(epochs_stop_at_a_split),
         scoped_test(prefetch_gives_the_source_samples_in_order),
+        scoped_test(augmentation_is_reproducible_whatever_the_workers),
         scoped_test(prefetch_reports_worker_errors_on_get),
         scoped_test(prefetch_shuts_down_cleanly),
         scoped_test(datasets_of_ones_own),

@@ -524,9 +524,26 @@ static void malformed_files_are_clear_errors(void **state)
                         "the header length at byte 0 is 16, but the file has only 8 bytes after it");
     write_bytes(scratch_path, "\0\0\0\0\0\0\0\x80{}", 10);
     assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE,
-                        "the header length at byte 0 is 9223372036854775808, above the format's limit");
+                        "not a safetensors file: it starts with 00 00 00 00 00 00 00 80 7b 7d (\"........{}\"), "
+                        "whose first 8 bytes as the header length give 9223372036854775808, above the format's limit");
     write_bytes(scratch_path, "\0\0\0\0\0\0\0\0", 8);
-    assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE, "does not start with '{'");
+    assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE,
+                        "not a safetensors file: the header does not start with '{' at byte 8; the file starts with "
+                        "00 00 00 00 00 00 00 00 (\"........\")");
+    /* Files of other kinds are named as such, with their first 16 bytes. */
+    const char text[] = "/* Task list */\nfirst: a C comment, not a tensor file\n";
+    write_bytes(scratch_path, text, sizeof text - 1);
+    assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE,
+                        "not a safetensors file: it starts with 2f 2a 20 54 61 73 6b 20 6c 69 73 74 20 2a 2f 0a "
+                        "(\"/* Task list */.\"), whose first 8 bytes as the header length give "
+                        "2336087693582150191, above the format's limit");
+    write_bytes(scratch_path, "\x30\0\0\0\0\0\0\0PK\x03\x04", 12); /* within the limit, past the end */
+    assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE,
+                        "not a safetensors file: it starts with 30 00 00 00 00 00 00 00 50 4b 03 04 (\"0.......PK..\"), "
+                        "whose first 8 bytes as the header length give 48, past the end of the file");
+    write_bytes(scratch_path, "\x02\0\0\0\0\0\0\0[]", 10);
+    assert_fails_status(fl_load_safetensors(scratch_path, &map), FL_ERR_VALUE,
+                        "not a safetensors file: the header does not start with '{' at byte 8");
     /* Padding is whitespace the JSON allows; an empty map with metadata is fine. */
     write_safetensors(scratch_path, "{\"__metadata__\":{}}  \t\n ", NULL, 0);
     assert_int_equal(fl_load_safetensors(scratch_path, &map), FL_OK);

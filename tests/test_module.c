@@ -1,5 +1,6 @@
 /* The Module interface: members, dotted names in PyTorch's state_dict order, modes,
  * loading a state dict, containers and their errors. */
+#include <stdio.h>
 #include <string.h>
 
 #include "flare/nn.h"
@@ -97,13 +98,35 @@ static void load_errors_change_nothing(void **state)
     fl_module_state_dict(m, map);
     fl_tensor_map *missing = fl_tensor_map_create();
     fl_tensor_map_set(missing, "0.scale", T_F32(FL_SHAPE(2), 9, 9));
-    assert_fails_status(fl_module_load_state_dict(m, missing, true), FL_ERR_VALUE, "'0.shift' is missing");
+    assert_fails_status(fl_module_load_state_dict(m, missing, true), FL_ERR_VALUE,
+                        "fl_module_load_state_dict: 2 names of the module are missing from the map: '0.shift', '0.seen'");
     assert_values(fl_v_value(fl_module_parameter(fl_module_child(m, "0"), "scale")), 0, 0, 1, 1);
     assert_int_equal(fl_module_load_state_dict(m, missing, false), FL_OK); /* non-strict: loads what is there */
     assert_values(fl_v_value(fl_module_parameter(fl_module_child(m, "0"), "scale")), 0, 0, 9, 9);
 
     fl_tensor_map_set(map, "0.extra", T_F32(FL_SHAPE(1), 0));
-    assert_fails_status(fl_module_load_state_dict(m, map, true), FL_ERR_VALUE, "'0.extra' in the map");
+    assert_fails_status(fl_module_load_state_dict(m, map, true), FL_ERR_VALUE,
+                        "fl_module_load_state_dict: 1 name of the map is not in the module: '0.extra'");
+    /* Every name missing and every name unexpected is counted, the first 10 quoted. */
+    fl_tensor_map_set(missing, "x", T_F32(FL_SHAPE(1), 0));
+    assert_fails_status(fl_module_load_state_dict(m, missing, true), FL_ERR_VALUE,
+                        "2 names of the module are missing from the map: '0.shift', '0.seen'; "
+                        "1 name of the map is not in the module: 'x'");
+    fl_module *big = fl_nn_sequential(FL_MODULES(affine(1, 2), affine(1, 2), affine(1, 2), affine(1, 2)));
+    fl_tensor_map *renamed = fl_tensor_map_create();
+    for (int i = 0; i < 12; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "model.%d", i);
+        fl_tensor_map_set(renamed, name, T_F32(FL_SHAPE(1), 0));
+    }
+    assert_fails_status(fl_module_load_state_dict(big, renamed, true), FL_ERR_VALUE,
+                        "fl_module_load_state_dict: 12 names of the module are missing from the map: '0.scale', "
+                        "'0.shift', '0.seen', '1.scale', '1.shift', '1.seen', '2.scale', '2.shift', '2.seen', "
+                        "'3.scale', and 2 more; 12 names of the map are not in the module: 'model.0', 'model.1', "
+                        "'model.2', 'model.3', 'model.4', 'model.5', 'model.6', 'model.7', 'model.8', 'model.9', "
+                        "and 2 more");
+    fl_tensor_map_free(renamed);
+    fl_module_release(big);
     fl_tensor_map_set(map, "0.shift", T_F32(FL_SHAPE(3), 1, 2, 3));
     assert_fails_status(fl_module_load_state_dict(m, map, false), FL_ERR_SHAPE, "f32[2] in the module but f32[3]");
     fl_tensor_map_free(map);

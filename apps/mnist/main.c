@@ -6,14 +6,17 @@
  *
  *     mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]
  *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
- *           [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]
- *           [--stop-after N]
+ *           [--save FILE] [--save-weights FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]
+ *           [--distributed] [--stop-after N]
  *
  * As in Listing 7, the first 5000 training images are held out for validation. The
  * learning rate follows a cosine from --lr to 0 over the run's steps.
  * --save writes a checkpoint after every epoch (model, optimizer, generator and epoch,
- * atomically); --load resumes from one, continuing exactly as if the run had not
- * stopped; --eval-only evaluates a loaded checkpoint on the test set. --stop-after N
+ * atomically); --save-weights writes the model's weights alone after every epoch, a
+ * state dict that PyTorch's strict load_state_dict takes as it is; --load resumes from
+ * a checkpoint, continuing exactly as if the run had not stopped; --eval-only
+ * evaluates on the test set the weights of a checkpoint, of a weights file or of a
+ * PyTorch state dict saved with safetensors.torch.save_file. --stop-after N
  * ends the run after epoch N of --epochs, as an interruption would (for resuming).
  *
  * --distributed trains data-parallel under mpirun (include/flare/distributed.h): each
@@ -44,7 +47,7 @@
 #define EVAL_BATCH 256
 
 typedef struct options {
-    const char *data, *json, *save, *load;
+    const char *data, *json, *save, *save_weights, *load;
     int epochs, stop_after, threads, workers;
     int64_t batch, train_limit;
     double lr, momentum;
@@ -57,7 +60,7 @@ static void parse_args(int argc, char **argv, options *o)
     *o = (options){.data = FL_FASHION_MNIST_DIR, .epochs = 5, .batch = 64, .lr = 0.05, .momentum = 0.9,
                    .seed = 1, .threads = 0, .workers = 1};
     enum { EPOCHS = 256, STOP_AFTER, BATCH, LR, MOMENTUM, SEED, THREADS, WORKERS, TRAIN_LIMIT, DATA, JSON, SAVE, LOAD,
-           EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED };
+           SAVE_WEIGHTS, EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED };
     static const struct option long_options[] = {
         {"epochs", required_argument, NULL, EPOCHS},
         {"stop-after", required_argument, NULL, STOP_AFTER},
@@ -71,6 +74,7 @@ static void parse_args(int argc, char **argv, options *o)
         {"data", required_argument, NULL, DATA},
         {"json", required_argument, NULL, JSON},
         {"save", required_argument, NULL, SAVE},
+        {"save-weights", required_argument, NULL, SAVE_WEIGHTS},
         {"load", required_argument, NULL, LOAD},
         {"eval-only", no_argument, NULL, EVAL_ONLY},
         {"no-eval", no_argument, NULL, NO_EVAL},
@@ -81,8 +85,8 @@ static void parse_args(int argc, char **argv, options *o)
     cli c = {.program = "mnist",
              .usage = "mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
                       "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
-                      "             [--save FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet] [--distributed]\n"
-                      "             [--stop-after N]",
+                      "             [--save FILE] [--save-weights FILE] [--load FILE] [--eval-only] [--no-eval]\n"
+                      "             [--quiet] [--distributed] [--stop-after N]",
              .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
@@ -98,6 +102,7 @@ static void parse_args(int argc, char **argv, options *o)
         case DATA: o->data = optarg; break;
         case JSON: o->json = optarg; break;
         case SAVE: o->save = optarg; break;
+        case SAVE_WEIGHTS: o->save_weights = optarg; break;
         case LOAD: o->load = optarg; break;
         case EVAL_ONLY: o->eval_only = true; break;
         case NO_EVAL: o->no_eval = true; break;
@@ -257,7 +262,7 @@ int main(int argc, char **argv)
     bool leader = fl_distributed_rank() == 0;
     if (!leader) {
         o.quiet = true;
-        o.json = o.save = NULL;
+        o.json = o.save = o.save_weights = NULL;
     }
     fl_manual_seed(o.seed);
 
@@ -372,12 +377,14 @@ int main(int argc, char **argv)
             printf("\n");
             fflush(stdout);
         }
-        if (status == 0 && o.save) {
-            char epoch_text[16];
-            snprintf(epoch_text, sizeof epoch_text, "%d", epoch + 1);
-            if (fl_checkpoint_save(o.save, model, opt, (const char *[]){"epoch", epoch_text, NULL}) != FL_OK)
-                status = fail("saving the checkpoint");
-        }
+        char epoch_text[16];
+        snprintf(epoch_text, sizeof epoch_text, "%d", epoch + 1);
+        const char *metadata[] = {"epoch", epoch_text, NULL};
+        if (status == 0 && o.save && fl_checkpoint_save(o.save, model, opt, metadata) != FL_OK)
+            status = fail("saving the checkpoint");
+        /* The weights alone, for PyTorch's strict load_state_dict. */
+        if (status == 0 && o.save_weights && fl_save_weights(o.save_weights, model, metadata) != FL_OK)
+            status = fail("saving the weights");
     }
 
     evaluation test_result = {0};

@@ -100,7 +100,11 @@ fl_status fl_dataset_get(fl_dataset *ds, int64_t index, fl_sample *out);
 fl_status fl_dataset_get_batch(fl_dataset *ds, const int64_t *indices, int64_t count, fl_sample *out);
 /* Starts an epoch: shuffle datasets in the pipeline draw the permutation for
  * (seed, epoch); prefetch datasets drop what they built ahead. Call it between
- * passes, not while another thread is in fl_dataset_get. */
+ * passes, not while another thread is in fl_dataset_get. The epoch stops at a span
+ * or a resample, which select samples: a split of a shuffled source stays the same
+ * split whatever the other split's pipeline does, so shuffle (and augment) above the
+ * split: fl_shuffle_dataset(fl_span_dataset(shuffled, ...), seed). It passes through
+ * a partition, whose ranks shuffle alike beneath it. */
 void fl_dataset_set_epoch(fl_dataset *ds, int64_t epoch);
 
 /* ---- datasets ---------------------------------------------------------------------
@@ -130,12 +134,17 @@ fl_dataset *fl_batch_dataset(fl_dataset *source, int64_t batch_size, bool drop_l
  * every machine and thread count; fl_dataset_set_epoch draws another. */
 fl_dataset *fl_shuffle_dataset(fl_dataset *source, uint64_t seed);
 
-/* Sample i is source sample indices[i] (copied; each in range, repeats allowed). */
+/* Sample i is source sample indices[i] (copied; each in range, repeats allowed). The
+ * epoch does not reach the source (fl_dataset_set_epoch). */
 fl_dataset *fl_resample_dataset(fl_dataset *source, const int64_t *indices, int64_t count);
 
 /* Maps field i of each sample through transforms[i] (NULL leaves it). A transform
  * runs inside a scope of its own, so it may compose tensor functions freely; it
- * returns the new field, or NULL after an error. It may run on prefetch workers. */
+ * returns the new field, or NULL after an error. It may run on prefetch workers.
+ * Random draws in it (fl_rand, ...) come from a stream of the sample's own, keyed by
+ * the generator's state when the dataset was made (fl_random_stream_key), the epoch
+ * and the sample index: a random augmentation gives the same values whatever the
+ * number of workers and their timing, and new values each epoch. */
 typedef fl_tensor *(*fl_transform_fn)(const fl_tensor *field, void *user);
 fl_dataset *fl_transform_dataset(fl_dataset *source, const fl_transform_fn *transforms, int count, void *user);
 
@@ -144,7 +153,8 @@ fl_dataset *fl_concat_dataset(fl_dataset *const *sources, int count);
 /* The fields of the sources side by side: sample i is source 0's fields, then source
  * 1's, ... The sources must be of equal size. */
 fl_dataset *fl_merge_dataset(fl_dataset *const *sources, int count);
-/* Samples [start, start + count) of the source. */
+/* Samples [start, start + count) of the source. The epoch does not reach the source,
+ * so two spans of one shuffled source stay disjoint (fl_dataset_set_epoch). */
 fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count);
 
 /*
@@ -154,7 +164,9 @@ fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count);
  * size % world_size samples at the end are dropped (PyTorch's DistributedSampler with
  * drop_last=True; it pads by repeating samples otherwise, which skews the statistics).
  * Spans rather than strided slices keep rows adjacent; for a random split, shuffle
- * with the same seed on every rank before partitioning.
+ * with the same seed on every rank before partitioning. Unlike a span, a partition
+ * passes the epoch on: every rank reshuffles alike, so the shares change each epoch
+ * (as with DistributedSampler.set_epoch) and stay disjoint.
  */
 fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size);
 

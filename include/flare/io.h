@@ -11,8 +11,8 @@
  * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
  * the function and the file. FL_ERR_IO means the system refused (a missing file, a
  * directory that cannot be written); FL_ERR_VALUE means the file is not valid
- * safetensors, and the message gives the byte offset or the tensor's name;
- * FL_ERR_DTYPE a dtype Flare lacks (I16, F8_E4M3, ...); FL_ERR_SHAPE more than
+ * safetensors, and the message gives the byte offset or the tensor's name (for a
+ * file of another kind, it says so and shows the first bytes); FL_ERR_DTYPE a dtype Flare lacks (I16, F8_E4M3, ...); FL_ERR_SHAPE more than
  * FL_MAX_DIMS dimensions.
  */
 #ifndef FLARE_IO_H
@@ -65,12 +65,24 @@ typedef struct fl_optimizer fl_optimizer; /* include/flare/optim.h */
  * Loading restores the model (strictly: every name must match), the optimizer's state
  * if optimizer is given, and the generator, so training resumed from a checkpoint
  * draws the same dropout masks and shuffles and computes the same losses as a run
- * that never stopped. *file (if file is not NULL) receives the file's map, for the
- * caller's metadata; free it with fl_tensor_map_free. Nothing is changed on error.
+ * that never stopped. Without an optimizer (to evaluate, or to start training anew),
+ * the weights alone are needed: a plain state dict, such as PyTorch's
+ * safetensors.torch.save_file(model.state_dict(), path) or fl_save_weights writes,
+ * loads too, and the generator is restored only if the file holds its state; names
+ * under "optimizer." are skipped. *file (if file is not NULL) receives the file's map,
+ * for the caller's metadata; free it with fl_tensor_map_free. Nothing is changed on
+ * error.
  */
 fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
                              const char *const *metadata);
 fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *optimizer, fl_tensor_map **file);
+
+/* Writes the model's state dict alone, as safetensors.torch.save_file does (metadata
+ * {"format": "pt"} and the caller's key/value strings, ..., NULL; may be NULL), so
+ * that PyTorch's strict model.load_state_dict(safetensors.torch.load_file(path))
+ * takes it as it is. Atomic, as fl_save_safetensors. fl_checkpoint_load reads it back
+ * without an optimizer. */
+fl_status fl_save_weights(const char *path, const fl_module *model, const char *const *metadata);
 
 #ifdef __cplusplus
 }

@@ -96,8 +96,8 @@ void fl_module_zero_grad(fl_module *m);
 fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out);
 /* load_state_dict(): copies values into parameters and buffers by name, converting
  * the dtype if it differs. strict: every name of the module must be in the map and
- * every name of the map in the module; the error lists the first names missing or
- * unexpected. A shape mismatch is always an error. Nothing is changed on error. */
+ * every name of the map in the module; the error counts the names missing and the
+ * names unexpected, and quotes the first 10 of each. A shape mismatch is always an error. Nothing is changed on error. */
 fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool strict);
 
 /* ---- containers -------------------------------------------------------------------- */

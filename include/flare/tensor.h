@@ -165,6 +165,20 @@ void fl_manual_seed(uint64_t seed);
  * shuffles) as one that never stopped. */
 void fl_random_state(uint64_t *seed, uint64_t *counter);
 void fl_set_random_state(uint64_t seed, uint64_t counter);
+/* Streams of one's own, for draws that must not depend on what other threads draw
+ * meanwhile (an augmentation on a prefetch worker). fl_random_stream_key reserves a
+ * block of the generator and returns a key derived from it: a new key each call, the
+ * same sequence of keys after the same fl_manual_seed. Between fl_random_stream_begin
+ * and fl_random_stream_end, draws on this thread come from Philox keyed by key, from
+ * counter 0, and leave the generator of fl_manual_seed as it is. Streams nest: end
+ * restores what begin returned. */
+typedef struct fl_random_stream {
+    uint64_t key, counter;
+    bool active;
+} fl_random_stream;
+uint64_t fl_random_stream_key(void);
+fl_random_stream fl_random_stream_begin(uint64_t key);
+void fl_random_stream_end(fl_random_stream previous);
 fl_tensor *fl_rand(fl_dtype dtype, int ndim, const int64_t *shape);  /* U[0, 1) */
 fl_tensor *fl_randn(fl_dtype dtype, int ndim, const int64_t *shape); /* N(0, 1) */
 fl_tensor *fl_uniform(double low, double high, fl_dtype dtype, int ndim, const int64_t *shape);

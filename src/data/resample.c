@@ -58,17 +58,29 @@ static void mapped_release(fl_dataset *ds)
     free(m);
 }
 
+/* A span or a resample selects samples (a validation split, a fold, a class-balanced
+ * draw): the epoch stops there, as a reshuffled source would change what is selected,
+ * and a training epoch would reshuffle a split that shares the source under it. */
 static const fl_dataset_ops resample_ops = {
     .name = "resample",
     .size = mapped_size,
     .get = mapped_get,
     .get_batch = mapped_get_batch,
-    .set_epoch = mapped_set_epoch,
     .release = mapped_release,
 };
 
 static const fl_dataset_ops span_ops = {
     .name = "span",
+    .size = mapped_size,
+    .get = mapped_get,
+    .get_batch = mapped_get_batch,
+    .release = mapped_release,
+};
+
+/* A partition is one rank's share of a source that every rank shuffles alike: the
+ * epoch passes, so that the shares are drawn anew each epoch and stay disjoint. */
+static const fl_dataset_ops partition_ops = {
+    .name = "partition",
     .size = mapped_size,
     .get = mapped_get,
     .get_batch = mapped_get_batch,
@@ -189,9 +201,9 @@ fl_dataset *fl_shuffle_dataset(fl_dataset *source, uint64_t seed)
 
 /* ---- contiguous ranges ---- */
 
-fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count)
+static fl_dataset *range_dataset(const char *fn, const fl_dataset_ops *ops, fl_dataset *source, int64_t start,
+                                 int64_t count)
 {
-    static const char fn[] = "fl_span_dataset";
     mapped_dataset *m = mapped_new(fn, source, 0);
     if (!m)
         return NULL;
@@ -205,7 +217,12 @@ fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count)
     }
     m->start = start;
     m->count = count;
-    return fl__dataset_make(fn, &span_ops, m);
+    return fl__dataset_make(fn, ops, m);
+}
+
+fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count)
+{
+    return range_dataset("fl_span_dataset", &span_ops, source, start, count);
 }
 
 fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size)
@@ -221,5 +238,5 @@ fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size)
         return NULL;
     }
     int64_t share = fl_dataset_size(source) / world_size;
-    return fl_span_dataset(source, (int64_t)rank * share, share);
+    return range_dataset("fl_partition_dataset", &partition_ops, source, (int64_t)rank * share, share);
 }

@@ -1,4 +1,9 @@
-/* The transform dataset: each field of each sample mapped through a user function. */
+/* The transform dataset: each field of each sample mapped through a user function.
+ *
+ * Random draws in a transform come from the sample's own stream, keyed by the
+ * dataset's key (from the generator, when it was made), the epoch and the sample
+ * index: prefetch workers run transforms in whatever order their timing gives, and
+ * the draws must not depend on it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +14,16 @@ typedef struct transform_dataset {
     int count;
     fl_transform_fn transforms[FL_SAMPLE_MAX_FIELDS];
     void *user;
+    uint64_t key;
+    int64_t epoch;
 } transform_dataset;
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
 
 static int64_t transform_size(fl_dataset *ds)
 {
@@ -21,6 +35,7 @@ static fl_status transform_get(fl_dataset *ds, int64_t index, fl_sample *out)
 {
     transform_dataset *t = ds->state;
     fl_status status = fl__dataset_fetch(t->source, index, out);
+    fl_random_stream outer = fl_random_stream_begin(mix64(mix64(t->key ^ (uint64_t)t->epoch) ^ (uint64_t)index));
     for (int f = 0; status == FL_OK && f < t->count && f < out->count; f++) {
         if (!t->transforms[f])
             continue;
@@ -37,6 +52,7 @@ static fl_status transform_get(fl_dataset *ds, int64_t index, fl_sample *out)
         fl_release(out->fields[f]);
         out->fields[f] = mapped;
     }
+    fl_random_stream_end(outer);
     if (status != FL_OK)
         fl_sample_release(out);
     return status;
@@ -45,6 +61,7 @@ static fl_status transform_get(fl_dataset *ds, int64_t index, fl_sample *out)
 static void transform_set_epoch(fl_dataset *ds, int64_t epoch)
 {
     transform_dataset *t = ds->state;
+    t->epoch = epoch;
     fl_dataset_set_epoch(t->source, epoch);
 }
 
@@ -87,5 +104,6 @@ fl_dataset *fl_transform_dataset(fl_dataset *source, const fl_transform_fn *tran
     t->count = count;
     memcpy(t->transforms, transforms, (size_t)count * sizeof *transforms);
     t->user = user;
+    t->key = fl_random_stream_key();
     return fl__dataset_make(fn, &transform_ops, t);
 }

@@ -1,5 +1,6 @@
 /* Training checkpoints: a model's state dict, an optimizer's state and the random
- * generator's, in one safetensors file (include/flare/io.h). */
+ * generator's, in one safetensors file; and weights files, the state dict alone
+ * (include/flare/io.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,43 @@
 #define OPTIMIZER_PREFIX "optimizer."
 #define RANDOM_SEED_KEY "flare.random_seed"
 #define RANDOM_COUNTER_KEY "flare.random_counter"
+
+/* The caller's key/value strings, ..., NULL (metadata may be NULL), into map. */
+static fl_status add_metadata(const char *fn, fl_tensor_map *map, const char *const *metadata)
+{
+    fl_status status = FL_OK;
+    for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
+        if (!metadata[i + 1])
+            status = (fl_error(FL_ERR_VALUE, fn, "metadata key '%s' has no value", metadata[i]), FL_ERR_VALUE);
+        else if (strncmp(metadata[i], "flare.", 6) == 0) /* the generator's state: overwritten, the file is lost */
+            status = (fl_error(FL_ERR_VALUE, fn,
+                               "metadata key '%s' is reserved: keys starting with 'flare.' hold Flare's own state",
+                               metadata[i]),
+                      FL_ERR_VALUE);
+        else
+            status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
+    }
+    return status;
+}
+
+fl_status fl_save_weights(const char *path, const fl_module *model, const char *const *metadata)
+{
+    if (fl_null_args("fl_save_weights", 2, path, model))
+        return fl_last_status();
+    fl_tensor_map *map = fl_tensor_map_create();
+    if (!map)
+        return fl_last_status();
+    fl_status status = fl_module_state_dict(model, map);
+    /* What safetensors.torch.save_file writes. */
+    if (status == FL_OK)
+        status = fl_tensor_map_set_metadata(map, "format", "pt");
+    if (status == FL_OK)
+        status = add_metadata("fl_save_weights", map, metadata);
+    if (status == FL_OK)
+        status = fl_save_safetensors(path, map);
+    fl_tensor_map_free(map);
+    return status;
+}
 
 fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_optimizer *optimizer,
                              const char *const *metadata)
@@ -34,18 +72,8 @@ fl_status fl_checkpoint_save(const char *path, const fl_module *model, const fl_
         status = fl_tensor_map_set_metadata(map, RANDOM_SEED_KEY, seed_text);
     if (status == FL_OK)
         status = fl_tensor_map_set_metadata(map, RANDOM_COUNTER_KEY, counter_text);
-    for (int i = 0; status == FL_OK && metadata && metadata[i]; i += 2) {
-        if (!metadata[i + 1])
-            status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save", "metadata key '%s' has no value", metadata[i]),
-                      FL_ERR_VALUE);
-        else if (strncmp(metadata[i], "flare.", 6) == 0) /* the generator's state: overwritten, the file is lost */
-            status = (fl_error(FL_ERR_VALUE, "fl_checkpoint_save",
-                               "metadata key '%s' is reserved: keys starting with 'flare.' hold Flare's own state",
-                               metadata[i]),
-                      FL_ERR_VALUE);
-        else
-            status = fl_tensor_map_set_metadata(map, metadata[i], metadata[i + 1]);
-    }
+    if (status == FL_OK)
+        status = add_metadata("fl_checkpoint_save", map, metadata);
     if (status == FL_OK)
         status = fl_save_safetensors(path, map);
     fl_tensor_map_free(map);
@@ -78,10 +106,14 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
     uint64_t seed = 0, counter = 0;
     const char *seed_text = status == FL_OK ? fl_tensor_map_metadata(map, RANDOM_SEED_KEY) : NULL;
     const char *counter_text = status == FL_OK ? fl_tensor_map_metadata(map, RANDOM_COUNTER_KEY) : NULL;
-    if (status == FL_OK && (!seed_text || !counter_text))
-        status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata)", path),
+    bool has_generator = seed_text || counter_text;
+    /* Resuming needs the generator; evaluating (no optimizer) needs only the weights,
+     * so a plain state dict (PyTorch's, fl_save_weights') loads then. */
+    if (status == FL_OK && !has_generator && optimizer)
+        status = (fl_error(FL_ERR_VALUE, fn, "%s: not a Flare checkpoint (no generator state in its metadata), so "
+                           "training cannot resume from it; without an optimizer its weights alone load", path),
                   FL_ERR_VALUE);
-    else if (status == FL_OK && (!parse_u64(seed_text, &seed) || !parse_u64(counter_text, &counter)))
+    else if (status == FL_OK && has_generator && (!parse_u64(seed_text, &seed) || !parse_u64(counter_text, &counter)))
         status = (fl_error(FL_ERR_VALUE, fn,
                            "%s: the generator state (" RANDOM_SEED_KEY " '%.40s', " RANDOM_COUNTER_KEY
                            " '%.40s') is not two whole numbers below 2^64",
@@ -103,7 +135,7 @@ fl_status fl_checkpoint_load(const char *path, fl_module *model, fl_optimizer *o
         if (status != FL_OK)
             fl_module_load_state_dict(model, before, true);
     }
-    if (status == FL_OK)
+    if (status == FL_OK && has_generator)
         fl_set_random_state(seed, counter);
     if (status != FL_OK && fl_last_status() != FL_OK && !strstr(fl_last_error(), path)) {
         /* Name the file in errors that come from the layers below. */

@@ -536,6 +536,23 @@ static fl_status load_error(const char *path, fl_status status, const char *fmt,
     return status;
 }
 
+/* The first bytes of a file, in hex and as text ('.' for what is not printable), for
+ * a message about a file that is not what it was taken for. */
+static void describe_start(const uint8_t *bytes, size_t count, char *out, size_t size)
+{
+    static const char digits[] = "0123456789abcdef";
+    char hex[3 * 16] = "", text[16 + 1] = "";
+    count = count < 16 ? count : 16;
+    for (size_t i = 0; i < count; i++) {
+        hex[3 * i] = digits[bytes[i] >> 4];
+        hex[3 * i + 1] = digits[bytes[i] & 15];
+        hex[3 * i + 2] = i + 1 < count ? ' ' : '\0';
+        text[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '.';
+    }
+    text[count] = '\0';
+    snprintf(out, size, "%s (\"%s\")", hex, text);
+}
+
 static int by_offsets(const void *a, const void *b)
 {
     const tensor_info *x = *(tensor_info *const *)a, *y = *(tensor_info *const *)b;
@@ -687,21 +704,40 @@ fl_status fl_load_safetensors(const char *path, fl_tensor_map **out)
                             (unsigned long long)file_size);
         goto done;
     }
-    if (!read_at(fd, prefix, sizeof prefix, 0)) {
+    uint8_t start[16];
+    size_t start_count = file_size < sizeof start ? (size_t)file_size : sizeof start;
+    if (!read_at(fd, start, start_count, 0)) {
         status = load_error(path, FL_ERR_IO, "reading the header length: %s", errno ? strerror(errno) : "the file ended");
         goto done;
     }
+    memcpy(prefix, start, sizeof prefix);
     uint64_t length = 0;
     for (int i = 7; i >= 0; i--)
         length = length << 8 | prefix[i];
-    if (length > MAX_HEADER_BYTES) {
-        status = load_error(path, FL_ERR_VALUE, "the header length at byte 0 is %llu, above the format's limit of %u",
-                            (unsigned long long)length, MAX_HEADER_BYTES);
+    /* A header opens with '{' at byte 8; without it, a length out of bounds means a
+     * file of another kind (a PyTorch zip, text), not a damaged one. */
+    uint8_t first = start_count > sizeof prefix ? start[sizeof prefix] : 0;
+    bool opens = first == '{';
+    /* Whitespace before the '{' is a damaged header, which the parser names. */
+    bool other_kind = !opens && first != ' ' && first != '\t' && first != '\r' && first != '\n';
+    if (length > MAX_HEADER_BYTES || (length > file_size - sizeof prefix && !opens)) {
+        char seen[128];
+        describe_start(start, start_count, seen, sizeof seen);
+        status = load_error(path, FL_ERR_VALUE, "not a safetensors file: it starts with %s, whose first 8 bytes as "
+                            "the header length give %llu, %s", seen, (unsigned long long)length,
+                            length > MAX_HEADER_BYTES ? "above the format's limit" : "past the end of the file");
         goto done;
     }
     if (length > file_size - sizeof prefix) {
         status = load_error(path, FL_ERR_VALUE, "the header length at byte 0 is %llu, but the file has only %llu bytes after it",
                             (unsigned long long)length, (unsigned long long)(file_size - sizeof prefix));
+        goto done;
+    }
+    if (other_kind) {
+        char seen[128];
+        describe_start(start, start_count, seen, sizeof seen);
+        status = load_error(path, FL_ERR_VALUE, "not a safetensors file: the header does not start with '{' at byte 8; "
+                            "the file starts with %s", seen);
         goto done;
     }
     text = malloc(length ? (size_t)length : 1);

@@ -362,12 +362,33 @@ fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out)
     return walk(m, prefix, 0, true, put_entry, out);
 }
 
+/* Names for a message: how many, and the first LISTED_NAMES of them quoted. */
+enum { LISTED_NAMES = 10 };
+typedef struct name_list {
+    size_t count;
+    char text[768];
+} name_list;
+
+static void list_name(name_list *l, const char *name)
+{
+    if (l->count++ < LISTED_NAMES) {
+        size_t n = strlen(l->text);
+        snprintf(l->text + n, sizeof l->text - n, "%s'%s'", n ? ", " : "", name);
+    }
+}
+
+static void list_rest(name_list *l)
+{
+    size_t n = strlen(l->text);
+    if (l->count > LISTED_NAMES)
+        snprintf(l->text + n, sizeof l->text - n, ", and %zu more", l->count - LISTED_NAMES);
+}
+
 typedef struct loading {
     const fl_tensor_map *map;
-    bool apply;            /* false: check only; true: replace values (checks passed) */
-    size_t found;          /* names of the module present in the map */
-    const char *missing;   /* the first name of the module missing from the map */
-    char missing_name[NAME_MAX_LEN];
+    bool apply;      /* false: check only; true: replace values (checks passed) */
+    size_t found;    /* names of the module present in the map */
+    name_list missing; /* names of the module missing from the map */
 } loading;
 
 static fl_status load_entry(const char *name, member *item, bool is_parameter, void *user)
@@ -376,10 +397,7 @@ static fl_status load_entry(const char *name, member *item, bool is_parameter, v
     const fl_tensor *now = value_of(item, is_parameter);
     fl_tensor *given = fl_tensor_map_contains(l->map, name) ? fl_tensor_map_get(l->map, name) : NULL;
     if (!given) {
-        if (!l->missing) {
-            snprintf(l->missing_name, sizeof l->missing_name, "%s", name);
-            l->missing = l->missing_name;
-        }
+        list_name(&l->missing, name);
         return FL_OK;
     }
     l->found++;
@@ -415,20 +433,32 @@ fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool
     fl_status status = walk(m, prefix, 0, true, load_entry, &check);
     if (status != FL_OK)
         return status;
-    if (strict && check.missing)
-        return fl_error(FL_ERR_VALUE, fn, "'%s' is missing from the map", check.missing), FL_ERR_VALUE;
+    name_list unexpected = {0};
     if (strict && check.found != fl_tensor_map_count(map)) {
-        /* Some name of the map is not in the module: find the first. */
+        /* Some names of the map are not in the module: find them all. */
         fl_tensor_map *names = fl_tensor_map_create();
         status = names ? fl_module_state_dict(m, names) : FL_ERR_MEMORY;
         for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(map); i++) {
             const char *name = fl_tensor_map_name_at(map, i);
             if (!fl_tensor_map_contains(names, name))
-                status = (fl_error(FL_ERR_VALUE, fn, "'%s' in the map is not in the module", name), FL_ERR_VALUE);
+                list_name(&unexpected, name);
         }
         fl_tensor_map_free(names);
         if (status != FL_OK)
             return status;
+    }
+    if (strict && (check.missing.count || unexpected.count)) {
+        list_rest(&check.missing);
+        list_rest(&unexpected);
+        char missing[900] = "", extra[900] = "";
+        if (check.missing.count)
+            snprintf(missing, sizeof missing, "%zu name%s of the module %s missing from the map: %s",
+                     check.missing.count, check.missing.count == 1 ? "" : "s", check.missing.count == 1 ? "is" : "are",
+                     check.missing.text);
+        if (unexpected.count)
+            snprintf(extra, sizeof extra, "%zu name%s of the map %s not in the module: %s", unexpected.count,
+                     unexpected.count == 1 ? "" : "s", unexpected.count == 1 ? "is" : "are", unexpected.text);
+        return fl_error(FL_ERR_VALUE, fn, "%s%s%s", missing, *missing && *extra ? "; " : "", extra), FL_ERR_VALUE;
     }
     loading apply = {.map = map, .apply = true};
     return walk(m, prefix, 0, true, load_entry, &apply);

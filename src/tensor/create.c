@@ -119,8 +119,43 @@ void fl_set_random_state(uint64_t seed, uint64_t counter)
     __atomic_store_n(&random_counter, counter, __ATOMIC_RELAXED);
 }
 
+/* This thread's stream, while one is begun. */
+static _Thread_local fl_random_stream thread_stream;
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+uint64_t fl_random_stream_key(void)
+{
+    uint64_t seed = __atomic_load_n(&random_seed, __ATOMIC_RELAXED);
+    uint64_t offset = __atomic_fetch_add(&random_counter, 1, __ATOMIC_RELAXED);
+    return mix64(mix64(seed + 0x9E3779B97F4A7C15u) ^ offset);
+}
+
+fl_random_stream fl_random_stream_begin(uint64_t key)
+{
+    fl_random_stream previous = thread_stream;
+    thread_stream = (fl_random_stream){.key = key, .counter = 0, .active = true};
+    return previous;
+}
+
+void fl_random_stream_end(fl_random_stream previous)
+{
+    thread_stream = previous;
+}
+
 void fl__random_reserve(uint64_t count, uint64_t *seed, uint64_t *offset)
 {
+    if (thread_stream.active) {
+        *seed = thread_stream.key;
+        *offset = thread_stream.counter;
+        thread_stream.counter += count;
+        return;
+    }
     *seed = __atomic_load_n(&random_seed, __ATOMIC_RELAXED);
     *offset = __atomic_fetch_add(&random_counter, count, __ATOMIC_RELAXED);
 }
