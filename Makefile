@@ -63,11 +63,12 @@ test-asan: deps
 # The readers of outside bytes (safetensors, checkpoints, IDX plain and gzipped) under
 # libFuzzer with AddressSanitizer and UBSan, FUZZ_SECONDS each, from the committed seeds
 # (tests/fuzz/README.md). The corpus grows in $(FUZZ_BUILD)/corpus; a crash stops the
-# run, its input saved in $(FUZZ_BUILD)/crashes/<target>/.
+# run, its input saved in $(FUZZ_BUILD)/crashes/<target>/. Warnings are the gcc builds'
+# business: clang's own (-Wbitwise-conditional-parentheses) are not errors here.
 fuzz: deps
 	$(call install_packages,$(FUZZ_PACKAGES))
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_FUZZ=ON \
-	    -DFLARE_NATIVE=ON -DFLARE_TESTS=OFF -DFLARE_BENCH=OFF -DFLARE_WERROR=$(WERROR)
+	    -DFLARE_NATIVE=ON -DFLARE_TESTS=OFF -DFLARE_BENCH=OFF -DFLARE_WERROR=OFF
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/crashes/$$t && \
