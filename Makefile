@@ -14,21 +14,32 @@ THREADS    ?= 2
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
                    zlib1g-dev libjansson-dev dataset-fashion-mnist python3-venv ninja-build openmpi-bin libopenmpi-dev
 
+# What `make fuzz` needs besides: clang and its libFuzzer runtime.
+FUZZ_PACKAGES   := clang libclang-rt-14-dev
+FUZZ_BUILD      ?= build-fuzz
+FUZZ_SECONDS    ?= 60
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip
+
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist complexity \
-        fixtures venv install clean
-
-all: build
-
-deps:
-	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+# Installs the Debian packages of $(1) that are missing.
+define install_packages
+	@missing=$$(for p in $(1); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "Installing Debian packages:" $$missing; \
 	    $(SUDO) apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+endef
+
+.PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist complexity \
+        fixtures venv install clean
+
+all: build
+
+deps:
+	$(call install_packages,$(DEBIAN_PACKAGES))
 
 # CI (CI=true, as GitHub Actions and most CI services set it) builds with -Werror.
 WERROR     := $(if $(filter true 1,$(CI)),ON,OFF)
@@ -48,6 +59,28 @@ test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF -DFLARE_WERROR=$(WERROR)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+# The readers of outside bytes (safetensors, checkpoints, IDX plain and gzipped) under
+# libFuzzer with AddressSanitizer and UBSan, FUZZ_SECONDS each, from the committed seeds
+# (tests/fuzz/README.md). The corpus grows in $(FUZZ_BUILD)/corpus; a crash stops the
+# run, its input saved in $(FUZZ_BUILD)/crashes/<target>/. Warnings are the gcc builds'
+# business: clang's own (-Wbitwise-conditional-parentheses) are not errors here.
+fuzz: deps
+	$(call install_packages,$(FUZZ_PACKAGES))
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_FUZZ=ON \
+	    -DFLARE_NATIVE=ON -DFLARE_TESTS=OFF -DFLARE_BENCH=OFF -DFLARE_WERROR=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/crashes/$$t && \
+	    echo "fuzz_$$t: $(FUZZ_SECONDS) s" && \
+	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	        -dict=tests/fuzz/$$t.dict -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t/ \
+	        $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>$(FUZZ_BUILD)/fuzz_$$t.log || { \
+	        tail -n 60 $(FUZZ_BUILD)/fuzz_$$t.log; \
+	        echo "fuzz_$$t failed: the input is in $(FUZZ_BUILD)/crashes/$$t/; keep it in tests/fuzz/regressions/$$t/"; \
+	        exit 1; }; \
+	    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' $(FUZZ_BUILD)/fuzz_$$t.log; \
+	done
 
 # The paper's MNIST example, trained on Fashion-MNIST (apps/mnist; README, "The example").
 demo: build
@@ -121,4 +154,4 @@ bench-lazy: build venv
 	$(PYTHON) bench/run_lazy.py --threads $(THREADS) --flare $(BUILD)/bench_lazy --out $(BUILD)/bench-lazy.json
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

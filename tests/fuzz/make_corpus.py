@@ -1,0 +1,148 @@
+"""Writes the seed corpus of the fuzz targets (tests/fuzz/README.md) into
+tests/fuzz/corpus/<target>/: small valid files and slightly broken ones, so that the
+fuzzers start from every part of each format. Python's standard library only; the
+output is the same bytes on every run.
+
+    python3 tests/fuzz/make_corpus.py
+"""
+import gzip
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures")
+
+# safetensors dtypes and (struct format, element size)
+DTYPES = {"F64": "d", "F32": "f", "F16": "e", "BF16": "H", "I64": "q", "I32": "i", "U8": "B", "BOOL": "?"}
+
+
+def safetensors(tensors, metadata=None, pad=True):
+    """tensors: [(name, dtype, shape, values)] -> the file's bytes, laid out in order."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, values in tensors:
+        raw = struct.pack("<%d%s" % (len(values), DTYPES[dtype]), *values)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def with_header(text, data=b""):
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def checkpoint(state=True, seed="7", counter="4", shapes=((2, 3), (2,), (1, 2))):
+    """A checkpoint of tests/fuzz/checkpoint.c's model (Linear(3, 2), ReLU,
+    Linear(2, 1, no bias)) and Adam, as fl_checkpoint_save writes it."""
+    names = ["0.weight", "0.bias", "2.weight"]
+    tensors = []
+    for name, shape in zip(names, shapes):
+        n = 1
+        for d in shape:
+            n *= d
+        tensors.append((name, "F32", list(shape), [0.25 * i - 0.5 for i in range(n)]))
+    tensors.append(("optimizer.param_groups.0.lr", "F64", [], [1e-3]))
+    if state:
+        for i, shape in enumerate(shapes):
+            n = 1
+            for d in shape:
+                n *= d
+            tensors.append(("optimizer.state.%d.step" % i, "F64", [], [1.0]))
+            tensors.append(("optimizer.state.%d.exp_avg" % i, "F32", list(shape), [0.1] * n))
+            tensors.append(("optimizer.state.%d.exp_avg_sq" % i, "F32", list(shape), [0.01] * n))
+    metadata = {"flare.random_seed": seed, "flare.random_counter": counter, "epoch": "1"}
+    return safetensors(tensors, metadata)
+
+
+SAFETENSORS = {
+    "f32": safetensors([("w", "F32", [2, 3], [1, 2, 3, 4, 5, 6])]),
+    "dtypes": safetensors([("f64", "F64", [2], [1.5, -2]), ("f32", "F32", [1], [3]), ("f16", "F16", [2], [1, -1]),
+                           ("bf16", "BF16", [2], [0x3f80, 0xbf80]), ("i64", "I64", [2], [-1, 2**40]),
+                           ("i32", "I32", [1, 1], [7]), ("u8", "U8", [3], [0, 128, 255]),
+                           ("bool", "BOOL", [2], [True, False])], {"format": "pt"}),
+    "scalar_and_empty": safetensors([("s", "F32", [], [2.5]), ("e", "F32", [0, 3], []), ("z", "I64", [0], [])]),
+    "metadata_only": safetensors([], {"a": "b", "escapes": "q\"\\\n\u00e9"}),
+    "empty_header": with_header(b"{}"),
+    "unpadded": safetensors([("x", "U8", [5], [1, 2, 3, 4, 5])], pad=False),
+    "bad_dtype": with_header(b'{"x":{"dtype":"I16","shape":[1],"data_offsets":[0,2]}}', b"\0\0"),
+    "bad_json": with_header(b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]', b"\0\0\0\0"),
+    "overlap": with_header(b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                           b'"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}', b"\0" * 6),
+    "gap": with_header(b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', b"\0\0"),
+    "short_data": safetensors([("w", "F32", [2, 3], [1, 2, 3, 4, 5, 6])])[:-3],
+    "big_shape": with_header(b'{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}', b"\0" * 4),
+    "many_dims": with_header(b'{"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}}', b"\1"),
+    "bool_two": with_header(b'{"a":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}}', b"\2"),
+    "huge_length": struct.pack("<Q", 2**63) + b"{}",
+    "length_only": struct.pack("<Q", 0),
+}
+
+CHECKPOINT = {
+    "fresh": checkpoint(state=False),
+    "trained": checkpoint(),
+    "no_generator": safetensors([("0.weight", "F32", [2, 3], [0] * 6)], {"epoch": "1"}),
+    "bad_seed": checkpoint(seed="12x"),
+    "wrong_shape": checkpoint(shapes=((3, 2), (2,), (1, 2))),
+    "missing_weight": safetensors([("0.weight", "F32", [2, 3], [0] * 6), ("0.bias", "F32", [2], [0] * 2)],
+                                  {"flare.random_seed": "1", "flare.random_counter": "0"}),
+}
+
+
+def idx(code, fmt, shape, values):
+    return struct.pack(">BBBB", 0, 0, code, len(shape)) + struct.pack(">%dI" % len(shape), *shape) + \
+        struct.pack(">%d%s" % (len(values), fmt), *values)
+
+
+IDX = {
+    "u8_3d": idx(0x08, "B", [2, 2, 3], list(range(12))),
+    "i8": idx(0x09, "b", [3], [-128, 0, 127]),
+    "i16": idx(0x0B, "h", [2], [-32768, 32767]),
+    "i32": idx(0x0C, "i", [1, 2], [-1, 2**31 - 1]),
+    "f32": idx(0x0D, "f", [2], [1.5, -0.0]),
+    "f64": idx(0x0E, "d", [1], [3.25]),
+    "zero_dims": idx(0x08, "B", [], [9]),
+    "empty": idx(0x08, "B", [0, 28, 28], []),
+    "trailing": idx(0x08, "B", [2], [1, 2]) + b"\0",
+    "truncated": idx(0x0D, "f", [4], [1, 2, 3, 4])[:-2],
+    "bad_code": idx(0x0A, "B", [1], [1]),
+    "huge_dims": idx(0x08, "B", [0xFFFFFFFF, 0xFFFFFFFF], [1]),
+}
+
+
+def gz(data):
+    return gzip.compress(data, mtime=0)
+
+
+def write(target, files):
+    folder = os.path.join(HERE, "corpus", target)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for name, data in sorted(files.items()):
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    files = dict(SAFETENSORS)
+    with open(os.path.join(FIXTURES, "io_reference.safetensors"), "rb") as f:
+        files["reference"] = f.read()  # written by the reference implementation
+    write("safetensors", files)
+    write("checkpoint", CHECKPOINT)
+    files = dict(IDX)
+    for name in ("u8_3d", "f64", "truncated"):
+        files[name + ".gz"] = gz(IDX[name])
+    files["two_members.gz"] = gz(IDX["i32"][:7]) + gz(IDX["i32"][7:])
+    files["truncated_stream.gz"] = gz(IDX["u8_3d"])[:-6]
+    files["bad_crc.gz"] = gz(IDX["i8"])[:-8] + b"\0\0\0\0" + gz(IDX["i8"])[-4:]
+    write("idx", files)
+    write("idx_gzip", IDX)  # the target gzips its input
+
+
+if __name__ == "__main__":
+    main()
