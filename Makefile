@@ -63,8 +63,10 @@ test-asan: deps
 # The readers of outside bytes (safetensors, checkpoints, IDX plain and gzipped) under
 # libFuzzer with AddressSanitizer and UBSan, FUZZ_SECONDS each, from the committed seeds
 # (tests/fuzz/README.md). The corpus grows in $(FUZZ_BUILD)/corpus; a crash stops the
-# run, its input saved in $(FUZZ_BUILD)/crashes/<target>/. Warnings are the gcc builds'
-# business: clang's own (-Wbitwise-conditional-parentheses) are not errors here.
+# run, its input saved in $(FUZZ_BUILD)/crashes/<target>/. FUZZ_RUNS=N runs N inputs
+# from a fixed seed instead, the same inputs on every machine (CI: a run that passed
+# once passes again). Warnings are the gcc builds' business: clang's own
+# (-Wbitwise-conditional-parentheses) are not errors here.
 fuzz: deps
 	$(call install_packages,$(FUZZ_PACKAGES))
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLARE_FUZZ=ON \
@@ -72,8 +74,9 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/crashes/$$t && \
-	    echo "fuzz_$$t: $(FUZZ_SECONDS) s" && \
-	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	    echo "fuzz_$$t: $(if $(FUZZ_RUNS),$(FUZZ_RUNS) inputs,$(FUZZ_SECONDS) s)" && \
+	    $(FUZZ_BUILD)/fuzz_$$t $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS) -seed=1,-max_total_time=$(FUZZ_SECONDS)) \
+	        -timeout=10 -print_final_stats=1 \
 	        -dict=tests/fuzz/$$t.dict -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t/ \
 	        $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>$(FUZZ_BUILD)/fuzz_$$t.log || { \
 	        tail -n 60 $(FUZZ_BUILD)/fuzz_$$t.log; \
