@@ -348,6 +348,11 @@ static void out_of_range_scalars_are_refused(void **state)
     assert_fails(fl_sub_scalar(u, 256), FL_ERR_VALUE, "does not fit u8[2]'s dtype u8");
     assert_fails(fl_add_scalar(u, -1), FL_ERR_VALUE, "fl_add_scalar");
     assert_fails(fl_maximum_scalar(i, 1e18), FL_ERR_VALUE, "fl_maximum_scalar");
+    /* Filling a tensor is the same conversion. */
+    assert_fails(fl_full(3e9, FL_I32, FL_SHAPE(2)), FL_ERR_VALUE, "fl_full: 3000000000 does not fit the dtype i32");
+    assert_fails(fl_scalar(-1, FL_U8), FL_ERR_VALUE, "fl_scalar");
+    assert_fails(fl_full(NAN, FL_I64, FL_SHAPE(1)), FL_ERR_VALUE, "fl_full");
+    assert_values(fl_full(-2147483648.0, FL_I32, FL_SHAPE(1)), 0, 0, -2147483648.0);
     /* The ends of the ranges fit. */
     assert_values(fl_maximum_scalar(i, 2147483647.0), 0, 0, 2147483647.0, 2147483647.0);
     assert_values(fl_minimum_scalar(i, -2147483648.0), 0, 0, -2147483648.0, -2147483648.0);

@@ -144,6 +144,8 @@ int fl_num_threads(void);
 
 /* Copies numel elements of dtype from data (row-major). */
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape);
+/* fl_scalar and fl_full refuse a value an integer dtype cannot hold (FL_ERR_VALUE):
+ * converting it would be undefined. */
 fl_tensor *fl_scalar(double value, fl_dtype dtype); /* a 0-d tensor */
 fl_tensor *fl_zeros(fl_dtype dtype, int ndim, const int64_t *shape);
 fl_tensor *fl_ones(fl_dtype dtype, int ndim, const int64_t *shape);

@@ -43,6 +43,8 @@ fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_
 
 static fl_tensor *full(const char *fn, double value, fl_dtype dtype, int ndim, const int64_t *shape)
 {
+    if ((unsigned)dtype < FL_DTYPE_COUNT && !fl__scalar_fits(value, dtype)) /* converting it would be undefined */
+        return fl_error(FL_ERR_VALUE, fn, "%.17g does not fit the dtype %s", value, fl_dtype_name(dtype));
     CREATE(fn, full, dtype, ndim, shape, value);
 }
 
