@@ -21,12 +21,10 @@ static _Thread_local const char *operation = "";
 
 static void make_initial_manager(void)
 {
-    const char *name = fl_config_current()->memory;
-    if (name && strcmp(name, "plain") == 0) {
+    /* config.c resolved the setting to "caching" or "plain", warning about others */
+    if (strcmp(fl_config_current()->memory, "plain") == 0) {
         initial = fl_memory_plain();
     } else {
-        if (name && *name && strcmp(name, "caching") != 0)
-            fl_log_message(FL_LOG_WARNING, "FLARE_MEMORY='%s' is neither 'plain' nor 'caching'; using 'caching'", name);
         initial = fl_memory_caching(SIZE_MAX, SIZE_MAX);
         if (!initial)
             initial = fl_memory_plain();

@@ -7,6 +7,7 @@
  * backend delegates (everything but the f32 elementwise work it fuses itself), and
  * the lazy backend stays small: it owns only what it does differently.
  */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include "lazy.h"
 
 #include <pthread.h>
@@ -35,23 +36,9 @@ static const fl_backend *delegate(void)
  * threads is computed by one, under this lock, which every entry that reads or
  * changes an operand's node holds. Recursive: materializing reaches entries that
  * take it again. */
-static pthread_mutex_t graph_lock;
-static pthread_once_t graph_lock_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t graph_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
-static void graph_lock_init(void)
-{
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&graph_lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-}
-
-static void lock(void)
-{
-    pthread_once(&graph_lock_once, graph_lock_init);
-    pthread_mutex_lock(&graph_lock);
-}
+static void lock(void) { pthread_mutex_lock(&graph_lock); }
 
 static void unlock(void) { pthread_mutex_unlock(&graph_lock); }
 
