@@ -46,7 +46,9 @@ size_t fl_backend_size(int version)
 
 static fl_backend *slots[MAX_BACKENDS];
 static int slot_count;
-static int default_slot = -1;
+/* The default backend's table: a slot's, whose address never changes, so readers
+ * take it without the lock (tensors are made on it at every call). */
+static const fl_backend *default_table;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -124,8 +126,8 @@ static fl_status register_table(const fl_backend *table)
     if (i < 0) {
         if (slot_count < MAX_BACKENDS) {
             slots[slot_count] = copy;
-            if (default_slot < 0)
-                default_slot = slot_count;
+            if (!default_table)
+                __atomic_store_n(&default_table, copy, __ATOMIC_RELEASE);
             slot_count++;
             copy = NULL;
         } else {
@@ -173,7 +175,7 @@ static void register_builtins(void)
         pthread_mutex_lock(&registry_lock);
         int i = slot_named(name);
         if (i >= 0)
-            default_slot = i;
+            __atomic_store_n(&default_table, slots[i], __ATOMIC_RELEASE);
         pthread_mutex_unlock(&registry_lock);
         if (i < 0)
             fl_log_message(FL_LOG_WARNING, "FLARE_BACKEND names no registered backend ('%s'); using cpu", name);
@@ -201,10 +203,7 @@ const fl_backend *fl_backend_find(const char *name)
 const fl_backend *fl_default_backend(void)
 {
     pthread_once(&builtins_once, register_builtins);
-    pthread_mutex_lock(&registry_lock);
-    const fl_backend *table = slots[default_slot];
-    pthread_mutex_unlock(&registry_lock);
-    return table;
+    return __atomic_load_n(&default_table, __ATOMIC_ACQUIRE);
 }
 
 fl_status fl_set_default_backend(const char *name)
@@ -213,7 +212,7 @@ fl_status fl_set_default_backend(const char *name)
     pthread_mutex_lock(&registry_lock);
     int i = name ? slot_named(name) : -1;
     if (i >= 0)
-        default_slot = i;
+        __atomic_store_n(&default_table, slots[i], __ATOMIC_RELEASE);
     pthread_mutex_unlock(&registry_lock);
     if (i < 0) {
         fl_error(FL_ERR_VALUE, "fl_set_default_backend", "no backend named '%s' is registered",
