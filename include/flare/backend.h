@@ -257,6 +257,9 @@ void fl_backend_derive(fl_backend *out, const fl_backend *base, const char *name
  * replacement registered under their names since). */
 const fl_backend *fl_cpu_backend(void);
 const fl_backend *fl_lazy_backend(void);
+/* OpenCL devices (docs/BACKENDS.md): the first GPU, or FLARE_OPENCL_DEVICE's. The table
+ * is always there; its first tensor fails with a message if no device is. */
+const fl_backend *fl_opencl_backend(void);
 
 /* Records an error from inside a primitive; the tensor layer adds the operation,
  * shapes and dtypes. Returns status for convenience. */

@@ -69,6 +69,10 @@ typedef struct fl_config {
      * fails with FL_ERR_RELEASED (extension.h, "checked handles"); -1 off; 0 the build's
      * default: on in Debug and sanitizer builds, off otherwise. Resolved to 1 or -1. */
     int check_handles;
+    /* FLARE_OPENCL_DEVICE: the opencl backend's device, by its index in the list of
+     * every platform's devices (clinfo -l order); in the field the index plus one, 0
+     * (unset) choosing the first GPU, else the first device */
+    int opencl_device;
 } fl_config;
 
 /* Sets the configuration (NULL: the environment's). It must come before anything else

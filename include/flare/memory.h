@@ -95,6 +95,24 @@ fl_memory_manager *fl_memory_plain(void);
  * rules in full: src/memory/caching.c. */
 fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes);
 
+/* Where a caching manager gets its segments: map returns bytes (a multiple of 64 KiB)
+ * of fresh memory aligned to FL_MEMORY_ALIGNMENT, or NULL; unmap gives a segment back.
+ * For memory the host cannot address (a device's), map returns an address in a range
+ * the source reserves, which stands for a place in the device's memory: the manager
+ * only does arithmetic on addresses and never touches them. The default source of
+ * fl_memory_caching is the host's (mmap). */
+typedef struct fl_memory_segments {
+    void *(*map)(void *user, size_t bytes);
+    void (*unmap)(void *user, void *segment, size_t bytes);
+    void *user;
+} fl_memory_segments;
+/* A caching manager, as fl_memory_caching, over the segments of source (copied),
+ * reported under name (kept, not copied). NULL if out of memory or source lacks an
+ * entry. Device backends make their allocators this way, so that device memory has
+ * the caching rules, statistics and telemetry of host memory. */
+fl_memory_manager *fl_memory_caching_over(const fl_memory_segments *source, const char *name,
+                                          size_t max_split_bytes, size_t cache_limit_bytes);
+
 /* The manager new allocations go through; initially the caching one (unlimited
  * splitting and cache), or the one FLARE_MEMORY names ("plain" or "caching"), made
  * once and kept for the life of the process. Blocks are always freed through the
@@ -109,6 +127,9 @@ fl_status fl_memory_manager_destroy(fl_memory_manager *m);
 
 /* What backends call. Both report to the telemetry hook. */
 void *fl_memory_alloc(size_t bytes, fl_memory_manager **owner);
+/* An allocation from m itself rather than the current manager (a device backend's
+ * own), reported to the hook like the others; free it with fl_memory_free(m, ...). */
+void *fl_memory_alloc_from(fl_memory_manager *m, size_t bytes);
 void fl_memory_free(fl_memory_manager *owner, void *ptr, size_t bytes);
 
 void fl_memory_stats_get(fl_memory_stats *out); /* of the current manager */

@@ -170,6 +170,7 @@ static void register_builtins(void)
 {
     register_table(fl_cpu_backend());
     register_table(fl_lazy_backend());
+    register_table(fl_opencl_backend());
     const char *name = fl_config_current()->backend;
     if (name && *name) {
         pthread_mutex_lock(&registry_lock);

@@ -58,11 +58,11 @@
  * reported even though its neighbours come from the same segment. */
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#define POISON(c, p, n) ((c)->host ? ASAN_POISON_MEMORY_REGION(p, n) : (void)0)
+#define UNPOISON(c, p, n) ((c)->host ? ASAN_UNPOISON_MEMORY_REGION(p, n) : (void)0)
 #else
-#define POISON(p, n) ((void)(p), (void)(n))
-#define UNPOISON(p, n) ((void)(p), (void)(n))
+#define POISON(c, p, n) ((void)(c), (void)(p), (void)(n))
+#define UNPOISON(c, p, n) ((void)(c), (void)(p), (void)(n))
 #endif
 
 #define KiB ((size_t)1 << 10)
@@ -117,6 +117,8 @@ typedef struct block_chunk {
 
 typedef struct caching {
     bool locked;
+    fl_memory_segments source; /* where segments come from */
+    bool host;                 /* the segments are host memory (the default source) */
     size_t max_split, cache_limit;
     pool small, large;
     block *idle_first, *idle_last; /* whole free segments, oldest first */
@@ -361,8 +363,9 @@ static size_t large_segment_size(size_t size, size_t max_split)
 /* bytes of fresh memory at a HUGE_PAGE boundary, or NULL. Over-allocating by a huge
  * page and unmapping the ends costs only address space. bytes is a multiple of
  * SEGMENT_GRAIN, so of the page size. */
-static char *system_map(size_t bytes)
+static void *system_map(void *user, size_t bytes)
 {
+    (void)user;
     size_t span = bytes + HUGE_PAGE;
     char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
@@ -379,13 +382,19 @@ static char *system_map(size_t bytes)
     return memory;
 }
 
+static void system_unmap(void *user, void *memory, size_t bytes)
+{
+    (void)user;
+    munmap(memory, bytes);
+}
+
 static void segment_release(caching *c, block *b)
 {
     pool_remove(c, b);
     c->cached -= b->size;
     c->reserved -= b->size;
-    UNPOISON(b->ptr, b->size); /* the addresses may come back from another mmap */
-    munmap(b->ptr, b->size);
+    UNPOISON(c, b->ptr, b->size); /* the addresses may come back from another mmap */
+    c->source.unmap(c->source.user, b->ptr, b->size);
     record_recycle(c, b);
 }
 
@@ -401,16 +410,16 @@ static block *segment_new(caching *c, pool *p, size_t bytes)
     block *b = record_new(c);
     if (!b)
         return NULL;
-    char *memory = system_map(bytes);
+    char *memory = c->source.map(c->source.user, bytes);
     if (!memory) {
         release_idle(c, 0); /* what is cached may be what the system is missing */
-        memory = system_map(bytes);
+        memory = c->source.map(c->source.user, bytes);
     }
     if (!memory) {
         record_recycle(c, b);
         return NULL;
     }
-    POISON(memory, bytes);
+    POISON(c, memory, bytes);
     *b = (block){.ptr = memory, .size = bytes, .pool = p};
     c->reserved += bytes;
     c->system_allocations++;
@@ -484,7 +493,7 @@ static void *caching_alloc(fl_memory_manager *m, size_t bytes)
     if (c->in_use > c->peak)
         c->peak = c->in_use;
     c->allocations++;
-    UNPOISON(b->ptr, bytes);
+    UNPOISON(c, b->ptr, bytes);
     unlock(c);
     return b->ptr;
 }
@@ -500,7 +509,7 @@ static void caching_free(fl_memory_manager *m, void *ptr, size_t bytes)
         return;
     }
     b->allocated = false;
-    POISON(b->ptr, b->size);
+    POISON(c, b->ptr, b->size);
     c->in_use -= b->size;
     c->cached += b->size;
     c->frees++;
@@ -583,8 +592,11 @@ static void caching_destroy(fl_memory_manager *m)
     free(m);
 }
 
-fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes)
+fl_memory_manager *fl_memory_caching_over(const fl_memory_segments *source, const char *name,
+                                          size_t max_split_bytes, size_t cache_limit_bytes)
 {
+    if (!source || !source->map || !source->unmap)
+        return NULL;
     fl_memory_manager *m = malloc(sizeof *m);
     caching *c = calloc(1, sizeof *c);
     if (!m || !c) {
@@ -592,12 +604,14 @@ fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_
         free(c);
         return NULL;
     }
+    c->source = *source;
+    c->host = source->map == system_map;
     c->max_split = max_split_bytes / SEGMENT_GRAIN * SEGMENT_GRAIN; /* so a segment can be exactly that */
     c->cache_limit = cache_limit_bytes;
     *m = (fl_memory_manager){
         .version = FL_MEMORY_VERSION,
         .table_size = sizeof(fl_memory_manager),
-        .name = "caching",
+        .name = name ? name : "caching",
         .state = c,
         .alloc = caching_alloc,
         .free = caching_free,
@@ -606,4 +620,10 @@ fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_
         .destroy = caching_destroy,
     };
     return m;
+}
+
+fl_memory_manager *fl_memory_caching(size_t max_split_bytes, size_t cache_limit_bytes)
+{
+    fl_memory_segments host = {.map = system_map, .unmap = system_unmap};
+    return fl_memory_caching_over(&host, "caching", max_split_bytes, cache_limit_bytes);
 }

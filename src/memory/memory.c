@@ -142,6 +142,14 @@ void *fl_memory_alloc(size_t bytes, fl_memory_manager **owner)
     return p;
 }
 
+void *fl_memory_alloc_from(fl_memory_manager *m, size_t bytes)
+{
+    void *p = m->alloc(m, bytes);
+    if (p)
+        report(FL_MEMORY_ALLOC, m, p, bytes);
+    return p;
+}
+
 void fl_memory_free(fl_memory_manager *owner, void *ptr, size_t bytes)
 {
     if (!ptr)

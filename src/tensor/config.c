@@ -153,6 +153,12 @@ static void resolve(const fl_config *c, settings *s, reader *r)
         s->config.dist_timeout = 300;
     }
     s->config.profile = c->profile;
+    s->config.opencl_device = c->opencl_device;
+    if (c->opencl_device < 0) {
+        PROBLEM(r, opencl_device, "FLARE_OPENCL_DEVICE", "the first GPU", "is %d; it must be a device index + 1",
+                c->opencl_device);
+        s->config.opencl_device = 0;
+    }
 #ifdef FLARE_CHECK_HANDLES_DEFAULT
     s->config.check_handles = c->check_handles ? (c->check_handles > 0 ? 1 : -1) : 1;
 #else
@@ -206,6 +212,16 @@ static void read_environment(settings *s, reader *r)
             PROBLEM(r, dist_timeout, "FLARE_DIST_TIMEOUT", "300", "is '%s', not a number of seconds >= 0", v);
         else
             c.dist_timeout = t == 0 ? -1 : t; /* the variable's 0 waits forever */
+    }
+    v = getenv("FLARE_OPENCL_DEVICE");
+    if (v && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 0 || n > 4096)
+            PROBLEM(r, opencl_device, "FLARE_OPENCL_DEVICE", "the first GPU", "is '%s', not a device index (clinfo -l)",
+                    v);
+        else
+            c.opencl_device = (int)n + 1;
     }
     v = getenv("FLARE_PROFILE");
     c.profile = v && *v && strcmp(v, "0") != 0;

@@ -87,8 +87,8 @@ static inline float vm_expf(float x)
     xc = vm_select(xc > 89.0f, 89.0f, xc);
     int32_t n;
     float p = vm_exp_parts(xc, &n);
-    int32_t half = n / 2;
-    float y = p * vm_pow2i(half) * vm_pow2i(n - half);
+    int32_t low = n / 2;
+    float y = p * vm_pow2i(low) * vm_pow2i(n - low);
     y = vm_select(x > 88.72283172607421875f, INFINITY, y); /* past ln(FLT_MAX) */
     y = vm_select(x < -103.972084045410156f, 0.0f, y);     /* below ln(2^-150): rounds to zero */
     return y;
