@@ -52,14 +52,23 @@ build: deps $(BUILD)/Makefile
 	@grep -q '^FLARE_WERROR:BOOL=$(WERROR)$$' $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DFLARE_WERROR=$(WERROR)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The opencl row of the test matrix runs where an OpenCL platform is (PoCL, installed
+# above, is one); elsewhere it is left out with one line saying why.
+OPENCL_ROW = $$($(1)/opencl_probe >/dev/null 2>&1 || echo "-LE opencl")
+define say_opencl_row
+	@$(1)/opencl_probe >/dev/null 2>&1 || echo "SKIPPED: the opencl row of the test matrix: $$($(1)/opencl_probe)"
+endef
+
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(call say_opencl_row,$(BUILD))
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(call OPENCL_ROW,.)
 
 # The whole suite once more under AddressSanitizer (with LeakSanitizer) and UBSan.
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF -DFLARE_WERROR=$(WERROR)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	$(call say_opencl_row,$(ASAN_BUILD))
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) $(call OPENCL_ROW,.)
 
 # The readers of outside bytes (safetensors, checkpoints, IDX plain and gzipped) under
 # libFuzzer with AddressSanitizer and UBSan, FUZZ_SECONDS each, from the committed seeds

@@ -414,7 +414,10 @@ static int ocl_host_data(const fl_backend *self, const fl_tensor *t, void **data
 static int ocl_eval(const fl_backend *self, fl_tensor *t)
 {
     (void)self;
-    return ocl_value(t) ? 0 : FL_ERR_BACKEND;
+    ocl_graph_lock();
+    int rc = ocl_materialize(t);
+    ocl_graph_unlock();
+    return rc;
 }
 
 const fl_backend *fl_opencl_backend(void)

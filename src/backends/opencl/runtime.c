@@ -357,13 +357,14 @@ int ocl_download(const ocl_buffer *b, size_t offset, void *dst, size_t bytes)
     err = clWaitForEvents(1, &done);
     clReleaseEvent(done);
     COUNT(downloads, 1);
+    COUNT(waits, 1);
     COUNT(download_bytes, bytes);
     return ocl_check(err, "clEnqueueReadBuffer (waiting)");
 }
 
 int ocl_finish(void)
 {
-    COUNT(finishes, 1);
+    COUNT(waits, 1);
     return ocl_check(clFinish(device.queue), "clFinish");
 }
 
@@ -508,7 +509,28 @@ ocl_counters ocl_counters_get(void)
     ocl_counters c; /* each field exact; they may be read at slightly different moments */
 #define LOAD(f) c.f = __atomic_load_n(&counters.f, __ATOMIC_RELAXED)
     LOAD(uploads), LOAD(downloads), LOAD(upload_bytes), LOAD(download_bytes), LOAD(launches), LOAD(builds),
-        LOAD(finishes);
+        LOAD(waits);
 #undef LOAD
     return c;
 }
+
+/* ---- the public API (flare/opencl.h) ---- */
+
+const char *fl_opencl_device(void)
+{
+    pthread_once(&once, init);
+    return ready ? device.name : NULL;
+}
+
+const char *fl_opencl_unavailable(void)
+{
+    pthread_once(&once, init);
+    return ready ? NULL : init_message;
+}
+
+fl_opencl_counters fl_opencl_counters_get(void)
+{
+    return fl_opencl_device() ? ocl_counters_get() : (fl_opencl_counters){0};
+}
+
+fl_memory_manager *fl_opencl_memory(void) { return fl_opencl_device() ? device.memory : NULL; }

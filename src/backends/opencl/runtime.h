@@ -20,6 +20,7 @@
 
 #include "flare/backend.h"
 #include "flare/memory.h"
+#include "flare/opencl.h"
 
 typedef struct ocl_device {
     cl_platform_id platform;
@@ -98,14 +99,8 @@ int ocl_finish(void);
 void ocl_lock_queue(void);
 void ocl_unlock_queue(void);
 
-/* Counters, since the device was initialized (tests and make bench-opencl). */
-typedef struct ocl_counters {
-    uint64_t uploads, downloads;       /* host transfers */
-    uint64_t upload_bytes, download_bytes;
-    uint64_t launches;                 /* kernels enqueued (CLBlast's not counted) */
-    uint64_t builds;                   /* programs built (cache misses) */
-    uint64_t finishes;                 /* waits for the whole queue */
-} ocl_counters;
+/* What was asked of the device since it was initialized (fl_opencl_counters). */
+typedef fl_opencl_counters ocl_counters;
 ocl_counters ocl_counters_get(void);
 
 #endif

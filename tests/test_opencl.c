@@ -1,0 +1,200 @@
+/*
+ * What the opencl backend promises beyond the shared suite (which every row of the
+ * matrix runs): the work reaches the device without host round trips, per-operation
+ * waits or repeated program builds; f32 elementwise chains fuse into one kernel;
+ * device errors are statuses with messages. Every test here works on the "opencl"
+ * backend whatever the row's default, and is skipped where there is no device.
+ */
+#include "support.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "flare/autograd.h"
+#include "flare/nn.h"
+#include "flare/opencl.h"
+#include "flare/optim.h"
+
+
+#define REQUIRE_DEVICE()                   \
+    do {                                   \
+        if (!fl_opencl_device())           \
+            skip();                        \
+    } while (0)
+
+static const char *previous;
+
+static void use_opencl(void)
+{
+    previous = fl_default_backend()->name;
+    assert_int_equal(fl_set_default_backend("opencl"), FL_OK);
+}
+
+static void restore(void) { fl_set_default_backend(previous); }
+
+/* A chain of f32 elementwise operations runs as one kernel, when it is read. */
+static void elementwise_chains_fuse_into_one_kernel(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    float host[1000];
+    for (int i = 0; i < 1000; i++)
+        host[i] = (float)i / 100.0f - 5.0f;
+    fl_tensor *x = fl_from_data(host, FL_F32, 1, (int64_t[]){1000});
+    fl_tensor *b = fl_scalar(0.5, FL_F32);
+    fl_opencl_counters before = fl_opencl_counters_get();
+    fl_tensor *y = fl_tanh(fl_mul(fl_add(fl_exp(fl_neg(x)), b), x));
+    fl_opencl_counters pending = fl_opencl_counters_get();
+    assert_int_equal(pending.launches, before.launches); /* nothing ran yet */
+    float got[1000];
+    assert_int_equal(fl_to_host(y, got, sizeof got), FL_OK);
+    fl_opencl_counters after = fl_opencl_counters_get();
+    assert_int_equal(after.launches - before.launches, 1);
+    assert_int_equal(after.downloads - before.downloads, 1);
+    for (int i = 0; i < 1000; i++) {
+        double v = host[i], want = tanh((exp(-v) + 0.5) * v);
+        assert_true(fabs(got[i] - want) <= 1e-5 * (1 + fabs(want)));
+    }
+    fl_release(y);
+    fl_release(x);
+    fl_release(b);
+    restore();
+}
+
+/* A pending node that something else holds (autograd keeps intermediates) is written
+ * by the kernel that computes its consumer, and not computed again. */
+static void held_intermediates_are_written_once(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    fl_tensor *x = fl_full(2.0, FL_F32, 1, (int64_t[]){4096});
+    fl_tensor *kept = fl_exp(x);                /* held here */
+    fl_tensor *y = fl_add(fl_sqrt(kept), kept); /* reads it twice */
+    fl_opencl_counters before = fl_opencl_counters_get();
+    assert_int_equal(fl_eval(y), FL_OK);
+    assert_int_equal(fl_eval(kept), FL_OK); /* already written */
+    fl_opencl_counters after = fl_opencl_counters_get();
+    assert_int_equal(after.launches - before.launches, 1);
+    assert_true(fabs(fl_item(fl_sum(kept, FL_ALL_AXES, false)) / 4096 - exp(2.0)) < 1e-4);
+    fl_release(y);
+    fl_release(kept);
+    fl_release(x);
+    restore();
+}
+
+/* One training step of a small classifier: the batch goes up, the loss comes down,
+ * and nothing else crosses; after the first step no program is built again. */
+static void a_training_step_stays_on_the_device(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    fl_manual_seed(7);
+    fl_module *layers[] = {fl_nn_linear(20, 32, true), fl_nn_relu(), fl_nn_linear(32, 5, true)};
+    fl_module *model = fl_nn_sequential(layers, 3);
+    assert_non_null(model);
+    fl_parameters *params = fl_module_parameters(model);
+    fl_optimizer *opt = fl_sgd(params->items, params->count, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9});
+    float batch[16 * 20];
+    int64_t labels[16];
+    for (int i = 0; i < 16 * 20; i++)
+        batch[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < 16; i++)
+        labels[i] = i % 5;
+    double first = 0, last = 0;
+    fl_opencl_counters warm = {0};
+    for (int step = 0; step < 6; step++) {
+        fl_scope scope = fl_scope_begin();
+        fl_opencl_counters before = fl_opencl_counters_get();
+        fl_tensor *x = fl_from_data(batch, FL_F32, 2, (int64_t[]){16, 20});
+        fl_tensor *y = fl_from_data(labels, FL_I64, 1, (int64_t[]){16});
+        fl_variable *input = fl_v_new(x, false);
+        fl_variable *loss = fl_nn_cross_entropy(fl_module_forward(model, input), y, NULL);
+        fl_optimizer_zero_grad(opt);
+        assert_int_equal(fl_v_backward(loss, NULL, false), FL_OK);
+        assert_int_equal(fl_optimizer_step(opt), FL_OK);
+        double value = fl_item(fl_v_value(loss));
+        fl_opencl_counters after = fl_opencl_counters_get();
+        assert_int_equal(after.uploads - before.uploads, 2); /* the batch and its labels */
+        assert_int_equal(after.downloads - before.downloads, 1); /* the loss */
+        assert_int_equal(after.waits - before.waits, 1);         /* for the loss only */
+        if (step == 1)
+            warm = after;
+        if (step >= 2)
+            assert_int_equal(after.builds, warm.builds); /* every kernel came from the cache */
+        first = step == 0 ? value : first;
+        last = value;
+        fl_scope_end(scope);
+    }
+    assert_true(last < first);
+    fl_optimizer_free(opt);
+    fl_parameters_free(params);
+    fl_module_release(model);
+    restore();
+}
+
+/* Device errors are statuses naming the operation, the device and OpenCL's error. */
+static void device_errors_are_statuses(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    /* more memory than any device has: an f32 fill is a constant until read */
+    fl_tensor *huge = fl_zeros(FL_F32, 2, (int64_t[]){1 << 20, 1 << 20});
+    assert_non_null(huge);
+    assert_int_equal(fl_eval(huge), FL_ERR_MEMORY);
+    fl_release(huge);
+    fl_clear_error();
+    assert_null(fl_zeros(FL_I32, 2, (int64_t[]){1 << 20, 1 << 20}));
+    assert_int_equal(fl_last_status(), FL_ERR_MEMORY);
+    assert_non_null(strstr(fl_last_error(), "device memory"));
+    assert_non_null(strstr(fl_last_error(), fl_opencl_device()));
+    /* an operation across backends names both */
+    fl_tensor *a = fl_ones(FL_F32, 1, (int64_t[]){3});
+    fl_tensor *c = fl_to_backend(a, "cpu");
+    fl_clear_error();
+    assert_null(fl_add(a, c));
+    assert_non_null(strstr(fl_last_error(), "opencl"));
+    assert_non_null(strstr(fl_last_error(), "cpu"));
+    fl_release(c);
+    fl_release(a);
+    restore();
+}
+
+/* Device memory goes through a caching manager with the host manager's statistics. */
+static void device_memory_is_cached(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    fl_memory_manager *m = fl_opencl_memory();
+    assert_non_null(m);
+    fl_memory_stats s0, s1, s2;
+    m->stats(m, &s0);
+    fl_tensor *t = fl_zeros(FL_F32, 1, (int64_t[]){100000});
+    assert_int_equal(fl_eval(t), FL_OK);
+    m->stats(m, &s1);
+    assert_true(s1.in_use >= s0.in_use + 400000);
+    fl_release(t);
+    t = fl_zeros(FL_F32, 1, (int64_t[]){100000});
+    assert_int_equal(fl_eval(t), FL_OK);
+    m->stats(m, &s2);
+    assert_true(s2.cache_hits > s1.cache_hits);
+    assert_int_equal(s2.system_allocations, s1.system_allocations);
+    fl_release(t);
+    restore();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(elementwise_chains_fuse_into_one_kernel),
+        cmocka_unit_test(held_intermediates_are_written_once),
+        cmocka_unit_test(a_training_step_stays_on_the_device),
+        cmocka_unit_test(device_errors_are_statuses),
+        cmocka_unit_test(device_memory_is_cached),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
