@@ -226,6 +226,42 @@ static void uniform_draws_are_philox_4x32_10(void **state)
     }
 }
 
+/* Another backend draws what the cpu backend draws for the same seed and offset, for
+ * each dtype and kind: uniform values exactly, normals within a few ulps (a device's
+ * log, cos and sin may round differently from libm's; one without doubles computes
+ * f32 normals in float). */
+static void random_draws_match_the_cpu_backend(void **state)
+{
+    const fl_backend *backend = fl_default_backend(), *cpu = fl_cpu_backend();
+    if (strcmp(backend->name, "cpu") == 0)
+        skip(); /* nothing to compare with */
+    const uint64_t seed = 0xfedcba9876543210u, offset = (1ull << 32) - 3; /* counters cross 2^32 */
+    const fl_dtype dtypes[] = {FL_F32, FL_F64};
+    for (int k = 0; k < 2; k++)
+        for (int kind = FL_RANDOM_UNIFORM; kind <= FL_RANDOM_NORMAL; kind++)
+            for (int64_t n = 1; n <= 5000; n = n * 5 + 2) {
+                fl_dtype dtype = dtypes[k];
+                fl_tensor *got = fl_tensor_alloc(backend, dtype, 1, &n), *want = fl_tensor_alloc(cpu, dtype, 1, &n);
+                assert_int_equal(backend->random(backend, got, kind, seed, offset), 0);
+                assert_int_equal(cpu->random(cpu, want, kind, seed, offset), 0);
+                double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+                assert_int_equal(fl_to_host(fl_cast(got, FL_F64), a, (size_t)n * sizeof *a), FL_OK);
+                assert_int_equal(fl_to_host(fl_cast(want, FL_F64), b, (size_t)n * sizeof *b), FL_OK);
+                for (int64_t i = 0; i < n; i++) {
+                    double tolerance = kind == FL_RANDOM_UNIFORM ? 0 : dtype == FL_F64 ? 8 * 0x1p-52 : 1e-5;
+                    if (!(fabs(a[i] - b[i]) <= tolerance * fmax(1, fabs(b[i]))))
+                        fail_msg("%s %s draw %lld of %lld: %.17g, the cpu backend's %.17g", fl_dtype_name(dtype),
+                                 kind == FL_RANDOM_UNIFORM ? "uniform" : "normal", (long long)i, (long long)n, a[i],
+                                 b[i]);
+                }
+                free(a);
+                free(b);
+                fl_release(got);
+                fl_release(want);
+            }
+    assert_no_error();
+}
+
 static void random_numbers_do_not_depend_on_threads(void **state)
 {
     enum { N = 100003 };
@@ -377,6 +413,7 @@ int main(void)
         scoped_test(the_cpu_kernels_suit_the_machine),
         scoped_test(unimplemented_primitive_is_a_clear_error),
         scoped_test(uniform_draws_are_philox_4x32_10),
+        scoped_test(random_draws_match_the_cpu_backend),
         scoped_test(random_numbers_do_not_depend_on_threads),
         scoped_test(the_generator_state_restores_the_stream),
         scoped_test(random_streams_are_keyed_and_leave_the_generator),

@@ -1,3 +1,557 @@
+/*
+ * The fused kernels of the backend contract (flare/backend.h, "Fused kernels"):
+ * softmax, batch norm forward and backward, GELU. Their semantics are the cpu
+ * backend's (cpu/softmax.c, batchnorm.c, gelu.c), and they compute with its formulas:
+ * f32 kernels carry the cpu backend's vecmath.h and gelu.h, as generated kernels do.
+ *
+ * Reductions over a row or a channel run one work-group per row or channel, each
+ * work item striding over it and the group combining its partial results in local
+ * memory; the elementwise passes after them read the per-row or per-channel results
+ * from device memory. Nothing waits for the device.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "opencl.h"
 
-void ocl_register_nn(fl_backend *b) { (void)b; }
+/* Built into the library by CMakeLists.txt, as kernelgen.c reads them: the cpu
+ * backend's vecmath.h and gelu.h as text, their includes removed. */
+extern const char kernelgen_vecmath_text[], kernelgen_gelu_text[];
+
+/* The kernel `name` of body for dtype (f32 or f64), after what a generated kernel of
+ * that type has (the dialect's prelude; for f32 the cpu backend's vector math, for
+ * f64 vm_* as the built-ins; gelu.h), "#define T", "#define SINGLE" (1 for f32) and
+ * "#define LOCAL local" (the work-group size of the reducing kernels). */
+static cl_kernel nn_kernel(const char *body, const char *name, fl_dtype dtype, int local)
+{
+    const kg_dialect *d = &kg_opencl;
+    bool single = dtype == FL_F32;
+    const char *math = single ? d->f32_math : d->f64_math, *vecmath = single ? kernelgen_vecmath_text : "";
+    size_t size =
+        strlen(d->prelude) + strlen(math) + strlen(vecmath) + strlen(kernelgen_gelu_text) + strlen(body) + 128;
+    char *source = malloc(size);
+    if (!source) {
+        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
+        return NULL;
+    }
+    snprintf(source, size, "%s%s%s%s\n#define T %s\n#define SINGLE %d\n#define LOCAL %d\n%s", d->prelude, math, vecmath,
+             kernelgen_gelu_text, kg_type(dtype), single, local, body);
+    cl_kernel k = ocl_kernel(source, name);
+    free(source);
+    return k;
+}
+
+/* Refuses dtypes other than f32 and f64, and f64 on a device without doubles. */
+static int check_float(const char *operation, fl_dtype dtype)
+{
+    if (dtype != FL_F32 && dtype != FL_F64)
+        return fl_backend_error(FL_ERR_DTYPE, "%s takes f32 or f64, not %s", operation, fl_dtype_name(dtype));
+    if (dtype == FL_F64) {
+        ocl_device *dev = ocl_device_get();
+        if (!dev)
+            return FL_ERR_BACKEND;
+        if (!dev->fp64)
+            return fl_backend_error(FL_ERR_DTYPE, "%s: the OpenCL device %s has no double precision", operation,
+                                    dev->name);
+    }
+    return 0;
+}
+
+/* The element offset of a value's first element in its buffer's cl_mem. */
+static cl_long element_offset(const fl_tensor *t)
+{
+    const ocl_tensor *o = ocl_impl(t);
+    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
+}
+
+/* The work-group size of a reduction over rows of n: a power of two that covers n,
+ * from 16 (fewer idle work items than that cost nothing) to the device's launch size. */
+static int group_size(int64_t n)
+{
+    ocl_device *dev = ocl_device_get();
+    int most = 1;
+    while ((size_t)most * 2 <= (dev ? dev->local_size : 1))
+        most *= 2;
+    int local = 16;
+    while (local < n && local < most)
+        local *= 2;
+    return local < most ? local : most;
+}
+
+/* Releases count tensors, NULL ones skipped. */
+static void release_all(int count, fl_tensor **t)
+{
+    for (int i = 0; i < count; i++)
+        if (t[i])
+            fl_release(t[i]);
+}
+
+/* Contiguous values of count tensors into dense (NULL stays NULL); false after
+ * fl_backend_error, with nothing held. */
+static bool dense_all(int count, const fl_tensor *const *t, fl_tensor **dense)
+{
+    for (int i = 0; i < count; i++) {
+        dense[i] = t[i] ? ocl_contiguous(t[i]) : NULL;
+        if (t[i] && !dense[i]) {
+            release_all(i, dense);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- softmax ---- */
+
+/* The group's combination of each work item's v into part[0], which every work item
+ * then reads; part is free again when it returns. */
+static const char group_reduce_source[] =
+    "#define GROUP_REDUCE(part, lane, v, COMBINE)                                 \\\n"
+    "    do {                                                                     \\\n"
+    "        part[lane] = v;                                                      \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE);                                        \\\n"
+    "        for (int s_ = LOCAL / 2; s_ > 0; s_ >>= 1) {                         \\\n"
+    "            if (lane < s_) { T a_ = part[lane], b_ = part[lane + s_]; part[lane] = COMBINE(a_, b_); } \\\n"
+    "            barrier(CLK_LOCAL_MEM_FENCE);                                    \\\n"
+    "        }                                                                    \\\n"
+    "        v = part[0];                                                         \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE);                                        \\\n"
+    "    } while (0)\n"
+    "#define NN_ADD(a, b) ((a) + (b))\n"
+    /* NaN never wins the maximum (the cpu backend's row maximum) */
+    "#define NN_MAX(a, b) ((b) > (a) ? (b) : (a))\n";
+
+/* One work-group per row of n: the row's maximum, the sum of exp(x - max), then the
+ * row written. exp is the cpu backend's: for f32 its exp_nonpositive (vm_expf's
+ * polynomial, arguments below -87 flushed to zero), for f64 the built-in. */
+static const char softmax_source[] =
+    "#if SINGLE\n"
+    "static float nn_exp(float x) {\n"
+    "    int32_t n;\n"
+    "    float p = vm_exp_parts(vm_select(x < -87.0f, -87.0f, x), &n);\n"
+    "    return vm_select(x < -87.0f, 0.0f, p * vm_pow2i(n));\n"
+    "}\n"
+    "#define nn_log vm_logf\n"
+    "#else\n"
+    "#define nn_exp exp\n"
+    "#define nn_log log\n"
+    "#endif\n"
+    "__kernel __attribute__((reqd_work_group_size(LOCAL, 1, 1)))\n"
+    "void softmax(long n, __global const T *a, long ao, __global T *y, long yo, int logarithm)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    "    long row = get_group_id(0);\n"
+    "    int lane = get_local_id(0);\n"
+    "    __global const T *x = a + ao + row * n;\n"
+    "    __global T *out = y + yo + row * n;\n"
+    "    T m = -INFINITY;\n"
+    "    for (long j = lane; j < n; j += LOCAL) { T v = x[j]; m = NN_MAX(m, v); }\n"
+    "    GROUP_REDUCE(part, lane, m, NN_MAX);\n"
+    "    T s = 0;\n"
+    "    for (long j = lane; j < n; j += LOCAL) s += nn_exp(x[j] - m);\n"
+    "    GROUP_REDUCE(part, lane, s, NN_ADD);\n"
+    "    if (logarithm) {\n"
+    /* (x - m) - log s, not x - (m + log s), which rounds away small differences */
+    "        T log_sum = nn_log(s);\n"
+    "        for (long j = lane; j < n; j += LOCAL) out[j] = (x[j] - m) - log_sum;\n"
+    "    } else {\n"
+    "#if SINGLE\n"
+    "        T scale = 1.0f / s;\n"
+    "        for (long j = lane; j < n; j += LOCAL) out[j] = nn_exp(x[j] - m) * scale;\n"
+    "#else\n"
+    "        for (long j = lane; j < n; j += LOCAL) out[j] = nn_exp(x[j] - m) / s;\n"
+    "#endif\n"
+    "    }\n"
+    "}\n";
+
+/* A reducing kernel's body: the group reduction, then body. */
+static cl_kernel reducing_kernel(const char *body, const char *name, fl_dtype dtype, int local)
+{
+    size_t size = sizeof group_reduce_source + strlen(body);
+    char *text = malloc(size);
+    if (!text) {
+        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
+        return NULL;
+    }
+    snprintf(text, size, "%s%s", group_reduce_source, body);
+    cl_kernel k = nn_kernel(text, name, dtype, local);
+    free(text);
+    return k;
+}
+
+static int ocl_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)
+{
+    (void)self;
+    int rc = check_float("softmax", a->dtype);
+    if (rc)
+        return rc;
+    fl_tensor *x = ocl_contiguous(a);
+    if (!x)
+        return FL_ERR_BACKEND;
+    if ((rc = ocl_alloc(out))) {
+        fl_release(x);
+        return rc;
+    }
+    cl_long n = a->ndim ? a->shape[a->ndim - 1] : 1;
+    size_t rows = n ? (size_t)(a->numel / n) : 0;
+    int local = group_size(n);
+    cl_kernel k = reducing_kernel(softmax_source, "softmax", a->dtype, local);
+    if (!k) {
+        fl_release(x);
+        return FL_ERR_BACKEND;
+    }
+    cl_long xo = element_offset(x), yo = element_offset(out);
+    cl_int log_flag = logarithm;
+    ocl_arg args[] = {OCL_VALUE(n), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo), OCL_MEM(ocl_impl(out)->buffer),
+                      OCL_VALUE(yo), OCL_VALUE(log_flag)};
+    size_t global = rows * (size_t)local, group = (size_t)local;
+    rc = ocl_launch_nd("softmax", k, 1, &global, &group, 6, args);
+    fl_release(x);
+    return rc;
+}
+
+/* ---- batch norm ----
+ * x [N, C, S...] is read as N runs of S values per channel: element (n, c, s) of the
+ * dense x is at (n C + c) S + s. */
+
+/* One work-group per channel: the mean, then the biased variance around it (two
+ * passes: the sum of squares cancels when the mean is large against the spread). */
+static const char bn_stats_source[] =
+    "__kernel __attribute__((reqd_work_group_size(LOCAL, 1, 1)))\n"
+    "void bn_stats(long n, long c, long s, __global const T *x, long xo, __global T *mean, long mo,\n"
+    "              __global T *var, long vo)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    "    long ch = get_group_id(0), count = n * s;\n"
+    "    int lane = get_local_id(0);\n"
+    "    __global const T *xc = x + xo + ch * s;\n"
+    "    T acc = 0;\n"
+    "    for (long j = lane; j < count; j += LOCAL) acc += xc[(j / s) * c * s + j % s];\n"
+    "    GROUP_REDUCE(part, lane, acc, NN_ADD);\n"
+    "    T mu = acc / (T)count;\n"
+    "    T sq = 0;\n"
+    "    for (long j = lane; j < count; j += LOCAL) { T d = xc[(j / s) * c * s + j % s] - mu; sq += d * d; }\n"
+    "    GROUP_REDUCE(part, lane, sq, NN_ADD);\n"
+    "    if (lane == 0) { mean[mo + ch] = mu; var[vo + ch] = sq / (T)count; }\n"
+    "}\n";
+
+/* y = x scale + shift, scale = weight / sqrt(var + eps), shift = bias - mean scale;
+ * affine bit 0: weight given, bit 1: bias given (else 1 and 0). */
+static const char bn_apply_source[] =
+    "__kernel void bn_apply(long total, long c, long s, __global const T *x, long xo, __global T *y, long yo,\n"
+    "                       __global const T *mean, long mo, __global const T *var, long vo,\n"
+    "                       __global const T *w, long wo, __global const T *b, long bo, int affine, T eps)\n"
+    "{\n"
+    "    long i = get_global_id(0);\n"
+    "    if (i >= total) return;\n"
+    "    long ch = i / s % c;\n"
+    "    T weight = affine & 1 ? w[wo + ch] : (T)1, bias = affine & 2 ? b[bo + ch] : (T)0;\n"
+    "    T scale = weight / sqrt(var[vo + ch] + eps), shift = bias - mean[mo + ch] * scale;\n"
+    "    y[yo + i] = x[xo + i] * scale + shift;\n"
+    "}\n";
+
+/* One work-group per channel: sum dy and sum dy (x - mean) into sums[so + ch] and
+ * sums[so + c + ch]; with bit 0 of want dweight = sum dy (x - mean) invstd, with bit 1
+ * dbias = sum dy. */
+static const char bn_grad_sums_source[] =
+    "__kernel __attribute__((reqd_work_group_size(LOCAL, 1, 1)))\n"
+    "void bn_grad_sums(long n, long c, long s, __global const T *dy, long dyo, __global const T *x, long xo,\n"
+    "                  __global const T *mean, long mo, __global const T *invstd, long io, __global T *sums, long so,\n"
+    "                  __global T *dw, long dwo, __global T *db, long dbo, int want)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    "    long ch = get_group_id(0), count = n * s;\n"
+    "    int lane = get_local_id(0);\n"
+    "    __global const T *dyc = dy + dyo + ch * s, *xc = x + xo + ch * s;\n"
+    "    T mu = mean[mo + ch], a = 0, b = 0;\n"
+    "    for (long j = lane; j < count; j += LOCAL) {\n"
+    "        long at = (j / s) * c * s + j % s;\n"
+    "        T g = dyc[at];\n"
+    "        a += g;\n"
+    "        b += g * (xc[at] - mu);\n"
+    "    }\n"
+    "    GROUP_REDUCE(part, lane, a, NN_ADD);\n"
+    "    GROUP_REDUCE(part, lane, b, NN_ADD);\n"
+    "    if (lane == 0) {\n"
+    "        sums[so + ch] = a;\n"
+    "        sums[so + c + ch] = b;\n"
+    "        if (want & 1) dw[dwo + ch] = b * invstd[io + ch];\n"
+    "        if (want & 2) db[dbo + ch] = a;\n"
+    "    }\n"
+    "}\n";
+
+/* dx = weight invstd (dy - sum dy / M - (x - mean) invstd^2 sum dy (x - mean) / M)
+ * in training (M values per channel), weight invstd dy otherwise. */
+static const char bn_grad_input_source[] =
+    "__kernel void bn_grad_input(long total, long c, long s, __global const T *dy, long dyo, __global const T *x,\n"
+    "                            long xo, __global const T *mean, long mo, __global const T *invstd, long io,\n"
+    "                            __global const T *w, long wo, int has_weight, __global const T *sums, long so,\n"
+    "                            int training, __global T *dx, long dxo)\n"
+    "{\n"
+    "    long i = get_global_id(0);\n"
+    "    if (i >= total) return;\n"
+    "    long ch = i / s % c;\n"
+    "    T inv = invstd[io + ch], scale = (has_weight ? w[wo + ch] : (T)1) * inv;\n"
+    "    if (training) {\n"
+    "        T count = (T)(total / c);\n"
+    "        T mean_dy = sums[so + ch] / count, proj = sums[so + c + ch] / count * inv * inv;\n"
+    "        dx[dxo + i] = scale * (dy[dyo + i] - mean_dy - (x[xo + i] - mean[mo + ch]) * proj);\n"
+    "    } else {\n"
+    "        dx[dxo + i] = scale * dy[dyo + i];\n"
+    "    }\n"
+    "}\n";
+
+typedef struct bn_shape {
+    cl_long n, c, s;
+} bn_shape;
+
+static bn_shape shape_of(const fl_tensor *x)
+{
+    bn_shape g = {x->shape[0], x->shape[1], 1};
+    for (int i = 2; i < x->ndim; i++)
+        g.s *= x->shape[i];
+    return g;
+}
+
+/* A kernel argument for an optional tensor: its buffer and offset, or stand's (any
+ * buffer, which the kernel does not touch) and 0. */
+static void optional_arg(const fl_tensor *t, const fl_tensor *stand, ocl_arg *mem, cl_long *offset)
+{
+    *mem = OCL_MEM(ocl_impl(t ? t : stand)->buffer);
+    *offset = t ? element_offset(t) : 0;
+}
+
+/* Allocates each of count outputs that is not NULL. */
+static int alloc_all(int count, fl_tensor *const *outs)
+{
+    for (int i = 0; i < count; i++) {
+        int rc = outs[i] ? ocl_alloc(outs[i]) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int ocl_batch_norm(const fl_backend *self, fl_tensor *y, fl_tensor *save_mean, fl_tensor *save_var,
+                          const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias,
+                          const fl_tensor *running_mean, const fl_tensor *running_var, double eps)
+{
+    (void)self;
+    int rc = check_float("batch_norm", x->dtype);
+    if (rc)
+        return rc;
+    bool training = !running_mean;
+    enum { X, WEIGHT, BIAS, MEAN, VAR, INPUTS };
+    const fl_tensor *inputs[INPUTS] = {x, weight, bias, training ? NULL : running_mean,
+                                       training ? NULL : running_var};
+    fl_tensor *d[INPUTS];
+    if (!dense_all(INPUTS, inputs, d))
+        return FL_ERR_BACKEND;
+    fl_tensor *outs[3] = {y, training ? save_mean : NULL, training ? save_var : NULL};
+    if ((rc = alloc_all(3, outs))) {
+        release_all(INPUTS, d);
+        return rc;
+    }
+    fl_dtype dtype = x->dtype;
+    bn_shape g = shape_of(x);
+    const fl_tensor *mean = training ? save_mean : d[MEAN], *var = training ? save_var : d[VAR];
+    if (training) {
+        int local = group_size(g.n * g.s);
+        cl_kernel k = reducing_kernel(bn_stats_source, "bn_stats", dtype, local);
+        if (!k) {
+            release_all(INPUTS, d);
+            return FL_ERR_BACKEND;
+        }
+        cl_long xo = element_offset(d[X]), mo = element_offset(mean), vo = element_offset(var);
+        ocl_arg args[] = {OCL_VALUE(g.n), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[X])->buffer),
+                          OCL_VALUE(xo), OCL_MEM(ocl_impl(mean)->buffer), OCL_VALUE(mo),
+                          OCL_MEM(ocl_impl(var)->buffer), OCL_VALUE(vo)};
+        size_t global = (size_t)g.c * (size_t)local, group = (size_t)local;
+        if ((rc = ocl_launch_nd("batch_norm", k, 1, &global, &group, 9, args))) {
+            release_all(INPUTS, d);
+            return rc;
+        }
+    }
+    cl_kernel k = nn_kernel(bn_apply_source, "bn_apply", dtype, 1);
+    if (!k) {
+        release_all(INPUTS, d);
+        return FL_ERR_BACKEND;
+    }
+    cl_long total = x->numel, xo = element_offset(d[X]), yo = element_offset(y), mo = element_offset(mean),
+            vo = element_offset(var), wo, bo;
+    ocl_arg w_mem, b_mem;
+    optional_arg(d[WEIGHT], d[X], &w_mem, &wo);
+    optional_arg(d[BIAS], d[X], &b_mem, &bo);
+    cl_int affine = (d[WEIGHT] ? 1 : 0) | (d[BIAS] ? 2 : 0);
+    float eps_f = (float)eps;
+    ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[X])->buffer),
+                      OCL_VALUE(xo), OCL_MEM(ocl_impl(y)->buffer), OCL_VALUE(yo), OCL_MEM(ocl_impl(mean)->buffer),
+                      OCL_VALUE(mo), OCL_MEM(ocl_impl(var)->buffer), OCL_VALUE(vo), w_mem, OCL_VALUE(wo), b_mem,
+                      OCL_VALUE(bo), OCL_VALUE(affine), dtype == FL_F32 ? OCL_VALUE(eps_f) : OCL_VALUE(eps)};
+    rc = ocl_launch("batch_norm", k, (size_t)total, 17, args);
+    release_all(INPUTS, d);
+    return rc;
+}
+
+static int ocl_batch_norm_backward(const fl_backend *self, fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias,
+                                   const fl_tensor *dy, const fl_tensor *x, const fl_tensor *mean,
+                                   const fl_tensor *invstd, const fl_tensor *weight, bool training)
+{
+    (void)self;
+    int rc = check_float("batch_norm_backward", x->dtype);
+    if (rc)
+        return rc;
+    enum { DY, X, MEAN, INVSTD, WEIGHT, INPUTS };
+    const fl_tensor *inputs[INPUTS] = {dy, x, mean, invstd, weight};
+    fl_tensor *d[INPUTS];
+    if (!dense_all(INPUTS, inputs, d))
+        return FL_ERR_BACKEND;
+    fl_tensor *outs[3] = {dx, dweight, dbias};
+    if ((rc = alloc_all(3, outs))) {
+        release_all(INPUTS, d);
+        return rc;
+    }
+    fl_dtype dtype = x->dtype;
+    bn_shape g = shape_of(x);
+    cl_long dyo = element_offset(d[DY]), xo = element_offset(d[X]), mo = element_offset(d[MEAN]),
+            io = element_offset(d[INVSTD]);
+    /* The per-channel sums, which dx needs in training and dweight and dbias are. */
+    ocl_buffer *sums = NULL;
+    cl_long so = 0;
+    if (dweight || dbias || (dx && training)) {
+        sums = ocl_buffer_new(2 * (size_t)g.c * ocl_element_size(dtype));
+        if (!sums) {
+            release_all(INPUTS, d);
+            return FL_ERR_MEMORY;
+        }
+        so = (cl_long)(sums->offset / ocl_element_size(dtype));
+        int local = group_size(g.n * g.s);
+        cl_kernel k = reducing_kernel(bn_grad_sums_source, "bn_grad_sums", dtype, local);
+        if (!k) {
+            rc = FL_ERR_BACKEND;
+            goto done;
+        }
+        cl_long dwo = dweight ? element_offset(dweight) : 0, dbo = dbias ? element_offset(dbias) : 0;
+        cl_int want = (dweight ? 1 : 0) | (dbias ? 2 : 0);
+        ocl_arg args[] = {OCL_VALUE(g.n), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[DY])->buffer),
+                          OCL_VALUE(dyo), OCL_MEM(ocl_impl(d[X])->buffer), OCL_VALUE(xo),
+                          OCL_MEM(ocl_impl(d[MEAN])->buffer), OCL_VALUE(mo), OCL_MEM(ocl_impl(d[INVSTD])->buffer),
+                          OCL_VALUE(io), OCL_MEM(sums), OCL_VALUE(so),
+                          OCL_MEM(dweight ? ocl_impl(dweight)->buffer : sums), OCL_VALUE(dwo),
+                          OCL_MEM(dbias ? ocl_impl(dbias)->buffer : sums), OCL_VALUE(dbo), OCL_VALUE(want)};
+        size_t global = (size_t)g.c * (size_t)local, group = (size_t)local;
+        if ((rc = ocl_launch_nd("batch_norm_backward", k, 1, &global, &group, 18, args)))
+            goto done;
+    }
+    if (dx) {
+        cl_kernel k = nn_kernel(bn_grad_input_source, "bn_grad_input", dtype, 1);
+        if (!k) {
+            rc = FL_ERR_BACKEND;
+            goto done;
+        }
+        cl_long total = x->numel, wo, dxo = element_offset(dx);
+        ocl_arg w_mem;
+        optional_arg(d[WEIGHT], d[X], &w_mem, &wo);
+        cl_int has_weight = d[WEIGHT] != NULL, train = training;
+        ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[DY])->buffer),
+                          OCL_VALUE(dyo), OCL_MEM(ocl_impl(d[X])->buffer), OCL_VALUE(xo),
+                          OCL_MEM(ocl_impl(d[MEAN])->buffer), OCL_VALUE(mo), OCL_MEM(ocl_impl(d[INVSTD])->buffer),
+                          OCL_VALUE(io), w_mem, OCL_VALUE(wo), OCL_VALUE(has_weight),
+                          OCL_MEM(sums ? sums : ocl_impl(d[X])->buffer), OCL_VALUE(so), OCL_VALUE(train),
+                          OCL_MEM(ocl_impl(dx)->buffer), OCL_VALUE(dxo)};
+        rc = ocl_launch("batch_norm_backward", k, (size_t)total, 19, args);
+    }
+done:
+    /* The queue is in order: a buffer released here is reused only by later kernels. */
+    if (sums)
+        ocl_buffer_release(sums);
+    release_all(INPUTS, d);
+    return rc;
+}
+
+/* ---- GELU ---- */
+
+/* f64: gelu.h's formulas in double (the fused expressions of expressions.h are
+ * written for float, their constants rounded to it), reading x and dy through
+ * their strides. form: 0 exact, 1 tanh; with_dy: the gradient. */
+static const char gelu_f64_source[] =
+    "static long nn_at(long i, int ndim, const __private long *shape, const __private long *strides) {\n"
+    "    long at = 0;\n"
+    "    for (int d = ndim - 1; d >= 0; d--) { at += i % shape[d] * strides[d]; i /= shape[d]; }\n"
+    "    return at;\n"
+    "}\n"
+    "__kernel void gelu(long total, int ndim, long8 shape8, __global const T *x, long xo, long8 xs8,\n"
+    "                   __global const T *dy, long dyo, long8 dys8, __global T *y, long yo, int approximate,\n"
+    "                   int with_dy)\n"
+    "{\n"
+    "    long i = get_global_id(0);\n"
+    "    if (i >= total) return;\n"
+    "    long shape[8], xs[8], dys[8];\n"
+    "    vstore8(shape8, 0, shape); vstore8(xs8, 0, xs); vstore8(dys8, 0, dys);\n"
+    "    T v = x[xo + nn_at(i, ndim, shape, xs)], r;\n"
+    "    if (with_dy) {\n"
+    "        T g = dy[dyo + nn_at(i, ndim, shape, dys)];\n"
+    "        r = approximate ? g * GELU_TANH_SLOPE(T, v, GELU_TANH_TERM(T, v, tanh))\n"
+    "                        : g * GELU_SLOPE(T, v, erf, exp);\n"
+    "    } else {\n"
+    "        r = approximate ? GELU_TANH_VALUE(T, v, GELU_TANH_TERM(T, v, tanh)) : GELU_VALUE(T, v, erf);\n"
+    "    }\n"
+    "    y[yo + i] = r;\n"
+    "}\n";
+
+static cl_long8 strides_of(const fl_tensor *t)
+{
+    cl_long8 s = {{0}};
+    const ocl_tensor *o = ocl_impl(t);
+    for (int d = 0; d < t->ndim; d++)
+        s.s[d] = t->shape[d] == 1 ? 0 : o->strides[d];
+    return s;
+}
+
+static int gelu_f64(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
+{
+    if (!ocl_value(a) || (dy && !ocl_value(dy)))
+        return FL_ERR_BACKEND;
+    int rc = ocl_alloc(out);
+    if (rc)
+        return rc;
+    cl_kernel k = nn_kernel(gelu_f64_source, "gelu", FL_F64, 1);
+    if (!k)
+        return FL_ERR_BACKEND;
+    cl_long total = a->numel, xo = element_offset(a), dyo = dy ? element_offset(dy) : 0, yo = element_offset(out);
+    cl_int ndim = a->ndim, approx = approximate, with_dy = dy != NULL;
+    cl_long8 shape = {{0}}, xs = strides_of(a), dys = dy ? strides_of(dy) : xs;
+    for (int d = 0; d < a->ndim; d++)
+        shape.s[d] = a->shape[d];
+    ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(ndim), OCL_VALUE(shape), OCL_MEM(ocl_impl(a)->buffer),
+                      OCL_VALUE(xo), OCL_VALUE(xs), OCL_MEM(ocl_impl(dy ? dy : a)->buffer), OCL_VALUE(dyo),
+                      OCL_VALUE(dys), OCL_MEM(ocl_impl(out)->buffer), OCL_VALUE(yo), OCL_VALUE(approx),
+                      OCL_VALUE(with_dy)};
+    return ocl_launch("gelu", k, (size_t)total, 13, args);
+}
+
+/* f32: a pending node of the fused expressions (expressions.h), so that GELU fuses
+ * with the operations around it; f64 at once. */
+static int ocl_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
+{
+    (void)self;
+    int rc = check_float("gelu", a->dtype);
+    if (rc)
+        return rc;
+    if (dy && (dy->dtype != a->dtype || dy->ndim != a->ndim ||
+               memcmp(dy->shape, a->shape, sizeof *a->shape * (size_t)a->ndim) != 0))
+        return fl_backend_error(FL_ERR_SHAPE, "the gelu gradient needs dy of x's dtype and shape");
+    if (a->dtype == FL_F64)
+        return gelu_f64(out, a, dy, approximate);
+    if (dy)
+        return ocl_defer(out, approximate ? LAZY_GELU_TANH_GRAD : LAZY_GELU_GRAD, a, dy);
+    return ocl_defer(out, approximate ? LAZY_GELU_TANH : LAZY_GELU, a, NULL);
+}
+
+void ocl_register_nn(fl_backend *b)
+{
+    b->softmax = ocl_softmax;
+    b->batch_norm = ocl_batch_norm;
+    b->batch_norm_backward = ocl_batch_norm_backward;
+    b->gelu = ocl_gelu;
+}
