@@ -155,16 +155,29 @@ static int copy_dense(const char *operation, cl_kernel kernel, const fl_tensor *
     return copy_into(operation, kernel, t, out, 0, dense);
 }
 
+/* 0, or an error where an operand's dtype is not want (the kernels move elements by
+ * size, so a mismatch would read garbage rather than fail). */
+static int check_dtypes(const char *operation, fl_dtype want, int count, const fl_tensor *const *operands)
+{
+    for (int i = 0; i < count; i++)
+        if (operands[i]->dtype != want)
+            return fl_backend_error(FL_ERR_DTYPE, "%s takes %s operands here, not %s", operation,
+                                    fl_dtype_name(want), fl_dtype_name(operands[i]->dtype));
+    return 0;
+}
+
 /* ---- concat, update_slice ---- */
 
 static int ocl_concat(const fl_backend *self, fl_tensor *out, const fl_tensor *const *inputs, int count, int axis)
 {
     (void)self;
+    int rc = check_dtypes("concat", out->dtype, count, inputs);
+    if (rc)
+        return rc;
     cl_kernel kernel = copy_kernel("copy_strided", out->dtype);
     if (!kernel)
         return FL_ERR_BACKEND;
-    int rc = ocl_alloc(out);
-    if (rc)
+    if ((rc = ocl_alloc(out)))
         return rc;
     int64_t strides[FL_MAX_DIMS], position = 0;
     ocl_dense_strides(out->ndim, out->shape, strides);
@@ -181,11 +194,13 @@ static int ocl_update_slice(const fl_backend *self, fl_tensor *out, const fl_ten
                             const int64_t *start, const int64_t *step)
 {
     (void)self;
+    int rc = check_dtypes("update_slice", out->dtype, 2, (const fl_tensor *[]){base, src});
+    if (rc)
+        return rc;
     cl_kernel kernel = copy_kernel("copy_strided", out->dtype);
     if (!kernel)
         return FL_ERR_BACKEND;
-    int rc = ocl_alloc(out);
-    if (rc || out->numel == 0)
+    if ((rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     if (!ocl_value(base) || !ocl_value(src))
         return FL_ERR_BACKEND;
@@ -206,13 +221,13 @@ static int ocl_where(const fl_backend *self, fl_tensor *out, const fl_tensor *co
                      const fl_tensor *b)
 {
     (void)self;
-    if (cond->dtype != FL_BOOL)
-        return fl_backend_error(FL_ERR_DTYPE, "where takes a bool condition, not %s", fl_dtype_name(cond->dtype));
+    int rc = check_dtypes("where", FL_BOOL, 1, &cond);
+    if (rc || (rc = check_dtypes("where", out->dtype, 2, (const fl_tensor *[]){a, b})))
+        return rc;
     cl_kernel kernel = copy_kernel("choose", out->dtype);
     if (!kernel)
         return FL_ERR_BACKEND;
-    int rc = ocl_alloc(out);
-    if (rc || out->numel == 0)
+    if ((rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     if (!ocl_value(cond) || !ocl_value(a) || !ocl_value(b))
         return FL_ERR_BACKEND;
@@ -249,8 +264,8 @@ static int take(const char *operation, fl_tensor *out, const fl_tensor *a, int a
 static int ocl_gather(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis, const fl_tensor *index)
 {
     (void)self;
-    int rc = ocl_alloc(out);
-    if (rc || out->numel == 0)
+    int rc = check_dtypes("gather", out->dtype, 1, &a);
+    if (rc || (rc = check_dtypes("gather", FL_I64, 1, &index)) || (rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     if (!ocl_value(a) || !ocl_value(index))
         return FL_ERR_BACKEND;
@@ -262,8 +277,8 @@ static int ocl_index_select(const fl_backend *self, fl_tensor *out, const fl_ten
                             const fl_tensor *index)
 {
     (void)self;
-    int rc = ocl_alloc(out);
-    if (rc || out->numel == 0)
+    int rc = check_dtypes("index_select", out->dtype, 1, &a);
+    if (rc || (rc = check_dtypes("index_select", FL_I64, 1, &index)) || (rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     if (!ocl_value(a) || !ocl_value(index))
         return FL_ERR_BACKEND;
@@ -283,6 +298,9 @@ static int ocl_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tens
                            const fl_tensor *index, const fl_tensor *src)
 {
     (void)self;
+    int rc = check_dtypes("scatter_add", out->dtype, 2, (const fl_tensor *[]){base, src});
+    if (rc || (rc = check_dtypes("scatter_add", FL_I64, 1, &index)))
+        return rc;
     /* the prelude, the reduction's definitions, then the kernel */
     size_t size = strlen(kg_opencl.prelude) + sizeof scatter_kernel + SOURCE_MAX;
     char *source = malloc(size);
@@ -300,8 +318,7 @@ static int ocl_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tens
     cl_kernel copy = scatter ? copy_kernel("copy_strided", out->dtype) : NULL;
     if (!copy)
         return FL_ERR_BACKEND;
-    int rc = ocl_alloc(out);
-    if (rc || out->numel == 0)
+    if ((rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     if (!ocl_value(base) || !ocl_value(index) || !ocl_value(src))
         return FL_ERR_BACKEND;

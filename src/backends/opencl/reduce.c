@@ -188,21 +188,29 @@ static int kernels_of(const char *operation, bool made, const char *source, fl_d
 
 /* ---- sum, prod, max, min ---- */
 
-static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, unsigned mask)
+/* The kernel of reduction op: the group kernel (dense rows) or the item one. */
+static int reduce_kernel(const char *name, int op, fl_dtype dtype, bool groups, int local, cl_kernel *kernel)
 {
     char *source = malloc(SOURCE_MAX);
     if (!source)
         return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-    int local = group_size();
-    cl_kernel columns = NULL, rows = NULL;
-    bool made = kg_reduce_columns(&kg_opencl, op, a->dtype, source, SOURCE_MAX);
-    int rc = kernels_of(name, made, source, a->dtype, 1, (const char *[]){"reduce_columns"}, &columns);
-    if (!rc) {
-        made = kg_reduce_rows(&kg_opencl, op, a->dtype, local, source, SOURCE_MAX);
-        rc = kernels_of(name, made, source, a->dtype, 1, (const char *[]){"reduce"}, &rows);
-    }
+    bool made = groups ? kg_reduce_rows(&kg_opencl, op, dtype, local, source, SOURCE_MAX)
+                       : kg_reduce_columns(&kg_opencl, op, dtype, source, SOURCE_MAX);
+    int rc = kernels_of(name, made, source, dtype, 1, (const char *[]){groups ? "reduce" : "reduce_columns"}, kernel);
     free(source);
-    if (rc || (rc = ocl_alloc(out)) || out->numel == 0)
+    return rc;
+}
+
+static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, unsigned mask)
+{
+    char defines[512];
+    if (!kg_reduction_defines(op, a->dtype, defines, sizeof defines))
+        return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(a->dtype));
+    if (out->dtype != a->dtype)
+        return fl_backend_error(FL_ERR_DTYPE, "%s gives %s, not %s", name, fl_dtype_name(a->dtype),
+                                fl_dtype_name(out->dtype));
+    int rc = ocl_alloc(out);
+    if (rc || out->numel == 0)
         return rc;
     if (!ocl_value(a))
         return FL_ERR_BACKEND;
@@ -215,16 +223,22 @@ static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, 
         p.slots[0] = (kg_slot){KG_LEAF, {0, -1}, a->dtype};
         return ocl_run_program(name, &p, &a, NULL, &out);
     }
+    int local = group_size();
+    cl_kernel kernel;
     if (a->numel == 0) { /* an empty reduced axis: every output is the identity */
         lines none = {out->numel, 0, 1, 0, 0, 0};
-        return launch_lines(name, columns, &none, a, out, false, local);
+        rc = reduce_kernel(name, op, a->dtype, false, local, &kernel);
+        return rc ? rc : launch_lines(name, kernel, &none, a, out, false, local);
     }
     fl_tensor *x;
     lines v;
     if ((rc = lines_of(a, mask, false, &x, &v)))
         return rc;
-    if (!group_per_output(&v)) {
-        rc = launch_lines(name, columns, &v, x, out, false, local);
+    bool groups = group_per_output(&v);
+    if ((rc = reduce_kernel(name, op, a->dtype, groups, local, &kernel))) {
+        /* no kernel */
+    } else if (!groups) {
+        rc = launch_lines(name, kernel, &v, x, out, false, local);
     } else if (!(v.inner == 1 && v.sk == 1 && (v.outer == 1 || v.so == v.k)) && (rc = dense_lines(&x, &v))) {
         /* the group kernel reads dense rows; the copy failed */
     } else {
@@ -232,7 +246,7 @@ static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, 
         ocl_arg args[] = {OCL_VALUE(nrows), OCL_VALUE(k), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo),
                           OCL_MEM(ocl_impl(out)->buffer), OCL_VALUE(yo)};
         size_t global = (size_t)nrows * (size_t)local, size = (size_t)local;
-        rc = ocl_launch_nd(name, rows, 1, &global, &size, 6, args);
+        rc = ocl_launch_nd(name, kernel, 1, &global, &size, 6, args);
     }
     fl_release(x);
     return rc;
@@ -254,6 +268,8 @@ REDUCE_ENTRY(min, LAZY_MIN)
 
 static int arg_extremum(const char *name, int op, fl_tensor *out, const fl_tensor *a, int axis)
 {
+    if (out->dtype != FL_I64)
+        return fl_backend_error(FL_ERR_DTYPE, "%s gives i64, not %s", name, fl_dtype_name(out->dtype));
     int64_t length = a->ndim ? a->shape[axis] : 1;
     if (length == 0 && out->numel > 0)
         return fl_backend_error(FL_ERR_SHAPE, "%s of an empty axis", name);
@@ -294,6 +310,9 @@ static int ocl_argmin(const fl_backend *self, fl_tensor *out, const fl_tensor *a
 static int ocl_cumsum(const fl_backend *self, fl_tensor *out, const fl_tensor *a, int axis)
 {
     (void)self;
+    if (out->dtype != a->dtype)
+        return fl_backend_error(FL_ERR_DTYPE, "cumsum gives %s, not %s", fl_dtype_name(a->dtype),
+                                fl_dtype_name(out->dtype));
     char *source = malloc(SOURCE_MAX);
     if (!source)
         return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");

@@ -138,6 +138,9 @@ int ocl_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, cons
              bool descending)
 {
     (void)self;
+    if (values->dtype != a->dtype || indices->dtype != FL_I64)
+        return fl_backend_error(FL_ERR_DTYPE, "sort gives %s values and i64 indices, not %s and %s",
+                                fl_dtype_name(a->dtype), fl_dtype_name(values->dtype), fl_dtype_name(indices->dtype));
     const char *key = key_source(a->dtype);
     if (!key)
         return fl_backend_error(FL_ERR_DTYPE, "sort has no %s kernel", fl_dtype_name(a->dtype));
