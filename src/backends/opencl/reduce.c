@@ -6,7 +6,8 @@
  *
  * Every operation reads its input as lines: [outer, k, inner] through strides, k
  * the reduced axes. A view whose axes merge into that shape is read in place;
- * anything else is first copied with the reduced axes last, by a generated copy.
+ * anything else is first copied by a generated copy: with the reduced axes last, or
+ * in its own order for cumsum, whose output follows the input's.
  * Then one of two kernels runs:
  *  - a work item per output walking its line in order, when there are many outputs
  *    or the lines are short (the columns of a matrix, the rows of a tall one);
