@@ -298,7 +298,9 @@ bool kg_elementwise(const kg_dialect *d, const kg_program *p, char *source, size
     return !t.full;
 }
 
-bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size)
+/* "#define T", "#define IDENTITY" and "#define COMBINE(a, v)" of reduction op on
+ * dtype, from KG_REDUCTIONS; false where op does not take dtype. */
+static bool reduction_defines(text *t, int op, fl_dtype dtype)
 {
     const char *identity = NULL, *combine = NULL;
     switch (op) {
@@ -312,26 +314,41 @@ bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size,
     default:
         return false;
     }
-    if (dtype == FL_F16 || dtype == FL_BF16)
+    /* The half types reduce in f32; sums and products of bool are i64 sums (the
+     * tensor layer's rule), as on the cpu backend. */
+    if (dtype == FL_F16 || dtype == FL_BF16 || (dtype == FL_BOOL && (op == LAZY_SUM || op == LAZY_PROD)))
         return false;
-    text t = {source, size, false};
-    const char *T = kg_type(dtype);
     /* Integer sums and products wrap, as unsigned arithmetic (the cpu backend's rule). */
     bool wrap = !is_float(dtype) && (op == LAZY_SUM || op == LAZY_PROD);
-    put(&t, "%s\n#define T %s\n", d->prelude, T);
+    put(t, "#define T %s\n#define IDENTITY (%s)\n", kg_type(dtype), identity);
     if (wrap)
-        put(&t, "#define COMBINE(a, v) ((T)((%s)(a) %c (%s)(v)))\n", unsigned_type(dtype), op == LAZY_SUM ? '+' : '*',
+        put(t, "#define COMBINE(a, v) ((T)((%s)(a) %c (%s)(v)))\n", unsigned_type(dtype), op == LAZY_SUM ? '+' : '*',
             unsigned_type(dtype));
     else
-        put(&t, "#define COMBINE(a, v) (%s)\n", combine);
+        put(t, "#define COMBINE(a, v) (%s)\n", combine);
+    return true;
+}
+
+bool kg_reduction_defines(int op, fl_dtype dtype, char *text_out, size_t size)
+{
+    text t = {text_out, size, false};
+    return reduction_defines(&t, op, dtype) && !t.full;
+}
+
+bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size)
+{
+    text t = {source, size, false};
+    put(&t, "%s\n", d->prelude);
+    if (!reduction_defines(&t, op, dtype))
+        return false;
     put(&t,
         "%s __attribute__((reqd_work_group_size(%d, 1, 1)))\n"
-        "void reduce(long rows, long k, %s const T *a, long ao, %s T *y, long yo)\n"
+        "reduce(long rows, long k, %s const T *a, long ao, %s T *y, long yo)\n"
         "{\n"
         "    __local T part[%d];\n"
         "    long row = get_group_id(0);\n"
         "    int lane = get_local_id(0);\n"
-        "    T acc = %s;\n"
+        "    T acc = IDENTITY;\n"
         "    if (row < rows) {\n"
         "        %s const T *x = a + ao + row * k;\n"
         "        for (long j = lane; j < k; j += %d) { T v = x[j]; T a = acc; acc = COMBINE(a, v); }\n"
@@ -344,6 +361,140 @@ bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size,
         "    }\n"
         "    if (lane == 0 && row < rows) y[yo + row] = part[0];\n"
         "}\n",
-        d->kernel, local_size, d->global, d->global, local_size, identity, d->global, local_size, local_size);
+        d->kernel, local_size, d->global, d->global, local_size, d->global, local_size, local_size);
+    return !t.full;
+}
+
+/* The arguments of the strided kernels below: an input read as [outer, k, inner]
+ * through strides, and a dense output. */
+#define STRIDED_PARAMETERS "long outer, long k, long inner, %s const T *a, long ao, long so, long sk, long si, %s "
+
+bool kg_reduce_columns(const kg_dialect *d, int op, fl_dtype dtype, char *source, size_t size)
+{
+    text t = {source, size, false};
+    put(&t, "%s\n", d->prelude);
+    if (!reduction_defines(&t, op, dtype))
+        return false;
+    put(&t,
+        "%s reduce_columns(" STRIDED_PARAMETERS "T *y, long yo)\n"
+        "{\n"
+        "    long g = %s;\n"
+        "    if (g >= outer * inner) return;\n"
+        "    %s const T *x = a + ao + g / inner * so + g %% inner * si;\n"
+        "    T acc = IDENTITY;\n"
+        "    for (long j = 0; j < k; j++) { T v = x[j * sk]; T a = acc; acc = COMBINE(a, v); }\n"
+        "    y[yo + g] = acc;\n"
+        "}\n",
+        d->kernel, d->global, d->global, d->index, d->global);
+    return !t.full;
+}
+
+bool kg_arg_reduce(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size)
+{
+    if (op != LAZY_MAX && op != LAZY_MIN)
+        return false;
+    text t = {source, size, false};
+    put(&t, "%s\n", d->prelude);
+    if (!reduction_defines(&t, op, dtype))
+        return false;
+    /* v at iv replaces the candidate a at ia where the combination keeps v and not
+     * a value equal to a (NaN counting as equal to NaN), or where they are equal and
+     * v comes first: the first extreme, and the first NaN, as on the cpu backend. */
+    put(&t,
+        "#define KG_SAME(x, z) ((x) == (z) || ((x) != (x) && (z) != (z)))\n"
+        "static bool kg_takes(T a, long ia, T v, long iv)\n"
+        "{\n"
+        "    if (KG_SAME(a, v)) return iv < ia;\n"
+        "    T c = COMBINE(a, v);\n"
+        "    return !KG_SAME(c, a);\n"
+        "}\n"
+        "%s __attribute__((reqd_work_group_size(%d, 1, 1)))\n"
+        "arg_rows(" STRIDED_PARAMETERS "long *y, long yo)\n"
+        "{\n"
+        "    __local T best[%d];\n"
+        "    __local long at[%d];\n"
+        "    long row = get_group_id(0);\n"
+        "    int lane = get_local_id(0);\n"
+        "    T b = IDENTITY;\n"
+        "    long ib = LONG_MAX;\n"
+        "    if (row < outer * inner) {\n"
+        "        %s const T *x = a + ao + row / inner * so + row %% inner * si;\n"
+        "        for (long j = lane; j < k; j += %d) {\n"
+        "            T v = x[j * sk];\n"
+        "            if (kg_takes(b, ib, v, j)) { b = v; ib = j; }\n"
+        "        }\n"
+        "    }\n"
+        "    best[lane] = b;\n"
+        "    at[lane] = ib;\n"
+        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    for (int s = %d / 2; s > 0; s >>= 1) {\n"
+        "        if (lane < s && kg_takes(best[lane], at[lane], best[lane + s], at[lane + s])) {\n"
+        "            best[lane] = best[lane + s];\n"
+        "            at[lane] = at[lane + s];\n"
+        "        }\n"
+        "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    }\n"
+        "    if (lane == 0 && row < outer * inner) y[yo + row] = at[0];\n"
+        "}\n"
+        "%s arg_columns(" STRIDED_PARAMETERS "long *y, long yo)\n"
+        "{\n"
+        "    long g = %s;\n"
+        "    if (g >= outer * inner) return;\n"
+        "    %s const T *x = a + ao + g / inner * so + g %% inner * si;\n"
+        "    T b = IDENTITY;\n"
+        "    long ib = LONG_MAX;\n"
+        "    for (long j = 0; j < k; j++) { T v = x[j * sk]; if (kg_takes(b, ib, v, j)) { b = v; ib = j; } }\n"
+        "    y[yo + g] = ib;\n"
+        "}\n",
+        d->kernel, local_size, d->global, d->global, local_size, local_size, d->global, local_size, local_size,
+        d->kernel, d->global, d->global, d->index, d->global);
+    return !t.full;
+}
+
+bool kg_scan(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size)
+{
+    text t = {source, size, false};
+    put(&t, "%s\n", d->prelude);
+    if (!reduction_defines(&t, op, dtype))
+        return false;
+    put(&t,
+        "%s scan_lines(" STRIDED_PARAMETERS "T *y, long yo)\n"
+        "{\n"
+        "    long g = %s;\n"
+        "    if (g >= outer * inner) return;\n"
+        "    %s const T *x = a + ao + g / inner * so + g %% inner * si;\n"
+        "    %s T *out = y + yo + g / inner * k * inner + g %% inner;\n"
+        "    T acc = IDENTITY;\n"
+        "    for (long j = 0; j < k; j++) { T v = x[j * sk]; T a = acc; acc = COMBINE(a, v); out[j * inner] = acc; }\n"
+        "}\n"
+        /* A line a work-group at a time, in blocks of the group's size: each block is
+         * scanned in local memory (Hillis and Steele) and continues the carry. */
+        "%s __attribute__((reqd_work_group_size(%d, 1, 1)))\n"
+        "scan_groups(" STRIDED_PARAMETERS "T *y, long yo)\n"
+        "{\n"
+        "    __local T part[%d];\n"
+        "    long line = get_group_id(0);\n"
+        "    int lane = get_local_id(0);\n"
+        "    bool live = line < outer * inner;\n"
+        "    %s const T *x = a + ao + line / inner * so + line %% inner * si;\n"
+        "    %s T *out = y + yo + line / inner * k * inner + line %% inner;\n"
+        "    T carry = IDENTITY;\n"
+        "    for (long base = 0; base < k; base += %d) {\n"
+        "        long j = base + lane;\n"
+        "        part[lane] = live && j < k ? x[j * sk] : IDENTITY;\n"
+        "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "        for (int s = 1; s < %d; s <<= 1) {\n"
+        "            T earlier = lane >= s ? part[lane - s] : IDENTITY;\n"
+        "            barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "            if (lane >= s) { T a = earlier, v = part[lane]; part[lane] = COMBINE(a, v); }\n"
+        "            barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "        }\n"
+        "        if (live && j < k) { T a = carry, v = part[lane]; out[j * inner] = COMBINE(a, v); }\n"
+        "        { T a = carry, v = part[%d - 1]; carry = COMBINE(a, v); }\n"
+        "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    }\n"
+        "}\n",
+        d->kernel, d->global, d->global, d->index, d->global, d->global, d->kernel, local_size, d->global, d->global,
+        local_size, d->global, d->global, local_size, local_size, local_size);
     return !t.full;
 }

@@ -104,4 +104,30 @@ bool kg_elementwise(const kg_dialect *d, const kg_program *p, char *source, size
  * offset. */
 bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size);
 
+/* The definitions of reduction op on dtype, for kernels that accumulate with it
+ * (a scatter-add): "#define T <type>", IDENTITY and COMBINE(a, v), the combination of
+ * KG_REDUCTIONS (integer sums and products wrapping). False where op does not take
+ * dtype: the half types (which reduce in f32) and sums and products of bool. */
+bool kg_reduction_defines(int op, fl_dtype dtype, char *text, size_t size);
+
+/* The kernels below read their input as [outer, k, inner] through strides and walk
+ * k; their arguments: long outer, long k, long inner, the input buffer, its offset
+ * and its strides so, sk, si (longs, elements), the output buffer and offset. The
+ * output is dense, outer * inner elements (reductions) or the input's (scans). */
+
+/* "reduce_columns": out[o * inner + i] = op over a[o, 0 .. k, i], one work item per
+ * output, which walks k in order: for many outputs each reducing few elements. */
+bool kg_reduce_columns(const kg_dialect *d, int op, fl_dtype dtype, char *source, size_t size);
+
+/* Arg-extrema of op LAZY_MAX or LAZY_MIN, as i64 indices along k: the first element
+ * that op's combination keeps over the others, a NaN taking the place of the
+ * extreme. Two kernels: "arg_rows", a work-group of local_size (a power of two) per
+ * output, and "arg_columns", a work item per output. */
+bool kg_arg_reduce(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size);
+
+/* Inclusive scans with op along k (cumsum with LAZY_SUM), out[o, j, i] = op over
+ * a[o, 0 .. j, i]: "scan_lines", a work item per line walking it in order, and
+ * "scan_groups", a work-group of local_size (a power of two) per line. */
+bool kg_scan(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size);
+
 #endif

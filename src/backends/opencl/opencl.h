@@ -95,4 +95,8 @@ void ocl_register_linalg(fl_backend *b);
 void ocl_register_nn(fl_backend *b);
 void ocl_register_random(fl_backend *b);
 
+/* sort.c: the sort entry, registered by ocl_register_reduce. */
+int ocl_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis,
+             bool descending);
+
 #endif
