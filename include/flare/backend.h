@@ -100,6 +100,12 @@ struct fl_tensor {
     int64_t numel;
     const fl_backend *backend;
     void *impl; /* the backend's state: storage, strides, a pending expression, ... */
+    /* Bounds of an integer tensor's values that the tensor layer knows without reading
+     * them (bounded): every value lies in [low, high]. Set where a tensor is made from
+     * host values, and carried through casts, reshapes, slices and selections, so that
+     * index checks need not read a device's memory (the labels of a batch). */
+    bool bounded;
+    int64_t low, high;
 };
 
 /* Convolution parameters with defaults resolved (all strides and dilations >= 1). */

@@ -115,6 +115,12 @@ static inline bool fl_size_add(int64_t a, int64_t b, int64_t *out) { return !__b
  * input (a file, a layer's sizes) check it first for a message of their own. */
 bool fl_check_size(const char *fn, fl_dtype dtype, int ndim, const int64_t *shape);
 
+/* Bounds of an integer tensor's values known without reading them (it was made from
+ * host values, or cast, reshaped or selected from such a tensor): true and every
+ * value in [*low, *high], else false. Checks of class indices use it to skip reading
+ * a device's memory. */
+bool fl_known_bounds(const fl_tensor *t, int64_t *low, int64_t *high);
+
 /* ---- handing results to the caller's scope ---------------------------------------- */
 
 /* Takes a reference the caller owns and hands it to the innermost open scope, which

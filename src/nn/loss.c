@@ -72,7 +72,9 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
     fl_tensor *kept =
         ignored < 0x1p63 ? fl_ne(wide, fl_scalar(ignored, FL_I64)) : fl_cast(fl_ones_like(wide), FL_BOOL);
     fl_tensor *index = fl_unsqueeze(fl_where(kept, wide, fl_scalar(0, FL_I64)), class_axis);
-    if (fl_numel(index) > 0 && index) {
+    int64_t known_low, known_high;
+    bool known = fl_known_bounds(index, &known_low, &known_high) && known_low >= 0 && known_high < classes;
+    if (fl_numel(index) > 0 && index && !known) { /* read only what is not known to be good */
         double low = fl_item(fl_min(index, FL_ALL_AXES, false)), high = fl_item(fl_max(index, FL_ALL_AXES, false));
         if (low < 0 || high >= (double)classes) {
             fl_error(FL_ERR_INDEX, fn, "a target of %s is out of the %lld classes of %s", fl_describe(targets, dt),

@@ -29,6 +29,11 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
         return fl_out(fl__finish(fn, out_, primitive_(backend_, out_, __VA_ARGS__), 0, NULL));                     \
     } while (0)
 
+static fl_tensor *fl_from_data_unbounded(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    CREATE("fl_from_data", from_host, dtype, ndim, shape, data);
+}
+
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!check_dtype("fl_from_data", dtype) || !fl_check_size("fl_from_data", dtype, ndim, shape))
@@ -38,14 +43,27 @@ fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_
         numel *= shape[i];
     if (!data && numel > 0)
         return fl_error(FL_ERR_NULL, "fl_from_data", "data is NULL for %lld elements", (long long)numel);
-    CREATE("fl_from_data", from_host, dtype, ndim, shape, data);
+    fl_tensor *out = fl_from_data_unbounded(data, dtype, ndim, shape);
+    if (out && fl_dtype_is_integer(dtype) && numel > 0)
+        fl__bound_from_host(out, data);
+    return out;
+}
+
+static fl_tensor *full_unbounded(const char *fn, double value, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    CREATE(fn, full, dtype, ndim, shape, value);
 }
 
 static fl_tensor *full(const char *fn, double value, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     if ((unsigned)dtype < FL_DTYPE_COUNT && !fl__scalar_fits(value, dtype)) /* converting it would be undefined */
         return fl_error(FL_ERR_VALUE, fn, "%.17g does not fit the dtype %s", value, fl_dtype_name(dtype));
-    CREATE(fn, full, dtype, ndim, shape, value);
+    fl_tensor *out = full_unbounded(fn, value, dtype, ndim, shape);
+    if (out && fl_dtype_is_integer(dtype)) {
+        out->bounded = true;
+        out->low = out->high = (int64_t)value;
+    }
+    return out;
 }
 
 fl_tensor *fl_full(double value, fl_dtype dtype, int ndim, const int64_t *shape)
@@ -356,6 +374,7 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
         out = fl__new(target, t->dtype, t->ndim, t->shape);
         if (out)
             out = fl__finish("fl_to_backend", out, from_host(target, out, host), 1, &t);
+        fl__bound_like(out, t);
     }
     free(host);
     return fl_out(out);

@@ -113,7 +113,35 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
     fl_tensor *out = fl__new(t->backend, dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
-    return fl__finish("fl_cast", out, cast(t->backend, out, t), 1, &t);
+    out = fl__finish("fl_cast", out, cast(t->backend, out, t), 1, &t);
+    if (fl_dtype_is_integer(dtype) && t->bounded && fl__scalar_fits((double)t->low, dtype) &&
+        fl__scalar_fits((double)t->high, dtype)) /* the values survive the cast unchanged */
+        fl__bound_like(out, t);
+    return out;
+}
+
+void fl__bound_like(fl_tensor *out, const fl_tensor *t)
+{
+    if (out && t->bounded) {
+        out->bounded = true;
+        out->low = t->low;
+        out->high = t->high;
+    }
+}
+
+void fl__bound_from_host(fl_tensor *out, const void *data)
+{
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    for (int64_t i = 0; i < out->numel; i++) {
+        int64_t v = out->dtype == FL_I64   ? ((const int64_t *)data)[i]
+                    : out->dtype == FL_I32 ? ((const int32_t *)data)[i]
+                                           : ((const uint8_t *)data)[i];
+        low = v < low ? v : low;
+        high = v > high ? v : high;
+    }
+    out->bounded = true;
+    out->low = low;
+    out->high = high;
 }
 
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
@@ -126,7 +154,9 @@ fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
     fl_tensor *out = fl__new(t->backend, t->dtype, ndim, shape);
     if (!out)
         return NULL;
-    return fl__finish("fl_reshape", out, reshape(t->backend, out, t), 1, &t);
+    out = fl__finish("fl_reshape", out, reshape(t->backend, out, t), 1, &t);
+    fl__bound_like(out, t);
+    return out;
 }
 
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
@@ -178,4 +208,13 @@ fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int
     if (!out)
         return NULL;
     return fl__finish("fl_full", out, full(backend, out, value), 0, NULL);
+}
+
+bool fl_known_bounds(const fl_tensor *t, int64_t *low, int64_t *high)
+{
+    if (!t || !t->bounded)
+        return false;
+    *low = t->low;
+    *high = t->high;
+    return true;
 }

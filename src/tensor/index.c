@@ -215,6 +215,11 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
     if (out)
         out = fl__finish(fn, out, primitive(cond->backend, out, expanded[0], expanded[1], expanded[2]), 3,
                          (const fl_tensor *const *)expanded);
+    if (out && operands[1]->bounded && operands[2]->bounded) { /* each value is one of theirs */
+        out->bounded = true;
+        out->low = operands[1]->low < operands[2]->low ? operands[1]->low : operands[2]->low;
+        out->high = operands[1]->high > operands[2]->high ? operands[1]->high : operands[2]->high;
+    }
     for (int i = 0; i < 3; i++) {
         fl_release(operands[i]);
         fl_release(expanded[i]);
@@ -234,6 +239,8 @@ static fl_tensor *checked_index(const char *fn, const fl_tensor *index, const fl
         return fl_error(FL_ERR_DTYPE, fn, "the index must be an integer tensor, got %s", fl_describe(index, di));
     fl_tensor *wide = fl__cast(index, FL_I64);
     if (!wide || wide->numel == 0)
+        return wide;
+    if (index->bounded && index->low >= 0 && index->high < size) /* known good: no read */
         return wide;
     int64_t *values = malloc((size_t)wide->numel * sizeof *values);
     if (!values) {
@@ -298,6 +305,7 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
+        fl__bound_like(out, t); /* its values are some of t's */
     }
     fl_release(wide);
     return fl_out(out);

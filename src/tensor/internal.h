@@ -76,6 +76,10 @@ void fl__profile_end(void);
 /* Owned conversions used to prepare operands; they return t itself (retained) when
  * there is nothing to do. */
 fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype);
+/* Value bounds of integer tensors (struct fl_tensor's bounded): out gets t's, or the
+ * bounds of the numel values of out's dtype at data. Both ignore a NULL out. */
+void fl__bound_like(fl_tensor *out, const fl_tensor *t);
+void fl__bound_from_host(fl_tensor *out, const void *data);
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape);
 /* A tensor of value on a given backend. */

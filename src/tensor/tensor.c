@@ -60,6 +60,8 @@ fl_tensor *fl__new(const fl_backend *backend, fl_dtype dtype, int ndim, const in
     }
     t->backend = backend;
     t->impl = NULL;
+    t->bounded = false;
+    t->low = t->high = 0;
     return t;
 }
 
