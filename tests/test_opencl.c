@@ -85,7 +85,7 @@ static void held_intermediates_are_written_once(void **state)
 }
 
 /* One training step of a small classifier: the batch goes up, the loss comes down,
- * and nothing else crosses; after the first step no program is built again. */
+ * and nothing else crosses; once the steps repeat, no program is built again. */
 static void a_training_step_stays_on_the_device(void **state)
 {
     (void)state;
@@ -105,7 +105,7 @@ static void a_training_step_stays_on_the_device(void **state)
         labels[i] = i % 5;
     double first = 0, last = 0;
     fl_opencl_counters warm = {0};
-    for (int step = 0; step < 6; step++) {
+    for (int step = 0; step < 8; step++) {
         fl_scope scope = fl_scope_begin();
         fl_opencl_counters before = fl_opencl_counters_get();
         fl_tensor *x = fl_from_data(batch, FL_F32, 2, (int64_t[]){16, 20});
@@ -120,9 +120,11 @@ static void a_training_step_stays_on_the_device(void **state)
         assert_int_equal(after.uploads - before.uploads, 2); /* the batch and its labels */
         assert_int_equal(after.downloads - before.downloads, 1); /* the loss */
         assert_int_equal(after.waits - before.waits, 1);         /* for the loss only */
-        if (step == 1)
+        /* SGD's momentum buffer takes three steps to reach its steady form (absent,
+         * then the first gradient, then updated in place), so the programs do too. */
+        if (step == 2)
             warm = after;
-        if (step >= 2)
+        if (step > 2)
             assert_int_equal(after.builds, warm.builds); /* every kernel came from the cache */
         first = step == 0 ? value : first;
         last = value;

@@ -135,11 +135,28 @@ static void become_value(const fl_tensor *t, fl_tensor *value)
     ocl_dense_strides(t->ndim, t->shape, o->strides);
 }
 
+static int materialize(const fl_tensor *t);
+
+/* Memory telemetry attributes what a node allocates when it runs to the primitive
+ * that made it, as if it had run then. */
 int ocl_materialize(const fl_tensor *t)
 {
+#define NAME(op, primitive) primitive,
+    static const char *const primitives[] = {LAZY_OPS(NAME)};
+#undef NAME
     ocl_tensor *o = ocl_impl(t);
     if (o->state == OCL_VALUE)
         return 0;
+    const char *previous = fl_memory_operation();
+    fl_memory_set_operation(o->state == OCL_CONSTANT ? "full" : primitives[o->op]);
+    int rc = materialize(t);
+    fl_memory_set_operation(previous);
+    return rc;
+}
+
+static int materialize(const fl_tensor *t)
+{
+    ocl_tensor *o = ocl_impl(t);
     fl_tensor *out = fl_tensor_alloc(t->backend, t->dtype, t->ndim, t->shape);
     if (!out)
         return fl_backend_error(FL_ERR_MEMORY, "out of host memory");
