@@ -65,7 +65,7 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
                                                double dropout_p, bool training)
 {
     const char *fn = "fl_f_scaled_dot_product_attention";
-    if (fl_null_args(fn, 3, q, k, v))
+    if (fl_null_args(fn, 3, q, k, v) || fl_mixed_backends(fn, 4, fl_v_value(q), fl_v_value(k), fl_v_value(v), mask))
         return NULL;
     const fl_tensor *qt = fl_v_value(q), *kt = fl_v_value(k), *vt = fl_v_value(v);
     if (!sdpa_arguments_fit(fn, qt, kt, vt, mask, dropout_p))
@@ -178,6 +178,8 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
         return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a MultiheadAttention", fl_module_type_of(m)->name);
     const attention_state *st = fl_module_state(m);
     const fl_tensor *q = fl_v_value(query), *k = fl_v_value(key), *v = fl_v_value(value);
+    if (fl_mixed_backends(fn, 5, q, k, v, key_padding_mask, attn_mask))
+        return NULL;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], d[FL_DESC_SIZE];
     int64_t e = st->embed_dim;
     int batch_axis = st->batch_first ? 0 : 1, seq_axis = 1 - batch_axis;

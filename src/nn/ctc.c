@@ -230,7 +230,8 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
                             bool zero_infinity)
 {
     const char *fn = "fl_nn_ctc_loss";
-    if (fl_null_args(fn, 4, log_probs, targets, input_lengths, target_lengths))
+    if (fl_null_args(fn, 4, log_probs, targets, input_lengths, target_lengths) ||
+        fl_mixed_backends(fn, 4, fl_v_value(log_probs), targets, input_lengths, target_lengths))
         return NULL;
     const fl_tensor *lpt = fl_v_value(log_probs);
     if (!arguments_fit(fn, lpt, targets, input_lengths, target_lengths, blank))

@@ -43,7 +43,7 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
                                const fl_class_loss_options *options, bool from_logits)
 {
     fl_class_loss_options o = options ? *options : FL_CLASS_LOSS_DEFAULTS;
-    if (fl_null_args(fn, 2, x, targets))
+    if (fl_null_args(fn, 2, x, targets) || fl_mixed_backends(fn, 2, fl_v_value(x), targets))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     char dx[FL_DESC_SIZE], dt[FL_DESC_SIZE];
@@ -177,7 +177,7 @@ static fl_tensor *pointwise_loss(pointwise_kind kind, const fl_tensor *x, const 
 static fl_variable *pointwise(const char *fn, pointwise_kind kind, fl_variable *input, fl_variable *target,
                               fl_reduction reduction)
 {
-    if (fl_null_args(fn, 2, input, target))
+    if (fl_null_args(fn, 2, input, target) || fl_mixed_backends(fn, 2, fl_v_value(input), fl_v_value(target)))
         return NULL;
     const fl_tensor *x = fl_v_value(input), *y = fl_v_value(target);
     if (!reduction_name(reduction))

@@ -61,6 +61,25 @@ bool fl__same_backend(const fl_tensor *a, const fl_tensor *b)
     return a->backend == b->backend;
 }
 
+bool fl_mixed_backends(const char *fn, int count, ...)
+{
+    va_list ap;
+    va_start(ap, count);
+    const fl_tensor *first = NULL, *other = NULL;
+    for (int i = 0; i < count && !other; i++) {
+        const fl_tensor *t = va_arg(ap, const fl_tensor *);
+        if (t && !first)
+            first = t;
+        else if (t && !fl__same_backend(t, first))
+            other = t;
+    }
+    va_end(ap);
+    if (other)
+        fl_error(FL_ERR_VALUE, fn, "operands on different backends (%s and %s); move one with fl_to_backend",
+                 first->backend->name, other->backend->name);
+    return other != NULL;
+}
+
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name)
 {
     /* Atomic: registering a replacement rewrites entries while other threads call. */
