@@ -150,6 +150,7 @@ fl_tensor *fl_scalar(double value, fl_dtype dtype); /* a 0-d tensor */
 fl_tensor *fl_zeros(fl_dtype dtype, int ndim, const int64_t *shape);
 fl_tensor *fl_ones(fl_dtype dtype, int ndim, const int64_t *shape);
 fl_tensor *fl_full(double value, fl_dtype dtype, int ndim, const int64_t *shape);
+/* t's dtype, shape and backend. */
 fl_tensor *fl_zeros_like(const fl_tensor *t);
 fl_tensor *fl_ones_like(const fl_tensor *t);
 fl_tensor *fl_full_like(const fl_tensor *t, double value);
