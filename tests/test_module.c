@@ -1,5 +1,6 @@
 /* The Module interface: members, dotted names in PyTorch's state_dict order, modes,
  * loading a state dict, moving to another backend, containers and their errors. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -235,6 +236,58 @@ static void a_model_moves_to_another_backend_and_back(void **state)
     fl_module_release(model);
 }
 
+/* Layers that make tensors of their own (dropout's mask, ReLU's and the loss's
+ * constants, Adam's first state) make them beside their input: a model moved to
+ * another backend trains there as a twin that stayed. */
+static double train_step(fl_module *model, fl_optimizer *opt, const char *backend)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *x = fl_to_backend(fl_div_scalar(fl_reshape(fl_arange(0, 12, 1, FL_F32), FL_SHAPE(3, 4)), 12), backend);
+    fl_tensor *y = fl_to_backend(T_I64(FL_SHAPE(3), 2, 0, 1), backend);
+    fl_variable *loss = fl_nn_cross_entropy(fl_module_forward(model, fl_v_new(x, false)), y, NULL);
+    assert_non_null(loss);
+    assert_string_equal(fl_backend_name(fl_v_value(loss)), backend);
+    double value = fl_item(fl_v_value(loss));
+    assert_int_equal(fl_v_backward(loss, NULL, false), FL_OK);
+    assert_int_equal(fl_optimizer_step(opt), FL_OK);
+    fl_optimizer_zero_grad(opt);
+    fl_scope_end(scope);
+    return value;
+}
+
+static void a_moved_model_trains_as_one_that_stayed(void **state)
+{
+    const char *here = fl_default_backend()->name, *there = support_other_backend();
+    fl_module *models[2];
+    fl_parameters *params[2];
+    fl_optimizer *opts[2];
+    for (int k = 0; k < 2; k++) {
+        fl_manual_seed(5);
+        models[k] = fl_nn_sequential(FL_MODULES(fl_nn_linear(4, 6, true), fl_nn_relu(), fl_nn_dropout(0.25),
+                                                fl_nn_linear(6, 3, true)));
+        assert_non_null(models[k]);
+        params[k] = fl_module_parameters(models[k]);
+        opts[k] = fl_adam(params[k]->items, params[k]->count, &FL_ADAM_DEFAULTS);
+    }
+    assert_int_equal(fl_module_to_backend(models[1], there), FL_OK);
+    assert_int_equal(fl_optimizer_to_backend(opts[1], there), FL_OK);
+    for (int step = 0; step < 3; step++) {
+        uint64_t seed, counter;
+        fl_random_state(&seed, &counter); /* the same dropout masks for both */
+        double stayed = train_step(models[0], opts[0], here);
+        fl_set_random_state(seed, counter);
+        double moved = train_step(models[1], opts[1], there);
+        assert_true(fabs(moved - stayed) <= 1e-5 * fabs(stayed));
+    }
+    for (size_t i = 0; i < params[0]->count; i++)
+        assert_close(fl_v_value(params[1]->items[i]), fl_v_value(params[0]->items[i]), 1e-5, 1e-6);
+    for (int k = 0; k < 2; k++) {
+        fl_optimizer_free(opts[k]);
+        fl_parameters_free(params[k]);
+        fl_module_release(models[k]);
+    }
+}
+
 /* A state dict from another backend (a file is read onto the default one) loads
  * onto the module's backend. */
 static void a_state_dict_loads_onto_the_modules_backend(void **state)
@@ -279,6 +332,7 @@ int main(void)
         scoped_test(a_state_dict_loads_back_by_name),
         scoped_test(load_errors_change_nothing),
         scoped_test(a_model_moves_to_another_backend_and_back),
+        scoped_test(a_moved_model_trains_as_one_that_stayed),
         scoped_test(a_state_dict_loads_onto_the_modules_backend),
         scoped_test(bad_members_are_refused),
     };

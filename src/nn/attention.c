@@ -75,7 +75,7 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     sdpa_context c = {.scale = 1.0 / sqrt((double)fl_dim(qt, -1)), .dropout = training && dropout_p > 0};
     fl_tensor *scores = fl_mul_scalar(fl_matmul(qt, last_two_swapped(kt)), c.scale);
     if (mask && fl_dtype_of(mask) == FL_BOOL)
-        scores = fl_where(mask, scores, fl_scalar(-INFINITY, dtype));
+        scores = fl_where(mask, scores, fl_new_scalar(qt, -INFINITY, dtype));
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
     fl_tensor *p = fl_softmax(scores, -1);
@@ -84,10 +84,13 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
      * is zero and its gradients finite, as PyTorch's scaled_dot_product_attention. A nan
      * from the inputs stays nan: only rows whose maximum is -inf are zeroed. */
     if (mask)
-        p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_scalar(-INFINITY, dtype)), fl_scalar(0, dtype), p);
+        p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_new_scalar(qt, -INFINITY, dtype)),
+                     fl_new_scalar(qt, 0, dtype), p);
     fl_tensor *multiplier = NULL, *weights = p;
     if (c.dropout && p) {
-        fl_tensor *kept = fl_lt(fl_rand(dtype, fl_ndim(p), fl_shape(p)), fl_scalar(1 - dropout_p, dtype));
+        /* drawn on the default backend: the same mask on any backend */
+        fl_tensor *u = fl_to_backend(fl_rand(dtype, fl_ndim(p), fl_shape(p)), fl_backend_name(qt));
+        fl_tensor *kept = fl_lt(u, fl_new_scalar(qt, 1 - dropout_p, dtype));
         multiplier = fl_mul_scalar(fl_cast(kept, dtype), dropout_p < 1 ? 1 / (1 - dropout_p) : 0);
         weights = fl_mul(p, multiplier);
     }
@@ -131,7 +134,7 @@ static fl_tensor *additive(const fl_tensor *mask, fl_dtype dtype)
 {
     if (fl_dtype_of(mask) != FL_BOOL)
         return fl_cast(mask, dtype);
-    return fl_where(mask, fl_scalar(-INFINITY, dtype), fl_scalar(0, dtype));
+    return fl_where(mask, fl_new_scalar(mask, -INFINITY, dtype), fl_new_scalar(mask, 0, dtype));
 }
 
 /* The two masks of PyTorch's MultiheadAttention merged into one additive mask that
