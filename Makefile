@@ -34,7 +34,8 @@ define install_packages
 	fi
 endef
 
-.PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist complexity \
+.PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
+        bench-opencl complexity \
         fixtures venv install clean
 
 all: build
@@ -165,6 +166,15 @@ bench-dist: build
 # work, with the memory traffic fusion saves (docs/BACKENDS.md).
 bench-lazy: build venv
 	$(PYTHON) bench/run_lazy.py --threads $(THREADS) --flare $(BUILD)/bench_lazy --out $(BUILD)/bench-lazy.json
+
+# Every benchmark model on the opencl backend, ITERS (3) timed training steps each at
+# SIZE (tiny), and what the backend costs per operation next to bare OpenCL launches on
+# its queue (bench/opencl.c); writes build/bench-opencl.json. MODELS="mnist vit" runs
+# those only. With PoCL the device is this CPU: the numbers are not a GPU's speed.
+bench-opencl: build
+	python3 bench/run_opencl.py --benchmark $(BUILD)/benchmark --bench-opencl $(BUILD)/bench_opencl \
+	    --out $(BUILD)/bench-opencl.json --threads $(THREADS) --size $(or $(SIZE),tiny) \
+	    $(if $(ITERS),--iters $(ITERS)) $(if $(MODELS),--models '$(MODELS)')
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

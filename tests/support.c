@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "flare/extension.h"
+
 static double *read_f64(const fl_tensor *t)
 {
     double *values = malloc((size_t)(fl_numel(t) ? fl_numel(t) : 1) * sizeof(double));
@@ -208,6 +210,24 @@ int support_scope_teardown(void **state)
     fl_scope_end(test_scope);
     fl_clear_error();
     return 0;
+}
+
+const char *support_other_backend(void)
+{
+    return strcmp(fl_default_backend()->name, "cpu") == 0 ? "lazy" : "cpu";
+}
+
+bool support_same_bytes(const fl_tensor *a, const fl_tensor *b)
+{
+    if (!a || !b || fl_dtype_of(a) != fl_dtype_of(b) || !fl_same_shape(a, b))
+        return false;
+    size_t bytes = (size_t)fl_numel(a) * fl_dtype_size(fl_dtype_of(a));
+    unsigned char *x = malloc(bytes + 1), *y = malloc(bytes + 1);
+    bool same = x && y && fl_to_host(a, x, bytes) == FL_OK && fl_to_host(b, y, bytes) == FL_OK &&
+                memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return same;
 }
 
 fl_backend support_derive(const char *name)

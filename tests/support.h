@@ -39,6 +39,12 @@ void support_assert_values(const fl_tensor *t, const double *expected, int64_t c
  * override entries of and then register with support_override, which returns a copy
  * of what the name held: support_override(&copy) puts it back. */
 fl_backend support_derive(const char *name);
+/* A backend other than the default one, on every row of the test matrix: "lazy" when
+ * the default is "cpu", "cpu" otherwise. */
+const char *support_other_backend(void);
+/* True if a and b have one dtype and shape and the same bytes (read with fl_to_host),
+ * whatever backends they live on. */
+bool support_same_bytes(const fl_tensor *a, const fl_tensor *b);
 fl_backend support_override(const fl_backend *table);
 /* Compares two tensors of equal shape element by element, as assert_values. */
 #define assert_close(t, expected, rtol, atol) support_assert_close((t), (expected), rtol, atol, __FILE__, __LINE__)

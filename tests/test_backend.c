@@ -7,6 +7,7 @@
  * sizes checked at registration, registered tables immutable, and what a replaced
  * cpu entry means under the lazy backend. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "support.h"
@@ -202,6 +203,45 @@ static void a_replaced_cpu_entry_under_lazy(void **state)
     support_override(&original);
 }
 
+/* Every operation of several tensors refuses operands on two backends before it
+ * computes, with a message naming the operation and both backends. */
+#define REFUSED(call, fn, first, second)                                                                          \
+    do {                                                                                                         \
+        char expected[200];                                                                                      \
+        snprintf(expected, sizeof expected,                                                                      \
+                 fn ": operands on different backends (%s and %s); move one with fl_to_backend", first, second); \
+        assert_fails(call, FL_ERR_VALUE, expected);                                                              \
+    } while (0)
+
+static void operands_on_two_backends_are_refused(void **state)
+{
+    const char *h = fl_default_backend()->name, *t = support_other_backend();
+    fl_tensor *a = T_F32(FL_SHAPE(1, 1, 2, 2), 1, 2, 3, 4), *b = fl_to_backend(a, t);
+    fl_tensor *index = T_I64(FL_SHAPE(1, 1, 2, 2), 0, 1, 1, 0), *far_index = fl_to_backend(index, t);
+    fl_tensor *rows = T_I64(FL_SHAPE(2), 1, 0), *cond = T_BOOL(FL_SHAPE(2), 1, 0);
+    fl_conv_params conv = {0};
+    fl_pool_params pool = {.kind = FL_POOL_MAX, .kernel = {1, 1}};
+    REFUSED(fl_add(a, b), "fl_add", h, t);
+    REFUSED(fl_sub(b, a), "fl_sub", t, h);
+    REFUSED(fl_maximum(a, b), "fl_maximum", h, t);
+    REFUSED(fl_gt(a, b), "fl_gt", t, h); /* b < a */
+    REFUSED(fl_logical_and(a, b), "fl_logical_and", h, t);
+    REFUSED(fl_pow(fl_cast(a, FL_I32), fl_cast(b, FL_I32)), "fl_pow", h, t); /* before reading the exponent */
+    REFUSED(fl_matmul(a, b), "fl_matmul", h, t);
+    REFUSED(fl_conv2d(a, b, &conv), "fl_conv2d", h, t);
+    REFUSED(fl_conv2d_backward_input(b, a, (const int64_t[]){1, 1, 2, 2}, &conv), "fl_conv2d_backward_input", t, h);
+    REFUSED(fl_conv2d_backward_weight(a, b, (const int64_t[]){1, 1, 1, 1}, &conv), "fl_conv2d_backward_weight", h, t);
+    REFUSED(fl_pool2d_backward(b, a, &pool), "fl_pool2d_backward", t, h);
+    REFUSED(fl_concat((fl_tensor *[]){a, a, b}, 3, 0), "fl_concat", h, t);
+    REFUSED(fl_stack((fl_tensor *[]){b, a}, 2, 0), "fl_stack", t, h);
+    REFUSED(fl_where(cond, fl_reshape(a, FL_SHAPE(4)), fl_reshape(b, FL_SHAPE(4))), "fl_where", h, t);
+    REFUSED(fl_gather(a, 3, far_index), "fl_gather", h, t);
+    REFUSED(fl_scatter_add(a, 3, index, b), "fl_scatter_add", h, t);
+    REFUSED(fl_index_select(b, 3, rows), "fl_index_select", t, h);
+    REFUSED(fl_index_assign(a, FL_INDEX(FL_AT(0)), b), "fl_index_assign", h, t);
+    REFUSED(fl_gelu_backward(a, b, false), "fl_gelu_backward", h, t);
+}
+
 /* Registering while other threads compute through the registry is safe: readers see
  * either table, each complete. */
 static void *adds_in_a_loop(void *unused)
@@ -252,6 +292,7 @@ int main(void)
         scoped_test(the_entry_list_describes_the_table),
         scoped_test(registration_checks_version_and_size),
         scoped_test(a_replaced_cpu_entry_under_lazy),
+        scoped_test(operands_on_two_backends_are_refused),
         scoped_test(registration_is_thread_safe),
     };
     return cmocka_run_group_tests_name("backend", tests, NULL, NULL);

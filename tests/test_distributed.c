@@ -1,8 +1,8 @@
 /* The distributed layer: the single-process engine and the glue above every engine
  * (validation, staging of strided tensors, means, the coalescing reducer, the failed
  * state) in this process, then the MPI engine's collectives and faults under
- * `mpirun -np 2`, running tests/mpi/dist_check.c, and the model benchmark
- * (apps/benchmark) trained data-parallel. */
+ * `mpirun -np 2`, running tests/mpi/dist_check.c (again with its tensors on the
+ * opencl backend), and the model benchmark (apps/benchmark) trained data-parallel. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -360,7 +360,8 @@ static bool have_mpirun(void)
 /* Runs `mpirun ... -np 2 <arguments>` (for instance DIST_CHECK_ARGUMENTS("collectives")),
  * stopping it after 120 s whatever happens. Root may run it only when told so. */
 #define DIST_CHECK_ARGUMENTS(arguments) DIST_CHECK " " arguments
-static void run_job(const char *arguments, job *j)
+/* environment ("NAME=value ...", or "") is set for mpirun, which passes it on to the ranks. */
+static void run_job_in(const char *environment, const char *arguments, job *j)
 {
     char command[1024];
     /* Under the sanitizers the ranks check memory errors but not leaks: Open MPI keeps
@@ -368,9 +369,9 @@ static void run_job(const char *arguments, job *j)
      * suppressed), and a job ended by a fault abandons its requests by design. The
      * layer's own code is leak-checked in this process, through the engines above. */
     snprintf(command, sizeof command,
-             "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none "
+             "%s ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 %s --allow-run-as-root --oversubscribe --bind-to none "
              "-np 2 %s 2>&1",
-             MPIRUN, arguments);
+             environment, MPIRUN, arguments);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     FILE *pipe = popen(command, "r");
@@ -383,8 +384,11 @@ static void run_job(const char *arguments, job *j)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     j->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     j->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    print_message("mpirun ... %s: status %d after %.1f s\n%s", arguments, j->status, j->seconds, j->output);
+    print_message("%s%smpirun ... %s: status %d after %.1f s\n%s", environment, *environment ? " " : "", arguments,
+                  j->status, j->seconds, j->output);
 }
+
+static void run_job(const char *arguments, job *j) { run_job_in("", arguments, j); }
 
 static void mpi_collectives_under_mpirun(void **state)
 {
@@ -404,6 +408,44 @@ static void two_ranks_train_as_one_with_twice_the_batch(void **state)
         skip();
     job j;
     run_job(DIST_CHECK_ARGUMENTS("data_parallel"), &j);
+    assert_int_equal(j.status, 0);
+    assert_null(strstr(j.output, "check failed"));
+}
+
+/* The opencl backend's tensors have no host address (its host_data declines): the
+ * same collectives and data-parallel training, with every rank's tensors there,
+ * stage through host memory. Skipped, saying why once, where opencl has no device. */
+static bool have_opencl(void)
+{
+    static int usable = -1;
+    if (usable < 0) {
+        fl_scope scope = fl_scope_begin();
+        usable = fl_to_backend(fl_zeros(FL_F32, FL_SHAPE(1)), "opencl") != NULL;
+        fl_scope_end(scope);
+        if (!usable)
+            print_message("skipping the opencl runs: no tensor can be made on the opencl backend (%s)\n",
+                          fl_last_error());
+        fl_clear_error();
+    }
+    return usable;
+}
+
+static void mpi_collectives_on_opencl(void **state)
+{
+    if (!have_mpirun() || !have_opencl())
+        skip();
+    job j;
+    run_job_in("FLARE_BACKEND=opencl", DIST_CHECK_ARGUMENTS("collectives"), &j);
+    assert_int_equal(j.status, 0);
+    assert_null(strstr(j.output, "check failed"));
+}
+
+static void two_ranks_train_as_one_on_opencl(void **state)
+{
+    if (!have_mpirun() || !have_opencl())
+        skip();
+    job j;
+    run_job_in("FLARE_BACKEND=opencl", DIST_CHECK_ARGUMENTS("data_parallel"), &j);
     assert_int_equal(j.status, 0);
     assert_null(strstr(j.output, "check failed"));
 }
@@ -588,6 +630,8 @@ int main(void)
         scoped_test(a_failed_collective_ends_the_job),
         scoped_test(mpi_collectives_under_mpirun),
         scoped_test(two_ranks_train_as_one_with_twice_the_batch),
+        scoped_test(mpi_collectives_on_opencl),
+        scoped_test(two_ranks_train_as_one_on_opencl),
         scoped_test(a_hung_rank_is_named_within_the_timeout),
         scoped_test(a_dead_rank_stops_the_job),
         scoped_test(a_killed_rank_stops_the_job),

@@ -138,8 +138,10 @@ static void fixture_step(fl_optimizer *o, fl_variable **params, int t)
         assert_int_equal(fl_optimizer_set_lr(o, fl_optimizer_get_lr(o) * 0.5), FL_OK);
     for (int k = 0; k < NPARAMS; k++) {
         bool skipped = t == SKIP_STEP && k == SKIP_PARAM;
-        fl_dtype dtype = fl_dtype_of(fl_v_value(params[k]));
-        assert_int_equal(fl_v_set_grad(params[k], skipped ? NULL : fl_cast(fx("g%d_%d", t, k), dtype)), FL_OK);
+        const fl_tensor *value = fl_v_value(params[k]);
+        fl_tensor *grad =
+            skipped ? NULL : fl_to_backend(fl_cast(fx("g%d_%d", t, k), fl_dtype_of(value)), fl_backend_name(value));
+        assert_int_equal(fl_v_set_grad(params[k], grad), FL_OK);
     }
     assert_int_equal(fl_optimizer_step(o), FL_OK);
     assert_true(fl_grad_enabled());
@@ -239,6 +241,71 @@ static void resuming_from_saved_state_is_exact(void **state)
         }
     }
     assert_no_error();
+}
+
+/* Moves o to backend: its parameters and its state buffers arrive there unchanged. */
+static void assert_moves(fl_optimizer *o, const char *backend)
+{
+    fl_tensor_map *before = fl_tensor_map_create(), *after = fl_tensor_map_create();
+    assert_int_equal(fl_optimizer_state(o, before, NULL), FL_OK);
+    assert_int_equal(fl_optimizer_to_backend(o, backend), FL_OK);
+    assert_int_equal(fl_optimizer_state(o, after, NULL), FL_OK);
+    assert_int_equal(fl_tensor_map_count(after), fl_tensor_map_count(before));
+    for (size_t i = 0; i < fl_tensor_map_count(after); i++) {
+        const char *name = fl_tensor_map_name_at(after, i);
+        assert_string_equal(name, fl_tensor_map_name_at(before, i));
+        assert_true(support_same_bytes(fl_tensor_map_tensor_at(after, i), fl_tensor_map_tensor_at(before, i)));
+        /* the step counts and the learning rate are numbers, written as new 0-d tensors */
+        const char *dot = strrchr(name, '.');
+        if (strcmp(dot, ".step") != 0 && strcmp(dot, ".lr") != 0)
+            assert_string_equal(fl_backend_name(fl_tensor_map_tensor_at(after, i)), backend);
+    }
+    for (size_t k = 0; k < o->count; k++)
+        assert_string_equal(fl_backend_name(fl_v_value(o->params[k])), backend);
+    fl_tensor_map_free(before);
+    fl_tensor_map_free(after);
+}
+
+/* Three steps here, the optimizer moved to another backend, two steps there, and
+ * back for one more: each move keeps the state as it was, and the steps agree with
+ * those of an optimizer that stayed (exactly where the two backends round alike). */
+static void moving_to_another_backend_and_back(void **state)
+{
+    const char *here = fl_default_backend()->name, *there = support_other_backend();
+    for (size_t c = 0; c < NCASES; c++) {
+        fl_variable *params[NPARAMS], *stayed[NPARAMS];
+        new_params(params, FL_F32);
+        new_params(stayed, FL_F32);
+        fl_optimizer *o = cases[c].make(params, NPARAMS), *s = cases[c].make(stayed, NPARAMS);
+        for (int t = 0; t < 3; t++) {
+            fixture_step(o, params, t);
+            fixture_step(s, stayed, t);
+        }
+        assert_moves(o, there);
+        assert_string_equal(fl_backend_name(fl_v_grad(params[0])), there);
+        char expected[160];
+        snprintf(expected, sizeof expected, "fl_v_set_grad: operands on different backends (%s and %s)", there, here);
+        assert_fails_status(fl_v_set_grad(params[0], fl_v_grad(stayed[0])), FL_ERR_VALUE, expected);
+        for (int t = 3; t < STEPS; t++) {
+            fixture_step(o, params, t);
+            fixture_step(s, stayed, t);
+        }
+        for (int k = 0; k < NPARAMS; k++) {
+            assert_string_equal(fl_backend_name(fl_v_value(params[k])), there);
+            assert_close(fl_v_value(params[k]), fl_v_value(stayed[k]), 1e-6, 1e-7);
+        }
+        assert_moves(o, here);
+        fixture_step(o, params, 0);
+        fixture_step(s, stayed, 0);
+        for (int k = 0; k < NPARAMS; k++)
+            assert_close(fl_v_value(params[k]), fl_v_value(stayed[k]), 1e-6, 1e-7);
+        assert_fails_status(fl_optimizer_to_backend(o, "nowhere"), FL_ERR_VALUE,
+                            "fl_optimizer_to_backend: no backend named 'nowhere' is registered");
+        assert_string_equal(fl_backend_name(fl_v_value(params[0])), here);
+        fl_optimizer_free(o);
+        fl_optimizer_free(s);
+    }
+    assert_fails_status(fl_optimizer_to_backend(NULL, there), FL_ERR_NULL, "fl_optimizer_to_backend");
 }
 
 static void defaults_lr_and_zero_grad(void **state)
@@ -538,6 +605,7 @@ int main(void)
         scoped_test(novograd_matches_flashlight_formula),
         scoped_test(state_has_pytorch_names_and_values),
         scoped_test(resuming_from_saved_state_is_exact),
+        scoped_test(moving_to_another_backend_and_back),
         scoped_test(defaults_lr_and_zero_grad),
         scoped_test(construction_errors),
         scoped_test(step_errors),

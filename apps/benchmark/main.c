@@ -8,10 +8,13 @@
  *
  *     benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]
  *               [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]
+ *               [--backend NAME]
  *     benchmark --model NAME --against BACKEND [...]
  *     benchmark --model NAME --train-check STEPS [--size tiny] ...
  *     benchmark --sgemm-peak [--threads T]
  *     benchmark --list
+ *
+ * --backend NAME trains on that backend (FLARE_BACKEND's default otherwise).
  *
  * --against trains a second copy of the model (the same initial weights) on another
  * backend in the same process, alternating steps between the two (and which goes
@@ -66,7 +69,7 @@ static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.size = MODEL_CPU, .warmup = 2, .iters = 10, .lr = 0.01, .momentum = 0.9, .seed = 1};
     enum { MODEL = 256, AGAINST, SIZE, BATCH, WARMUP, ITERS, THREADS, TRAIN_CHECK, LR, SEED, PEAK_GFLOPS, JSON,
-           SGEMM_PEAK, LIST, DISTRIBUTED };
+           SGEMM_PEAK, LIST, DISTRIBUTED, BACKEND };
     static const struct option long_options[] = {
         {"model", required_argument, NULL, MODEL},
         {"against", required_argument, NULL, AGAINST},
@@ -83,15 +86,18 @@ static void parse_args(int argc, char **argv, options *o)
         {"sgemm-peak", no_argument, NULL, SGEMM_PEAK},
         {"list", no_argument, NULL, LIST},
         {"distributed", no_argument, NULL, DISTRIBUTED},
+        {"backend", required_argument, NULL, BACKEND},
         {0},
     };
     cli c = {.program = "benchmark",
              .usage = "benchmark --model NAME [--size tiny|cpu|paper] [--batch B] [--warmup N] [--iters N]\n"
                       "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
+                      "                 [--backend NAME]\n"
                       "       benchmark --model NAME --against BACKEND [...]\n"
                       "       benchmark --model NAME --train-check STEPS [...]\n"
                       "       benchmark --sgemm-peak [--threads T]\n"
-                      "       benchmark --list",
+                      "       benchmark --list\n"
+                      "       " CLI_BACKEND_HELP,
              .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
@@ -118,6 +124,7 @@ static void parse_args(int argc, char **argv, options *o)
         case SGEMM_PEAK: o->sgemm_peak = true; break;
         case LIST: o->list = true; break;
         case DISTRIBUTED: o->distributed = true; break;
+        case BACKEND: cli_backend(&c); break;
         }
     if (!o->model && !o->sgemm_peak && !o->list)
         cli_fail(&c, "which model? (--model NAME; --list names them)");
@@ -489,6 +496,8 @@ int main(int argc, char **argv)
                    batch * ranks);
         if (o.against)
             printf(", on the %s and %s backends step by step", backends[0], backends[1]);
+        else
+            printf(", on the %s backend", backends[0]);
         printf("\n");
     }
 

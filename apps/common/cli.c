@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/backend.h"
+
 static void print_usage(const cli *c, FILE *out) { fprintf(out, "usage: %s\n", c->usage); }
 
 _Noreturn void cli_fail(const cli *c, const char *fmt, ...)
@@ -64,6 +66,14 @@ long long cli_integer_of(const cli *c, const char *what, const char *text, long 
 long long cli_integer(const cli *c, long long low, long long high)
 {
     return cli_integer_of(c, c->option, optarg, low, high);
+}
+
+void cli_backend(const cli *c)
+{
+    if (!fl_backend_find(optarg))
+        cli_fail(c, "%s: no backend named '%s' (cpu, lazy and opencl are built in)", c->option, optarg);
+    if (fl_set_default_backend(optarg) != FL_OK)
+        cli_fail(c, "%s %s: %s", c->option, optarg, fl_last_error());
 }
 
 double cli_number(const cli *c, double low, double high)

@@ -40,6 +40,13 @@ long long cli_integer_of(const cli *c, const char *what, const char *text, long 
 /* The current option's value as a number in [low, high] (strtod's syntax, whole). */
 double cli_number(const cli *c, double low, double high);
 
+/* --backend NAME: makes the current option's value, which must name a registered
+ * backend ("cpu", "lazy", "opencl", ...), the default backend, on which the program
+ * then makes its tensors. It takes precedence over FLARE_BACKEND. */
+void cli_backend(const cli *c);
+/* What the usages say of --backend, as their last line. */
+#define CLI_BACKEND_HELP "--backend NAME: compute on backend NAME (cpu, lazy, opencl; default FLARE_BACKEND, else cpu)"
+
 /* Prints "PROGRAM: message" and the usage on stderr and ends the program with status 2. */
 _Noreturn void cli_fail(const cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -7,7 +7,7 @@
  *     mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]
  *           [--threads T] [--workers W] [--train-limit N] [--json FILE]
  *           [--save FILE] [--save-weights FILE] [--load FILE] [--eval-only] [--no-eval] [--quiet]
- *           [--distributed] [--stop-after N]
+ *           [--distributed] [--stop-after N] [--backend NAME]
  *
  * As in Listing 7, the first 5000 training images are held out for validation. The
  * learning rate follows a cosine from --lr to 0 over the run's steps.
@@ -18,6 +18,8 @@
  * evaluates on the test set the weights of a checkpoint, of a weights file or of a
  * PyTorch state dict saved with safetensors.torch.save_file. --stop-after N
  * ends the run after epoch N of --epochs, as an interruption would (for resuming).
+ * --backend NAME trains on that backend (FLARE_BACKEND's default otherwise); a
+ * checkpoint saved on one backend resumes on another.
  *
  * --distributed trains data-parallel under mpirun (include/flare/distributed.h): each
  * of the R ranks takes its part of every shuffled epoch in batches of B (so R x B
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 #include "flare/autograd.h"
+#include "flare/backend.h"
 #include "flare/data.h"
 #include "flare/distributed.h"
 #include "flare/io.h"
@@ -60,7 +63,7 @@ static void parse_args(int argc, char **argv, options *o)
     *o = (options){.data = FL_FASHION_MNIST_DIR, .epochs = 5, .batch = 64, .lr = 0.05, .momentum = 0.9,
                    .seed = 1, .threads = 0, .workers = 1};
     enum { EPOCHS = 256, STOP_AFTER, BATCH, LR, MOMENTUM, SEED, THREADS, WORKERS, TRAIN_LIMIT, DATA, JSON, SAVE, LOAD,
-           SAVE_WEIGHTS, EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED };
+           SAVE_WEIGHTS, EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED, BACKEND };
     static const struct option long_options[] = {
         {"epochs", required_argument, NULL, EPOCHS},
         {"stop-after", required_argument, NULL, STOP_AFTER},
@@ -80,13 +83,15 @@ static void parse_args(int argc, char **argv, options *o)
         {"no-eval", no_argument, NULL, NO_EVAL},
         {"quiet", no_argument, NULL, QUIET},
         {"distributed", no_argument, NULL, DISTRIBUTED},
+        {"backend", required_argument, NULL, BACKEND},
         {0},
     };
     cli c = {.program = "mnist",
              .usage = "mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
                       "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
                       "             [--save FILE] [--save-weights FILE] [--load FILE] [--eval-only] [--no-eval]\n"
-                      "             [--quiet] [--distributed] [--stop-after N]",
+                      "             [--quiet] [--distributed] [--stop-after N] [--backend NAME]\n"
+                      "       " CLI_BACKEND_HELP,
              .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
         switch (key) {
@@ -108,6 +113,7 @@ static void parse_args(int argc, char **argv, options *o)
         case NO_EVAL: o->no_eval = true; break;
         case QUIET: o->quiet = true; break;
         case DISTRIBUTED: o->distributed = true; break;
+        case BACKEND: cli_backend(&c); break;
         }
     if (o->eval_only && !o->load)
         cli_fail(&c, "--eval-only evaluates a checkpoint given with --load");
@@ -208,8 +214,9 @@ static int write_json(const options *o, const epoch_result *epochs, int first, i
     FILE *f = fopen(tmp, "w");
     if (!f)
         return fprintf(stderr, "mnist: cannot write %s: %s\n", tmp, strerror(errno)), 1;
-    fprintf(f, "{\n  \"data\": \"%s\",\n  \"batch\": %" PRId64 ",\n  \"threads\": %d,\n  \"epochs\": [", o->data,
-            o->batch, fl_num_threads());
+    fprintf(f, "{\n  \"data\": \"%s\",\n  \"backend\": \"%s\",\n  \"batch\": %" PRId64
+               ",\n  \"threads\": %d,\n  \"epochs\": [",
+            o->data, fl_default_backend()->name, o->batch, fl_num_threads());
     for (int e = 0; e < count; e++) {
         const epoch_result *r = &epochs[e];
         fprintf(f, "%s\n    {\"epoch\": %d, \"seconds\": %.4f, \"train_loss\": %.6f, \"images_per_second\": %.1f", e ? "," : "",
@@ -302,9 +309,9 @@ int main(int argc, char **argv)
     }
     if (!o.quiet)
         printf("Fashion-MNIST CNN (the paper's Listing 8): %" PRId64 " parameters; %" PRId64
-               " training images, batch %" PRId64 " x %d process%s, %d threads each\n",
+               " training images, batch %" PRId64 " x %d process%s, %d threads each, on the %s backend\n",
                fl_module_parameter_count(model), train_count, o.batch, fl_distributed_size(),
-               fl_distributed_size() > 1 ? "es" : "", fl_num_threads());
+               fl_distributed_size() > 1 ? "es" : "", fl_num_threads(), fl_default_backend()->name);
 
     if (o.load) {
         fl_tensor_map *file = NULL;

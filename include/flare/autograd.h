@@ -65,10 +65,15 @@ bool fl_v_is_leaf(const fl_variable *v);
 /* Drops the accumulated gradient (the next backward starts from nothing). */
 void fl_v_zero_grad(fl_variable *v);
 /* Replaces a leaf's value (an optimizer step): the tensor is retained, and must have
- * the variable's shape and dtype. */
+ * the variable's shape, dtype and backend. */
 fl_status fl_v_set_value(fl_variable *v, const fl_tensor *value);
 /* Replaces a leaf's gradient (gradient clipping, all-reduce); NULL drops it. */
 fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad);
+/* Moves a leaf to the backend named backend in place: its value and its gradient are
+ * copied there, and whatever holds the variable (a module, an optimizer) sees it
+ * moved. A leaf already there is left as it is. fl_v_set_value and fl_v_set_grad
+ * take tensors on the variable's backend only. */
+fl_status fl_v_to_backend(fl_variable *v, const char *backend);
 /* A new leaf sharing v's value, cut from the tape. */
 fl_variable *fl_v_detach(const fl_variable *v);
 

@@ -184,7 +184,8 @@ typedef struct fl_dist_reducer fl_dist_reducer;
  * dtype. NULL on bad input or out of memory. */
 fl_dist_reducer *fl_dist_reducer_new(const fl_tensor *const *templates, int count, fl_dist_op op,
                                      size_t bucket_bytes);
-/* Gives tensor index's value for this round (its template's dtype and shape). */
+/* Gives tensor index's value for this round (its template's dtype and shape; any
+ * backend: its result comes back on the backend it was given on). */
 fl_status fl_dist_reducer_add(fl_dist_reducer *reducer, int index, const fl_tensor *t);
 /* Waits for every bucket and stores the count results in out, in template order (new
  * tensors, owned like any result: by the innermost scope if one is open). Fails if a

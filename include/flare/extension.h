@@ -55,6 +55,11 @@ void *fl_error(fl_status status, const char *fn, const char *fmt, ...) __attribu
  * result and is passed on without a new message. With checked handles on (below), also
  * true, with FL_ERR_RELEASED, if an argument is a released tensor or variable. */
 bool fl_null_args(const char *fn, int count, ...);
+/* True if the count tensors (NULLs are skipped) do not all live on one backend, after
+ * recording FL_ERR_VALUE naming fn and two of the backends: "fn: operands on different
+ * backends (cpu and opencl); move one with fl_to_backend". Every operation of several
+ * tensors checks this before it computes, since no backend reads another's memory. */
+bool fl_mixed_backends(const char *fn, int count, ...);
 
 /* ---- checked handles ------------------------------------------------------------- */
 

@@ -65,7 +65,7 @@ fl_tensor *fl_module_buffer(const fl_module *m, const char *name);
 fl_module *fl_module_child(const fl_module *m, const char *name);
 int fl_module_child_count(const fl_module *m);
 fl_module *fl_module_child_at(const fl_module *m, int i, const char **name);
-/* Replaces a buffer's value (running statistics); shape and dtype must match. */
+/* Replaces a buffer's value (running statistics); shape, dtype and backend must match. */
 fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *value);
 
 fl_variable *fl_module_forward(fl_module *m, fl_variable *x);
@@ -91,11 +91,18 @@ int64_t fl_module_parameter_count(const fl_module *m);
 /* Drops the accumulated gradient of every parameter. */
 void fl_module_zero_grad(fl_module *m);
 
+/* PyTorch's module.to(device): moves every parameter (its value and gradient, in place,
+ * as fl_v_to_backend does, so an optimizer over them sees them moved) and every buffer
+ * below m to the backend named backend. An optimizer's own state moves with
+ * fl_optimizer_to_backend; with both moved, training goes on on the new backend. On
+ * error the members moved so far are moved back. */
+fl_status fl_module_to_backend(fl_module *m, const char *backend);
+
 /* PyTorch's state_dict(): every parameter's value and every buffer, by dotted name,
  * each module's parameters, then its buffers, then its children. */
 fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out);
 /* load_state_dict(): copies values into parameters and buffers by name, converting
- * the dtype if it differs. strict: every name of the module must be in the map and
+ * the dtype and moving to the member's backend if they differ. strict: every name of the module must be in the map and
  * every name of the map in the module; the error counts the names missing and the
  * names unexpected, and quotes the first 10 of each. A shape mismatch is always an error. Nothing is changed on error. */
 fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool strict);

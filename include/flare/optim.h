@@ -27,7 +27,9 @@
  * an f64 0-d tensor), plus "<prefix>param_groups.0.lr"; a parameter that has not been
  * stepped has no entries, as in PyTorch (except that PyTorch's Adagrad makes its state
  * when it is created, Flare's at the first step). Loading it into an optimizer of the same kind
- * and options over parameters of the same shapes continues the run bit for bit.
+ * and options over parameters of the same shapes continues the run bit for bit; the
+ * state loaded lives on each parameter's backend, whatever backend the map's tensors
+ * are on.
  *
  * Errors follow tensor.h: NULL or a non-zero fl_status, with a message naming the
  * function, the option or parameter, and the shapes and dtypes.
@@ -75,6 +77,12 @@ fl_status fl_optimizer_set_lr(fl_optimizer *o, double lr); /* lr >= 0 */
 double fl_optimizer_get_lr(const fl_optimizer *o);         /* NAN for NULL */
 fl_status fl_optimizer_state(const fl_optimizer *o, fl_tensor_map *map, const char *prefix);
 fl_status fl_optimizer_load_state(fl_optimizer *o, const fl_tensor_map *map, const char *prefix);
+/* Moves the parameters (in place, as fl_v_to_backend: they are the model's too) and
+ * the state to the backend named backend, through save_state and load_state, so it
+ * works for any optimizer whose saved state is complete. With the model's buffers
+ * moved too (fl_module_to_backend; either order), training goes on there from the
+ * same values and state. On error nothing is moved. */
+fl_status fl_optimizer_to_backend(fl_optimizer *o, const char *backend);
 void fl_optimizer_free(fl_optimizer *o);
 
 /* ---- the optimizers ---------------------------------------------------------------- */

@@ -150,9 +150,15 @@ fl_tensor *fl_scalar(double value, fl_dtype dtype); /* a 0-d tensor */
 fl_tensor *fl_zeros(fl_dtype dtype, int ndim, const int64_t *shape);
 fl_tensor *fl_ones(fl_dtype dtype, int ndim, const int64_t *shape);
 fl_tensor *fl_full(double value, fl_dtype dtype, int ndim, const int64_t *shape);
+/* t's dtype, shape and backend. */
 fl_tensor *fl_zeros_like(const fl_tensor *t);
 fl_tensor *fl_ones_like(const fl_tensor *t);
 fl_tensor *fl_full_like(const fl_tensor *t, double value);
+/* PyTorch's t.new_full and the 0-d case: a tensor of the dtype given on t's backend
+ * (t's dtype and shape do not matter), for what a function makes to combine with its
+ * input. fl_full and fl_scalar make theirs on the default backend. */
+fl_tensor *fl_new_full(const fl_tensor *t, double value, fl_dtype dtype, int ndim, const int64_t *shape);
+fl_tensor *fl_new_scalar(const fl_tensor *t, double value, fl_dtype dtype);
 /* [start, stop) in steps of step, as numpy.arange: ceil((stop - start) / step) values. */
 fl_tensor *fl_arange(double start, double stop, double step, fl_dtype dtype);
 fl_tensor *fl_linspace(double start, double stop, int64_t count, fl_dtype dtype);

@@ -10,7 +10,7 @@
 static void relu_grad(fl_grad *g)
 {
     const fl_tensor *y = g->saved[0];
-    g->input_grads[0] = fl_where(fl_le(y, fl_scalar(0, fl_dtype_of(y))), y, g->output_grad);
+    g->input_grads[0] = fl_where(fl_le(y, fl_new_scalar(y, 0, fl_dtype_of(y))), y, g->output_grad);
 }
 
 fl_variable *fl_v_relu(fl_variable *x)
@@ -28,7 +28,7 @@ static void leaky_relu_grad(fl_grad *g)
     const double *slope = g->context;
     const fl_tensor *x = g->saved[0];
     fl_tensor *dy = g->output_grad;
-    g->input_grads[0] = fl_where(fl_gt(x, fl_scalar(0, fl_dtype_of(x))), dy, fl_mul_scalar(dy, *slope));
+    g->input_grads[0] = fl_where(fl_gt(x, fl_new_scalar(x, 0, fl_dtype_of(x))), dy, fl_mul_scalar(dy, *slope));
 }
 
 fl_variable *fl_v_leaky_relu(fl_variable *x, double negative_slope)
@@ -37,7 +37,7 @@ fl_variable *fl_v_leaky_relu(fl_variable *x, double negative_slope)
         return NULL;
     fl_scope scope = fl_scope_begin();
     const fl_tensor *v = x->value;
-    fl_tensor *y = fl_where(fl_gt(v, fl_scalar(0, fl_dtype_of(v))), v, fl_mul_scalar(v, negative_slope));
+    fl_tensor *y = fl_where(fl_gt(v, fl_new_scalar(v, 0, fl_dtype_of(v))), v, fl_mul_scalar(v, negative_slope));
     return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), leaky_relu_grad, FL_SAVE(v), &negative_slope,
                                                  sizeof negative_slope));
 }

@@ -77,7 +77,7 @@ fl_variable *fl_v_div(fl_variable *a, fl_variable *b)
 static void pow_grad(fl_grad *g)
 {
     const fl_tensor *a = g->saved[0], *b = g->saved[1], *y = g->saved[2], *dy = g->output_grad;
-    fl_tensor *zero = fl_scalar(0, fl_dtype_of(y));
+    fl_tensor *zero = fl_new_scalar(y, 0, fl_dtype_of(y));
     if (g->needs_grad[0]) {
         fl_tensor *slope = fl_mul(b, fl_pow(a, fl_sub_scalar(b, 1)));
         g->input_grads[0] = fl_mul(dy, fl_where(fl_eq(b, zero), zero, slope));
@@ -192,7 +192,7 @@ fl_variable *fl_v_pow_scalar(fl_variable *x, double value)
 static void where_grad(fl_grad *g)
 {
     const fl_tensor *cond = g->saved[0], *dy = g->output_grad;
-    fl_tensor *zero = fl_scalar(0, fl_dtype_of(dy));
+    fl_tensor *zero = fl_new_scalar(dy, 0, fl_dtype_of(dy));
     if (g->needs_grad[0])
         g->input_grads[0] = fl_where(cond, dy, zero);
     if (g->needs_grad[1])

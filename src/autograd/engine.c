@@ -308,6 +308,8 @@ fl_status fl_v_backward(fl_variable *root, const fl_tensor *grad, bool retain_gr
         return fl_error(FL_ERR_VALUE, "fl_v_backward", "the variable %s does not require a gradient",
                          fl_describe(root->value, a)),
                FL_ERR_VALUE;
+    if (grad && fl_mixed_backends("fl_v_backward", 2, root->value, grad))
+        return FL_ERR_VALUE;
     if (grad && !fl_same_shape(grad, root->value))
         return fl_error(FL_ERR_SHAPE, "fl_v_backward", "the gradient %s does not match the root %s",
                          fl_describe(grad, a), fl_describe(root->value, b)),

@@ -12,7 +12,7 @@ typedef struct gather_context {
 
 static fl_tensor *zeros_of(const gather_context *c, const fl_tensor *like)
 {
-    return fl_zeros(fl_dtype_of(like), c->ndim, c->shape);
+    return fl_new_full(like, 0, fl_dtype_of(like), c->ndim, c->shape);
 }
 
 /* Saved: index. */

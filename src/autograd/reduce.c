@@ -143,7 +143,7 @@ static void extremum_grad(fl_grad *g, bool largest)
     rows[kept] = 1;
     fl_tensor *dy = fl_reshape(g->output_grad, kept + 1, rows);
     rows[kept] = reduced;
-    fl_tensor *spread = fl_scatter_add(fl_zeros(fl_dtype_of(dy), kept + 1, rows), -1, winner, dy);
+    fl_tensor *spread = fl_scatter_add(fl_new_full(dy, 0, fl_dtype_of(dy), kept + 1, rows), -1, winner, dy);
     g->input_grads[0] = fl_permute(fl_reshape(spread, c->ndim, moved), inverse);
 }
 

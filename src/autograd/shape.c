@@ -275,7 +275,7 @@ typedef struct index_context {
 static void index_grad(fl_grad *g)
 {
     const index_context *c = g->context;
-    fl_tensor *zeros = fl_zeros(fl_dtype_of(g->output_grad), c->input.ndim, c->input.shape);
+    fl_tensor *zeros = fl_new_full(g->output_grad, 0, fl_dtype_of(g->output_grad), c->input.ndim, c->input.shape);
     g->input_grads[0] = fl_index_assign(zeros, c->items, c->count, g->output_grad);
 }
 
@@ -334,7 +334,7 @@ static void tile_grad(fl_grad *g)
     const tile_context *c = g->context;
     fl_tensor *dy = g->output_grad;
     if (dy->numel == 0) { /* a repeat of zero: x was not used */
-        g->input_grads[0] = fl_zeros(dy->dtype, c->input.ndim, c->input.shape);
+        g->input_grads[0] = fl_new_full(dy, 0, dy->dtype, c->input.ndim, c->input.shape);
         return;
     }
     int64_t shape[FL_MAX_DIMS];

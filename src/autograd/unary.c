@@ -105,8 +105,9 @@ static void clamp_grad(fl_grad *g)
     const clamp_context *c = g->context;
     const fl_tensor *x = g->saved[0];
     fl_dtype dtype = fl_dtype_of(x);
-    fl_tensor *inside = fl_logical_and(fl_ge(x, fl_scalar(c->low, dtype)), fl_le(x, fl_scalar(c->high, dtype)));
-    g->input_grads[0] = fl_where(inside, g->output_grad, fl_scalar(0, fl_dtype_of(g->output_grad)));
+    fl_tensor *inside =
+        fl_logical_and(fl_ge(x, fl_new_scalar(x, c->low, dtype)), fl_le(x, fl_new_scalar(x, c->high, dtype)));
+    g->input_grads[0] = fl_where(inside, g->output_grad, fl_new_scalar(x, 0, fl_dtype_of(g->output_grad)));
 }
 
 fl_variable *fl_v_clamp(fl_variable *x, double low, double high)

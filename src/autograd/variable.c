@@ -129,6 +129,8 @@ fl_status fl_v_set_value(fl_variable *v, const fl_tensor *value)
         return fl_last_status();
     if (v->node)
         return fl_error(FL_ERR_VALUE, "fl_v_set_value", "only a leaf's value can be replaced"), FL_ERR_VALUE;
+    if (fl_mixed_backends("fl_v_set_value", 2, v->value, value))
+        return FL_ERR_VALUE;
     if (!same_description("fl_v_set_value", "value", v, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->value;
@@ -143,12 +145,38 @@ fl_status fl_v_set_grad(fl_variable *v, const fl_tensor *grad)
         return fl_last_status();
     if (v->node) /* its gradient flows on to the leaves; a stored one would never be read */
         return fl_error(FL_ERR_VALUE, "fl_v_set_grad", "only a leaf's gradient can be replaced"), FL_ERR_VALUE;
+    if (grad && fl_mixed_backends("fl_v_set_grad", 2, v->value, grad))
+        return FL_ERR_VALUE;
     if (grad && !same_description("fl_v_set_grad", "gradient", v, grad))
         return FL_ERR_SHAPE;
     fl_tensor *old = v->grad;
     v->grad = fl_retain(grad);
     fl_release(old);
     return FL_OK;
+}
+
+fl_status fl_v_to_backend(fl_variable *v, const char *backend)
+{
+    const char *fn = "fl_v_to_backend";
+    if (fl_null_args(fn, 2, v, backend))
+        return fl_last_status();
+    if (v->node) /* the tape's saved tensors and gradients would stay behind */
+        return fl_error(FL_ERR_VALUE, fn, "only a leaf can be moved; fl_v_detach a computed variable first"),
+               FL_ERR_VALUE;
+    /* Both copies are made before either is replaced: on failure nothing moves. */
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *value = fl_to_backend(v->value, backend);
+    fl_tensor *grad = value && v->grad ? fl_to_backend(v->grad, backend) : NULL;
+    fl_status status = value && (grad || !v->grad) ? FL_OK : fl_last_status();
+    if (status == FL_OK) {
+        fl_tensor *old_value = v->value, *old_grad = v->grad;
+        v->value = fl_retain(value);
+        v->grad = fl_retain(grad);
+        fl_release(old_value);
+        fl_release(old_grad);
+    }
+    fl_scope_end(scope);
+    return status;
 }
 
 fl_variable *fl_v_detach(const fl_variable *v)

@@ -39,7 +39,8 @@ static fl_status tensor_get_batch(fl_dataset *ds, const int64_t *indices, int64_
     fl_scope scope = fl_scope_begin();
     fl_tensor *index = fl_from_data(indices, FL_I64, 1, &count);
     for (int f = 0; index && f < t->count; f++) {
-        out->fields[f] = fl_keep(fl_index_select(t->tensors[f], 0, index));
+        const fl_tensor *field = t->tensors[f];
+        out->fields[f] = fl_keep(fl_index_select(field, 0, fl_to_backend(index, fl_backend_name(field))));
         if (!out->fields[f])
             break;
         out->count = f + 1;

@@ -15,7 +15,7 @@ typedef struct slot {
     int bucket;
     int64_t offset; /* in elements, within the bucket */
     bool added;     /* in this round */
-    const fl_backend *backend; /* the template's: where results go */
+    const fl_backend *backend; /* of the tensor added this round: where its result goes */
 } slot;
 
 typedef struct bucket {
@@ -23,7 +23,7 @@ typedef struct bucket {
     int64_t numel;
     int members;
     int pending;    /* members not yet added in this round */
-    const fl_backend *backend; /* of its first tensor: where the flat buffer lives */
+    const fl_backend *backend; /* of the first tensor added this round: where the flat buffer lives */
     fl__dist_output flat; /* this round's buffer, 1-D */
     fl_tensor *reduced;   /* the flat buffer once reduced */
     void *work;     /* the engine's pending all-reduce */
@@ -136,8 +136,14 @@ fl_status fl_dist_reducer_add(fl_dist_reducer *reducer, int index, const fl_tens
         return FL_ERR_VALUE;
     }
     bucket *b = &reducer->buckets[s->bucket];
-    if (!b->flat.tensor && !fl__dist_output_begin(fn, &b->flat, b->backend, b->dtype, 1, &b->numel))
-        return fl_last_status();
+    /* Buffers and results follow the tensors given, so that a model moved to another
+     * backend after its reducer was made gets its gradients back where it now is. */
+    if (!b->flat.tensor) {
+        b->backend = t->backend;
+        if (!fl__dist_output_begin(fn, &b->flat, b->backend, b->dtype, 1, &b->numel))
+            return fl_last_status();
+    }
+    s->backend = t->backend;
     void *dst = (char *)b->flat.data + s->offset * (int64_t)fl_dtype_size(s->dtype);
     if (fl_to_host(t, dst, (size_t)t->numel * fl_dtype_size(t->dtype)) != FL_OK)
         return fl_last_status();
@@ -167,7 +173,7 @@ static void end_round(const char *fn, fl_dist_reducer *r, bool drain)
     r->engine = NULL;
 }
 
-/* Tensor index's values in its reduced bucket, on the template's backend: a view
+/* Tensor index's values in its reduced bucket, on the backend it was added from: a view
  * where the backend makes one, handed to the caller's scope like any result. */
 static fl_tensor *result(const char *fn, fl_dist_reducer *r, int index)
 {

@@ -65,7 +65,7 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
                                                double dropout_p, bool training)
 {
     const char *fn = "fl_f_scaled_dot_product_attention";
-    if (fl_null_args(fn, 3, q, k, v))
+    if (fl_null_args(fn, 3, q, k, v) || fl_mixed_backends(fn, 4, fl_v_value(q), fl_v_value(k), fl_v_value(v), mask))
         return NULL;
     const fl_tensor *qt = fl_v_value(q), *kt = fl_v_value(k), *vt = fl_v_value(v);
     if (!sdpa_arguments_fit(fn, qt, kt, vt, mask, dropout_p))
@@ -75,7 +75,7 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     sdpa_context c = {.scale = 1.0 / sqrt((double)fl_dim(qt, -1)), .dropout = training && dropout_p > 0};
     fl_tensor *scores = fl_mul_scalar(fl_matmul(qt, last_two_swapped(kt)), c.scale);
     if (mask && fl_dtype_of(mask) == FL_BOOL)
-        scores = fl_where(mask, scores, fl_scalar(-INFINITY, dtype));
+        scores = fl_where(mask, scores, fl_new_scalar(qt, -INFINITY, dtype));
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
     fl_tensor *p = fl_softmax(scores, -1);
@@ -84,10 +84,13 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
      * is zero and its gradients finite, as PyTorch's scaled_dot_product_attention. A nan
      * from the inputs stays nan: only rows whose maximum is -inf are zeroed. */
     if (mask)
-        p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_scalar(-INFINITY, dtype)), fl_scalar(0, dtype), p);
+        p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_new_scalar(qt, -INFINITY, dtype)),
+                     fl_new_scalar(qt, 0, dtype), p);
     fl_tensor *multiplier = NULL, *weights = p;
     if (c.dropout && p) {
-        fl_tensor *kept = fl_lt(fl_rand(dtype, fl_ndim(p), fl_shape(p)), fl_scalar(1 - dropout_p, dtype));
+        /* drawn on the default backend: the same mask on any backend */
+        fl_tensor *u = fl_to_backend(fl_rand(dtype, fl_ndim(p), fl_shape(p)), fl_backend_name(qt));
+        fl_tensor *kept = fl_lt(u, fl_new_scalar(qt, 1 - dropout_p, dtype));
         multiplier = fl_mul_scalar(fl_cast(kept, dtype), dropout_p < 1 ? 1 / (1 - dropout_p) : 0);
         weights = fl_mul(p, multiplier);
     }
@@ -131,7 +134,7 @@ static fl_tensor *additive(const fl_tensor *mask, fl_dtype dtype)
 {
     if (fl_dtype_of(mask) != FL_BOOL)
         return fl_cast(mask, dtype);
-    return fl_where(mask, fl_scalar(-INFINITY, dtype), fl_scalar(0, dtype));
+    return fl_where(mask, fl_new_scalar(mask, -INFINITY, dtype), fl_new_scalar(mask, 0, dtype));
 }
 
 /* The two masks of PyTorch's MultiheadAttention merged into one additive mask that
@@ -178,6 +181,8 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
         return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a MultiheadAttention", fl_module_type_of(m)->name);
     const attention_state *st = fl_module_state(m);
     const fl_tensor *q = fl_v_value(query), *k = fl_v_value(key), *v = fl_v_value(value);
+    if (fl_mixed_backends(fn, 5, q, k, v, key_padding_mask, attn_mask))
+        return NULL;
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE], d[FL_DESC_SIZE];
     int64_t e = st->embed_dim;
     int batch_axis = st->batch_first ? 0 : 1, seq_axis = 1 - batch_axis;

@@ -230,7 +230,8 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
                             bool zero_infinity)
 {
     const char *fn = "fl_nn_ctc_loss";
-    if (fl_null_args(fn, 4, log_probs, targets, input_lengths, target_lengths))
+    if (fl_null_args(fn, 4, log_probs, targets, input_lengths, target_lengths) ||
+        fl_mixed_backends(fn, 4, fl_v_value(log_probs), targets, input_lengths, target_lengths))
         return NULL;
     const fl_tensor *lpt = fl_v_value(log_probs);
     if (!arguments_fit(fn, lpt, targets, input_lengths, target_lengths, blank))
@@ -261,10 +262,13 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
                         grad);
     if (status == FL_OK) {
         fl_dtype dtype = fl_dtype_of(lpt);
-        fl_tensor *value = fl_cast(fl_from_data(nll, FL_F64, FL_SHAPE(n)), dtype);
+        const char *backend = fl_backend_name(lpt); /* the host's results go back beside the input */
+        fl_tensor *value = fl_to_backend(fl_cast(fl_from_data(nll, FL_F64, FL_SHAPE(n)), dtype), backend);
         ctc_context c = {n};
         result = grad ? fl_v_record(value, FL_VARS(log_probs), ctc_grad,
-                                    FL_SAVE(fl_cast(fl_from_data(grad, FL_F64, 3, fl_shape(lpt)), dtype)), &c, sizeof c)
+                                    FL_SAVE(fl_to_backend(fl_cast(fl_from_data(grad, FL_F64, 3, fl_shape(lpt)), dtype),
+                                                          backend)),
+                                    &c, sizeof c)
                       : fl_v_new(value, false);
         if (reduction == FL_REDUCTION_SUM) {
             result = fl_v_sum(result, FL_ALL_AXES, false);
@@ -272,7 +276,7 @@ fl_variable *fl_nn_ctc_loss(fl_variable *log_probs, const fl_tensor *targets, co
             /* PyTorch's mean: each loss over its target length (at least 1), averaged. */
             for (int64_t i = 0; i < n; i++)
                 nll[i] = 1.0 / ((double)(target_len[i] > 1 ? target_len[i] : 1) * (double)n);
-            fl_tensor *weights = fl_cast(fl_from_data(nll, FL_F64, FL_SHAPE(n)), dtype);
+            fl_tensor *weights = fl_to_backend(fl_cast(fl_from_data(nll, FL_F64, FL_SHAPE(n)), dtype), backend);
             result = fl_v_sum(fl_v_mul(result, fl_v_new(weights, false)), FL_ALL_AXES, false);
         }
     }

@@ -17,9 +17,11 @@ fl_variable *fl_f_dropout(fl_variable *x, double p, bool training)
         return fl__nn_identity(x);
     const fl_tensor *xv = fl_v_value(x);
     fl_scope scope = fl_scope_begin();
-    fl_tensor *u = fl_rand(fl_dtype_of(xv), fl_ndim(xv), fl_shape(xv));
+    /* drawn on the default backend: the same mask on any backend */
+    fl_tensor *u = fl_to_backend(fl_rand(fl_dtype_of(xv), fl_ndim(xv), fl_shape(xv)), fl_backend_name(xv));
     /* p = 1 drops everything (PyTorch's zeros), without dividing by zero. */
-    fl_tensor *mask = p < 1 ? fl_mul_scalar(fl_cast(fl_ge(u, fl_scalar(p, fl_dtype_of(xv))), fl_dtype_of(xv)), 1 / (1 - p))
+    fl_tensor *mask = p < 1 ? fl_mul_scalar(fl_cast(fl_ge(u, fl_new_scalar(xv, p, fl_dtype_of(xv))), fl_dtype_of(xv)),
+                                            1 / (1 - p))
                             : fl_zeros_like(xv);
     fl_variable *y = fl_v_record(fl_mul(xv, mask), FL_VARS(x), dropout_grad, FL_SAVE(mask), NULL, 0);
     return fl_v_scope_return(scope, y);

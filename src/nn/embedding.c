@@ -16,10 +16,10 @@ static void embedding_grad(fl_grad *g)
     const fl_tensor *index = g->saved[0];
     fl_tensor *dy = fl_reshape(g->output_grad, FL_SHAPE(-1, c->dim));
     if (c->padding_idx >= 0)
-        dy = fl_where(fl_unsqueeze(fl_ne(index, fl_scalar((double)c->padding_idx, fl_dtype_of(index))), 1), dy,
-                      fl_scalar(0, fl_dtype_of(dy)));
+        dy = fl_where(fl_unsqueeze(fl_ne(index, fl_new_scalar(index, (double)c->padding_idx, fl_dtype_of(index))), 1),
+                      dy, fl_new_scalar(dy, 0, fl_dtype_of(dy)));
     fl_tensor *rows = fl_expand(fl_unsqueeze(index, 1), FL_SHAPE(-1, c->dim));
-    g->input_grads[0] = fl_scatter_add(fl_zeros(fl_dtype_of(dy), FL_SHAPE(c->num, c->dim)), 0, rows, dy);
+    g->input_grads[0] = fl_scatter_add(fl_new_full(dy, 0, fl_dtype_of(dy), FL_SHAPE(c->num, c->dim)), 0, rows, dy);
 }
 
 static fl_variable *embedding_forward(fl_module *m, fl_variable *x)

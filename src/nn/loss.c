@@ -43,7 +43,7 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
                                const fl_class_loss_options *options, bool from_logits)
 {
     fl_class_loss_options o = options ? *options : FL_CLASS_LOSS_DEFAULTS;
-    if (fl_null_args(fn, 2, x, targets))
+    if (fl_null_args(fn, 2, x, targets) || fl_mixed_backends(fn, 2, fl_v_value(x), targets))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     char dx[FL_DESC_SIZE], dt[FL_DESC_SIZE];
@@ -70,8 +70,8 @@ static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *
     const fl_tensor *wide = fl_dtype_of(targets) == FL_I64 ? targets : fl_cast(targets, FL_I64);
     double ignored = (double)o.ignore_index; /* 2^63 (from INT64_MAX) would not convert back */
     fl_tensor *kept =
-        ignored < 0x1p63 ? fl_ne(wide, fl_scalar(ignored, FL_I64)) : fl_cast(fl_ones_like(wide), FL_BOOL);
-    fl_tensor *index = fl_unsqueeze(fl_where(kept, wide, fl_scalar(0, FL_I64)), class_axis);
+        ignored < 0x1p63 ? fl_ne(wide, fl_new_scalar(wide, ignored, FL_I64)) : fl_cast(fl_ones_like(wide), FL_BOOL);
+    fl_tensor *index = fl_unsqueeze(fl_where(kept, wide, fl_new_scalar(wide, 0, FL_I64)), class_axis);
     int64_t known_low, known_high;
     bool known = fl_known_bounds(index, &known_low, &known_high) && known_low >= 0 && known_high < classes;
     if (fl_numel(index) > 0 && index && !known) { /* read only what is not known to be good */
@@ -147,8 +147,8 @@ static void pointwise_grad(fl_grad *g)
         dx = fl_sign(fl_sub(x, y)), dt = fl_neg(dx);
         break;
     case BCE:
-        dx = fl_div(fl_sub(x, y), fl_maximum_scalar(fl_mul(x, fl_sub(fl_scalar(1, fl_dtype_of(x)), x)), 1e-12));
-        dt = fl_sub(clamped_log(fl_sub(fl_scalar(1, fl_dtype_of(x)), x)), clamped_log(x));
+        dx = fl_div(fl_sub(x, y), fl_maximum_scalar(fl_mul(x, fl_sub(fl_new_scalar(x, 1, fl_dtype_of(x)), x)), 1e-12));
+        dt = fl_sub(clamped_log(fl_sub(fl_new_scalar(x, 1, fl_dtype_of(x)), x)), clamped_log(x));
         break;
     case BCE_WITH_LOGITS:
         dx = fl_sub(fl_sigmoid(x), y), dt = fl_neg(x);
@@ -162,7 +162,7 @@ static void pointwise_grad(fl_grad *g)
 
 static fl_tensor *pointwise_loss(pointwise_kind kind, const fl_tensor *x, const fl_tensor *y)
 {
-    fl_tensor *one = fl_scalar(1, fl_dtype_of(x));
+    fl_tensor *one = fl_new_scalar(x, 1, fl_dtype_of(x));
     switch (kind) {
     case MSE:
         return fl_square(fl_sub(x, y));
@@ -179,7 +179,7 @@ static fl_tensor *pointwise_loss(pointwise_kind kind, const fl_tensor *x, const 
 static fl_variable *pointwise(const char *fn, pointwise_kind kind, fl_variable *input, fl_variable *target,
                               fl_reduction reduction)
 {
-    if (fl_null_args(fn, 2, input, target))
+    if (fl_null_args(fn, 2, input, target) || fl_mixed_backends(fn, 2, fl_v_value(input), fl_v_value(target)))
         return NULL;
     const fl_tensor *x = fl_v_value(input), *y = fl_v_value(target);
     if (!reduction_name(reduction))

@@ -205,6 +205,8 @@ fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *
     member *found = find(&m->buffers, name);
     if (!found)
         return fl_error(FL_ERR_VALUE, fn, "%s has no buffer '%s'", m->type->name, name), FL_ERR_VALUE;
+    if (fl_mixed_backends(fn, 2, found->buffer, value))
+        return FL_ERR_VALUE;
     if (!same_shape_and_dtype(fn, name, found->buffer, value))
         return FL_ERR_SHAPE;
     fl_tensor *old = found->buffer;
@@ -362,6 +364,73 @@ fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out)
     return walk(m, prefix, 0, true, put_entry, out);
 }
 
+/* ---- moving to another backend ---- */
+
+/* Every member moved so far, with the backend it came from, so that a failed move
+ * can put them back. */
+typedef struct moved_member {
+    member *item;
+    bool is_parameter;
+    const char *from;
+} moved_member;
+
+typedef struct moving {
+    const char *backend;
+    size_t count, capacity;
+    moved_member *items;
+} moving;
+
+/* Moves one member to backend; a buffer is replaced by its copy there. */
+static fl_status move_member(member *item, bool is_parameter, const char *backend)
+{
+    if (is_parameter)
+        return fl_v_to_backend(item->parameter, backend);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *moved = fl_to_backend(item->buffer, backend);
+    if (moved) {
+        fl_release(item->buffer);
+        item->buffer = fl_retain(moved);
+    }
+    fl_scope_end(scope);
+    return moved ? FL_OK : fl_last_status();
+}
+
+static fl_status move_entry(const char *name, member *item, bool is_parameter, void *user)
+{
+    moving *mv = user;
+    if (mv->count == mv->capacity) {
+        size_t capacity = mv->capacity ? 2 * mv->capacity : 16;
+        moved_member *items = realloc(mv->items, capacity * sizeof *items);
+        if (!items)
+            return fl_error(FL_ERR_MEMORY, "fl_module_to_backend", "out of memory"), FL_ERR_MEMORY;
+        mv->items = items;
+        mv->capacity = capacity;
+    }
+    const char *from = fl_backend_name(value_of(item, is_parameter));
+    fl_status status = move_member(item, is_parameter, mv->backend);
+    if (status == FL_OK)
+        mv->items[mv->count++] = (moved_member){item, is_parameter, from};
+    return status;
+}
+
+fl_status fl_module_to_backend(fl_module *m, const char *backend)
+{
+    const char *fn = "fl_module_to_backend";
+    if (fl_null_args(fn, 2, m, backend))
+        return fl_last_status();
+    if (!fl_backend_find(backend))
+        return fl_error(FL_ERR_VALUE, fn, "no backend named '%s' is registered", backend), FL_ERR_VALUE;
+    char prefix[NAME_MAX_LEN] = "";
+    moving mv = {.backend = backend};
+    fl_status status = walk(m, prefix, 0, true, move_entry, &mv);
+    /* A failure part way (a device out of memory) puts back what had moved, newest
+     * first, so that the model is never left on two backends. */
+    for (size_t i = mv.count; status != FL_OK && i-- > 0;)
+        move_member(mv.items[i].item, mv.items[i].is_parameter, mv.items[i].from);
+    free(mv.items);
+    return status;
+}
+
 /* Names for a message: how many, and the first LISTED_NAMES of them quoted. */
 enum { LISTED_NAMES = 10 };
 typedef struct name_list {
@@ -409,9 +478,10 @@ static fl_status load_entry(const char *name, member *item, bool is_parameter, v
     }
     if (!l->apply)
         return FL_OK;
-    /* A copy, so that the module never shares storage with the map's tensors. */
+    /* A copy, so that the module never shares storage with the map's tensors, on the
+     * member's backend: a map read from a file is on the default one. */
     fl_scope scope = fl_scope_begin();
-    fl_tensor *copy = fl_copy(fl_cast(given, fl_dtype_of(now)));
+    fl_tensor *copy = fl_copy(fl_to_backend(fl_cast(given, fl_dtype_of(now)), fl_backend_name(now)));
     fl_status status = copy ? FL_OK : fl_last_status();
     if (copy && is_parameter)
         status = fl_v_set_value(item->parameter, copy);

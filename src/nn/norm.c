@@ -250,7 +250,9 @@ fl_variable *fl_f_batch_norm(fl_variable *x, const fl_tensor *running_mean, cons
                              fl_tensor **batch_mean, fl_tensor **batch_var)
 {
     const char *fn = "fl_f_batch_norm";
-    if (fl_null_args(fn, 1, x) || (!training && fl_null_args(fn, 2, running_mean, running_var)))
+    if (fl_null_args(fn, 1, x) || (!training && fl_null_args(fn, 2, running_mean, running_var)) ||
+        fl_mixed_backends(fn, 5, fl_v_value(x), running_mean, running_var, weight ? fl_v_value(weight) : NULL,
+                          bias ? fl_v_value(bias) : NULL))
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     char dx[FL_DESC_SIZE], dp[FL_DESC_SIZE];

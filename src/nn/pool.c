@@ -57,7 +57,8 @@ typedef struct adaptive_state {
     int64_t out[2];
 } adaptive_state;
 
-static fl_tensor *window_matrix(int64_t out, int64_t in, fl_dtype dtype)
+/* On like's backend, in its dtype. */
+static fl_tensor *window_matrix(int64_t out, int64_t in, const fl_tensor *like)
 {
     double *a = calloc((size_t)(out * in), sizeof *a);
     if (!a)
@@ -67,7 +68,8 @@ static fl_tensor *window_matrix(int64_t out, int64_t in, fl_dtype dtype)
         for (int64_t j = start; j < end; j++)
             a[i * in + j] = 1.0 / (double)(end - start);
     }
-    fl_tensor *t = fl_cast(fl_from_data(a, FL_F64, FL_SHAPE(out, in)), dtype);
+    fl_tensor *t = fl_to_backend(fl_cast(fl_from_data(a, FL_F64, FL_SHAPE(out, in)), fl_dtype_of(like)),
+                                 fl_backend_name(like));
     free(a);
     return t;
 }
@@ -86,8 +88,8 @@ static fl_variable *adaptive_forward(fl_module *m, fl_variable *x)
         return NULL;
     const fl_tensor *xv = fl_v_value(x);
     fl_scope scope = fl_scope_begin();
-    fl_tensor *ah = window_matrix(s->out[0], fl_shape(xv)[2], fl_dtype_of(xv));
-    fl_tensor *aw = window_matrix(s->out[1], fl_shape(xv)[3], fl_dtype_of(xv));
+    fl_tensor *ah = window_matrix(s->out[0], fl_shape(xv)[2], xv);
+    fl_tensor *aw = window_matrix(s->out[1], fl_shape(xv)[3], xv);
     fl_tensor *y = fl_matmul(fl_matmul(ah, xv), fl_transpose(aw, 0, 1));
     return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), adaptive_grad, FL_SAVE(ah, aw), NULL, 0));
 }

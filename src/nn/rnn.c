@@ -32,12 +32,13 @@ static fl_variable *weight(fl_module *m, const char *kind, int layer, int direct
     return fl_module_parameter(m, name);
 }
 
-/* The initial state of one layer and direction: state[index], or zeros. */
-static fl_variable *initial(fl_variable *state, int index, int64_t batch, int64_t hidden, fl_dtype dtype)
+/* The initial state of one layer and direction: state[index], or zeros of x's dtype
+ * and backend. */
+static fl_variable *initial(fl_variable *state, int index, int64_t batch, int64_t hidden, const fl_tensor *x)
 {
     if (state)
         return fl_v_index(state, FL_INDEX(FL_AT(index)));
-    return fl_v_new(fl_zeros(dtype, FL_SHAPE(batch, hidden)), false);
+    return fl_v_new(fl_new_full(x, 0, fl_dtype_of(x), FL_SHAPE(batch, hidden)), false);
 }
 
 static bool state_fits(const char *fn, const char *name, const fl_variable *state, int64_t layers, int64_t batch,
@@ -108,15 +109,15 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
             if (st->lstm) {
                 /* Both biases enter the LSTM's gates the same way: add them once. */
                 fl_variable *xproj = fl_f_linear(seq, w_ih, st->bias ? fl_v_add(b_ih, b_hh) : NULL);
-                fl_variable *out = fl__lstm_recurrence(xproj, initial(h0, index, batch, h, dtype),
-                                                       initial(c0, index, batch, h, dtype),
+                fl_variable *out = fl__lstm_recurrence(xproj, initial(h0, index, batch, h, xt),
+                                                       initial(c0, index, batch, h, xt),
                                                        weight(m, "weight_hh", layer, d), d == 1);
                 outputs[d] = fl_v_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, h)));
                 finals_h[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(0, h)));
                 finals_c[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(h, FL_END)));
             } else {
                 /* The GRU's b_hn sits inside r * (W_hn h + b_hn): b_hh goes to the recurrence. */
-                outputs[d] = fl__gru_recurrence(fl_f_linear(seq, w_ih, b_ih), initial(h0, index, batch, h, dtype),
+                outputs[d] = fl__gru_recurrence(fl_f_linear(seq, w_ih, b_ih), initial(h0, index, batch, h, xt),
                                                 weight(m, "weight_hh", layer, d), b_hh, d == 1);
                 finals_h[index] = fl_v_index(outputs[d], FL_INDEX(FL_AT(end)));
             }

@@ -10,7 +10,7 @@ static fl_tensor *novograd_update(const fl__optim *o, const fl_tensor *value, co
 {
     const fl_novograd_options *opt = o->options;
     fl_tensor *m = fl__buffer_or_zeros(buffers[0], value);
-    fl_tensor *v = buffers[1] ? buffers[1] : fl_scalar(0, fl_dtype_of(value));
+    fl_tensor *v = buffers[1] ? buffers[1] : fl_new_scalar(value, 0, fl_dtype_of(value));
     fl_tensor *norm_squared = fl_sum(fl_mul(grad, grad), FL_ALL_AXES, false);
     v = fl_add(fl_mul_scalar(v, opt->beta2), fl_mul_scalar(norm_squared, 1 - opt->beta2));
     fl_tensor *normalized = fl_div(grad, fl_add_scalar(fl_sqrt(v), opt->eps));

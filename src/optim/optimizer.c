@@ -51,6 +51,46 @@ fl_status fl_optimizer_load_state(fl_optimizer *o, const fl_tensor_map *map, con
     return o->load_state(o, map, prefix ? prefix : "");
 }
 
+/* The optimizer's state is what save_state writes (the contract every optimizer keeps:
+ * loading it back continues the run exactly), so moving it is a save, a move of each
+ * tensor and a load: one path for the built-in optimizers and one's own alike. */
+fl_status fl_optimizer_to_backend(fl_optimizer *o, const char *backend)
+{
+    const char *fn = "fl_optimizer_to_backend";
+    if (fl_null_args(fn, 2, o, backend))
+        return fl_last_status();
+    if (!fl_backend_find(backend))
+        return fl_error(FL_ERR_VALUE, fn, "no backend named '%s' is registered", backend), FL_ERR_VALUE;
+    fl_tensor_map *state = fl_tensor_map_create(), *moved = fl_tensor_map_create();
+    const char **from = calloc(o->count ? o->count : 1, sizeof *from);
+    fl_status status = state && moved && from ? o->save_state(o, state, "") : FL_ERR_MEMORY;
+    if (status == FL_ERR_MEMORY && (!state || !moved || !from))
+        fl_error(FL_ERR_MEMORY, fn, "out of memory");
+    fl_scope scope = fl_scope_begin();
+    for (size_t i = 0; status == FL_OK && i < fl_tensor_map_count(state); i++) {
+        fl_tensor *t = fl_to_backend(fl_tensor_map_tensor_at(state, i), backend);
+        status = t ? fl_tensor_map_set(moved, fl_tensor_map_name_at(state, i), t) : fl_last_status();
+    }
+    fl_scope_end(scope);
+    /* The parameters (shared with the model, which may have moved them already), then
+     * the state, which the optimizer checks against them. */
+    size_t done = 0;
+    for (; status == FL_OK && done < o->count; done++) {
+        from[done] = fl_backend_name(fl_v_value(o->params[done]));
+        status = fl_v_to_backend(o->params[done], backend);
+    }
+    if (status == FL_OK)
+        status = o->load_state(o, moved, "");
+    /* On failure the parameters go back, so that they stay with the state. */
+    for (size_t i = done; status != FL_OK && i-- > 0;)
+        if (from[i])
+            fl_v_to_backend(o->params[i], from[i]);
+    free(from);
+    fl_tensor_map_free(state);
+    fl_tensor_map_free(moved);
+    return status;
+}
+
 void fl_optimizer_free(fl_optimizer *o)
 {
     if (o)
@@ -230,7 +270,7 @@ static fl_tensor *load_buffer(const fl__optim *o, size_t i, int b, const fl_tens
                          o->buffer_names[b], fl_describe(t, d), fl_describe(value, v),
                          o->buffer_shapes[b] == FL_BUFFER_SCALAR ? " (it must be 0-d)" : "");
     fl_scope scope = fl_scope_begin();
-    fl_tensor *cast = fl_keep(fl_cast(t, fl_dtype_of(value)));
+    fl_tensor *cast = fl_keep(fl_to_backend(fl_cast(t, fl_dtype_of(value)), fl_backend_name(value)));
     fl_scope_end(scope);
     return cast;
 }

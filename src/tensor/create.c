@@ -75,11 +75,32 @@ fl_tensor *fl_zeros(fl_dtype dtype, int ndim, const int64_t *shape) { return ful
 fl_tensor *fl_ones(fl_dtype dtype, int ndim, const int64_t *shape) { return full("fl_ones", 1, dtype, ndim, shape); }
 fl_tensor *fl_scalar(double value, fl_dtype dtype) { return full("fl_scalar", value, dtype, 0, NULL); }
 
+/* On t's backend, as PyTorch's new_full and full_like keep the device: what is made
+ * to combine with t (an optimizer's first state, a gradient's seed) must live where t
+ * does. */
+static fl_tensor *full_beside(const char *fn, const fl_tensor *t, double value, fl_dtype dtype, int ndim,
+                              const int64_t *shape)
+{
+    if (fl_null_args(fn, 1, t) || !check_dtype(fn, dtype) || !fl_check_size(fn, dtype, ndim, shape))
+        return NULL;
+    if (!fl__scalar_fits(value, dtype))
+        return fl_error(FL_ERR_VALUE, fn, "%.17g does not fit the dtype %s", value, fl_dtype_name(dtype));
+    return fl_out(fl__full(t->backend, value, dtype, ndim, shape));
+}
+
 fl_tensor *fl_full_like(const fl_tensor *t, double value)
 {
-    if (fl_null_args("fl_full_like", 1, t))
-        return NULL;
-    return fl_full(value, t->dtype, t->ndim, t->shape);
+    return full_beside("fl_full_like", t, value, t ? t->dtype : FL_F32, t ? t->ndim : 0, t ? t->shape : NULL);
+}
+
+fl_tensor *fl_new_full(const fl_tensor *t, double value, fl_dtype dtype, int ndim, const int64_t *shape)
+{
+    return full_beside("fl_new_full", t, value, dtype, ndim, shape);
+}
+
+fl_tensor *fl_new_scalar(const fl_tensor *t, double value, fl_dtype dtype)
+{
+    return full_beside("fl_new_scalar", t, value, dtype, 0, NULL);
 }
 
 fl_tensor *fl_zeros_like(const fl_tensor *t) { return fl_full_like(t, 0); }

@@ -61,6 +61,25 @@ bool fl__same_backend(const fl_tensor *a, const fl_tensor *b)
     return a->backend == b->backend;
 }
 
+bool fl_mixed_backends(const char *fn, int count, ...)
+{
+    va_list ap;
+    va_start(ap, count);
+    const fl_tensor *first = NULL, *other = NULL;
+    for (int i = 0; i < count && !other; i++) {
+        const fl_tensor *t = va_arg(ap, const fl_tensor *);
+        if (t && !first)
+            first = t;
+        else if (t && !fl__same_backend(t, first))
+            other = t;
+    }
+    va_end(ap);
+    if (other)
+        fl_error(FL_ERR_VALUE, fn, "operands on different backends (%s and %s); move one with fl_to_backend",
+                 first->backend->name, other->backend->name);
+    return other != NULL;
+}
+
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name)
 {
     /* Atomic: registering a replacement rewrites entries while other threads call. */
@@ -207,7 +226,12 @@ fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int
     fl_tensor *out = full ? fl__new(backend, dtype, ndim, shape) : NULL;
     if (!out)
         return NULL;
-    return fl__finish("fl_full", out, full(backend, out, value), 0, NULL);
+    out = fl__finish("fl_full", out, full(backend, out, value), 0, NULL);
+    if (out && fl_dtype_is_integer(dtype)) { /* a fill's value is its bounds */
+        out->bounded = true;
+        out->low = out->high = (int64_t)value;
+    }
+    return out;
 }
 
 bool fl_known_bounds(const fl_tensor *t, int64_t *low, int64_t *high)

@@ -86,9 +86,8 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     if (fl_null_args(fn, 2, a, b))
         return NULL;
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
-    if (!fl__same_backend(a, b))
-        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
-                        a->backend->name, b->backend->name);
+    if (fl_mixed_backends(fn, 2, a, b))
+        return NULL;
     fl_dtype common = rule == BINARY_LOGICAL ? FL_BOOL : fl_promote_types(a->dtype, b->dtype);
     if (rule == BINARY_DIVISION && !fl_dtype_is_float(common))
         common = FL_DEFAULT_FLOAT;
@@ -159,7 +158,7 @@ BINARY(logical_or, BINARY_LOGICAL)
  * the exponent's dtype can hold negatives; fl_pow_scalar checks its scalar instead. */
 static fl_tensor *power(const char *fn, const fl_tensor *a, const fl_tensor *b, bool check_exponent)
 {
-    if (fl_null_args(fn, 2, a, b))
+    if (fl_null_args(fn, 2, a, b) || fl_mixed_backends(fn, 2, a, b))
         return NULL;
     if (check_exponent && fl_dtype_is_integer(fl_promote_types(a->dtype, b->dtype)) &&
         (b->dtype == FL_I32 || b->dtype == FL_I64) && b->numel > 0) {

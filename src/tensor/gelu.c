@@ -87,7 +87,8 @@ fl_tensor *fl_gelu(const fl_tensor *x, bool approximate)
 
 fl_tensor *fl_gelu_backward(const fl_tensor *x, const fl_tensor *dy, bool approximate)
 {
-    if (fl_null_args("fl_gelu_backward", 2, x, dy) || !valid("fl_gelu_backward", x, dy))
+    if (fl_null_args("fl_gelu_backward", 2, x, dy) || fl_mixed_backends("fl_gelu_backward", 2, x, dy) ||
+        !valid("fl_gelu_backward", x, dy))
         return NULL;
     return gelu("fl_gelu_backward", x, dy, approximate);
 }

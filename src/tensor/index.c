@@ -142,9 +142,8 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     selection s;
     if (fl_null_args(fn, 2, t, value) || !select_index(fn, t, index, count, &s))
         return NULL;
-    if (!fl__same_backend(value, t))
-        return fl_error(FL_ERR_VALUE, fn, "the tensor and the value live on different backends (%s and %s)",
-                        t->backend->name, value->backend->name);
+    if (fl_mixed_backends(fn, 2, t, value))
+        return NULL;
     /* The value broadcasts to the indexed shape; leading size-1 axes beyond it are
      * dropped first, as NumPy does. */
     int lead = 0;
@@ -187,9 +186,8 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
     if (fl_null_args(fn, 3, cond, a, b))
         return NULL;
     char dc[FL_DESC_SIZE], da[FL_DESC_SIZE], db[FL_DESC_SIZE];
-    if (!fl__same_backend(a, cond) || !fl__same_backend(b, cond))
-        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", cond->backend->name,
-                        a->backend->name, b->backend->name);
+    if (fl_mixed_backends(fn, 3, cond, a, b))
+        return NULL;
     if (fl_dtype_is_float(cond->dtype)) /* as torch.where: 0.5 is neither true nor false */
         return fl_error(FL_ERR_DTYPE, fn, "the condition %s must be bool or an integer, not a float",
                         fl_describe(cond, dc));
@@ -293,9 +291,8 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
     int ax;
     if (fl_null_args(fn, 2, t, index) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
-    if (!fl__same_backend(index, t))
-        return fl_error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
-                        t->backend->name, index->backend->name);
+    if (fl_mixed_backends(fn, 2, t, index))
+        return NULL;
     if (!index_fits(fn, index, t, "the input", ax, true))
         return NULL;
     FL_ENTRY_TYPE(gather) primitive =
@@ -319,9 +316,8 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
     int ax;
     if (fl_null_args(fn, 3, t, index, src) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
-    if (!fl__same_backend(index, t) || !fl__same_backend(src, t))
-        return fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s, %s and %s)", t->backend->name,
-                        index->backend->name, src->backend->name);
+    if (fl_mixed_backends(fn, 3, t, index, src))
+        return NULL;
     if (!index_fits(fn, index, t, "the input", ax, true) || !index_fits(fn, index, src, "the source", ax, false))
         return NULL;
     FL_ENTRY_TYPE(scatter_add) primitive =
@@ -354,9 +350,8 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     if (fl_null_args(fn, 2, t, index) || !fl_normalize_axis(fn, axis, t->ndim, &ax))
         return NULL;
     char di[FL_DESC_SIZE];
-    if (!fl__same_backend(index, t))
-        return fl_error(FL_ERR_VALUE, fn, "the input and the index live on different backends (%s and %s)",
-                        t->backend->name, index->backend->name);
+    if (fl_mixed_backends(fn, 2, t, index))
+        return NULL;
     if (index->ndim > 1)
         return fl_error(FL_ERR_SHAPE, fn, "the index must be 1-D, got %s", fl_describe(index, di));
     FL_ENTRY_TYPE(index_select) primitive =

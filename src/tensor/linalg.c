@@ -17,15 +17,6 @@
  * result leaves it with fl_scope_return. */
 static fl_tensor *own(fl_tensor *t) { return fl_out(t); }
 
-static bool same_backend(const char *fn, const fl_tensor *a, const fl_tensor *b)
-{
-    if (fl__same_backend(a, b))
-        return true;
-    fl_error(FL_ERR_VALUE, fn, "operands live on different backends (%s and %s); move one with fl_to_backend",
-             a->backend->name, b->backend->name);
-    return false;
-}
-
 /* Calls a primitive with two tensor inputs and an extra argument through a thunk. */
 typedef int (*call_fn)(void *primitive, const fl_backend *backend, fl_tensor *out, const fl_tensor *a, const fl_tensor *b,
                        const void *extra);
@@ -86,7 +77,7 @@ static fl_tensor *matmul_batched(const fl_tensor *a, const fl_tensor *b)
 fl_tensor *fl_matmul(const fl_tensor *a, const fl_tensor *b)
 {
     const char *fn = "fl_matmul";
-    if (fl_null_args(fn, 2, a, b) || !same_backend(fn, a, b))
+    if (fl_null_args(fn, 2, a, b) || fl_mixed_backends(fn, 2, a, b))
         return NULL;
     char da[FL_DESC_SIZE], db[FL_DESC_SIZE];
     if (a->ndim == 0 || b->ndim == 0)
@@ -268,7 +259,7 @@ static fl_tensor *convolve(const char *fn, conv_op op, const fl_tensor *a, const
                            const int64_t *given_shape, const fl_conv_params *params, int spatial)
 {
     static const char *operand_names[][2] = {{"x", "weight"}, {"dy", "weight"}, {"x", "dy"}};
-    if (fl_null_args(fn, 2, a, b) || !same_backend(fn, a, b))
+    if (fl_null_args(fn, 2, a, b) || fl_mixed_backends(fn, 2, a, b))
         return NULL;
     int ndim = spatial + 2;
     fl_conv2d_desc d;
@@ -451,7 +442,7 @@ fl_tensor *fl_pool2d_backward(const fl_tensor *dy, const fl_tensor *x, const fl_
     fl_pool2d_desc d;
     int64_t y[4];
     char a[FL_DESC_SIZE], b[FL_DESC_SIZE];
-    if (fl_null_args(fn, 2, dy, x) || !same_backend(fn, dy, x) || !resolve_pool(fn, x, params, &d, y))
+    if (fl_null_args(fn, 2, dy, x) || fl_mixed_backends(fn, 2, dy, x) || !resolve_pool(fn, x, params, &d, y))
         return NULL;
     if (dy->dtype != x->dtype)
         return fl_error(FL_ERR_DTYPE, fn, "dy %s and x %s must have one dtype", fl_describe(dy, a),

@@ -249,9 +249,8 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
     fl_dtype dtype = first->dtype;
     for (int i = 0; i < count; i++) {
         const fl_tensor *t = tensors[i];
-        if (!fl__same_backend(t, first))
-            return fl_error(FL_ERR_VALUE, fn, "tensors 0 and %d live on different backends (%s and %s)", i,
-                            first->backend->name, t->backend->name);
+        if (fl_mixed_backends(fn, 2, first, t))
+            return NULL;
         bool fits = t->ndim == first->ndim;
         for (int d = 0; fits && d < t->ndim; d++)
             fits = d == ax || t->shape[d] == first->shape[d];

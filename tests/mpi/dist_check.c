@@ -11,6 +11,9 @@
  *                              with every parameter equal to its "step", until the
  *                              job ends: rank 1 exits abruptly meanwhile
  *   dist_check data_parallel   2 ranks x batch B train as 1 process x batch 2B
+ *
+ * Tensors are made on the default backend (FLARE_BACKEND), so the same checks run on
+ * a device backend, whose tensors the layer stages through host memory.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flare/backend.h"
 #include "flare/distributed.h"
 #include "flare/io.h"
 #include "flare/nn.h"
@@ -37,10 +41,12 @@ static int rank;
         } \
     } while (0)
 
-/* True if t holds exactly expected (count values, read as f64). */
+/* True if t holds exactly expected (count values, read as f64) and lives on the
+ * default backend (FLARE_BACKEND), where every input here is made: collectives give
+ * their results on their input's backend. */
 static bool equals(const fl_tensor *t, const double *expected, int64_t count)
 {
-    if (!t || fl_numel(t) != count)
+    if (!t || fl_numel(t) != count || strcmp(fl_backend_name(t), fl_default_backend()->name) != 0)
         return false;
     fl_tensor *wide = fl_cast(t, FL_F64);
     double *values = malloc((size_t)count * sizeof *values + 1);
@@ -264,6 +270,9 @@ static int data_parallel(void)
 {
     fl_scope scope = fl_scope_begin();
     fl_module *replica = small_model(rank + 1); /* data-parallel must broadcast rank 0's weights */
+    CHECK(replica != NULL);
+    if (!replica)
+        return 1;
     /* Small buckets, so that several all-reduces overlap backward. */
     fl_data_parallel *dp = fl_data_parallel_new(replica, 64);
     CHECK(dp != NULL);
@@ -272,6 +281,9 @@ static int data_parallel(void)
 
     /* Rank 0's initial weights, trained in one process on the whole batches. */
     fl_module *whole = small_model(1);
+    CHECK(whole != NULL);
+    if (!whole)
+        return 1;
     train(whole, NULL, 0, 2 * BATCH);
 
     fl_parameters *a = fl_module_parameters(replica), *b = fl_module_parameters(whole);
