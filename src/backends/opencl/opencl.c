@@ -5,6 +5,7 @@
  */
 #include "opencl.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,10 +99,76 @@ ocl_tensor *ocl_value(const fl_tensor *t)
     return rc ? NULL : o;
 }
 
-/* ---- launching programs ---- */
+/* ---- launching programs ----
+ *
+ * Finding a kernel by its text means writing the text (tens of kilobytes with the
+ * math prelude) and hashing it, which costs more than the launch: kernels are found
+ * first by what their text is made from, a kernel file's body (a few kilobytes,
+ * without the prelude) and dtype, or a generated program's description (a few
+ * hundred bytes), and by their whole text only the first time. */
+
+typedef struct known_kernel {
+    uint64_t hash;
+    char *body, *name; /* a kernel file's text and kernel name (copies) */
+    unsigned char *key;      /* a generated program's description */
+    size_t key_size;
+    int dtype;
+    cl_kernel kernel;
+    struct known_kernel *next;
+} known_kernel;
+
+#define KNOWN_BUCKETS 512
+static known_kernel *known[KNOWN_BUCKETS];
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t size)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static known_kernel *known_find(uint64_t hash, const char *body, const char *name, int dtype,
+                                const unsigned char *key, size_t key_size)
+{
+    for (known_kernel *k = known[hash % KNOWN_BUCKETS]; k; k = k->next)
+        if (k->hash == hash && k->dtype == dtype && k->key_size == key_size &&
+            (body ? k->body && strcmp(k->body, body) == 0 && strcmp(k->name, name) == 0
+                  : !k->body && memcmp(k->key, key, key_size) == 0))
+            return k;
+    return NULL;
+}
+
+static void known_add(uint64_t hash, const char *body, const char *name, int dtype, const unsigned char *key,
+                      size_t key_size, cl_kernel kernel)
+{
+    known_kernel *k = calloc(1, sizeof *k);
+    unsigned char *copy = key_size ? malloc(key_size) : NULL;
+    char *body_copy = body ? strdup(body) : NULL, *name_copy = name ? strdup(name) : NULL;
+    if (!k || (key_size && !copy) || (body && (!body_copy || !name_copy))) { /* found by its text next time */
+        free(k);
+        free(copy);
+        free(body_copy);
+        free(name_copy);
+        return;
+    }
+    if (key_size)
+        memcpy(copy, key, key_size);
+    *k = (known_kernel){hash, body_copy, name_copy, copy, key_size, dtype, kernel, known[hash % KNOWN_BUCKETS]};
+    known[hash % KNOWN_BUCKETS] = k;
+}
 
 cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype)
 {
+    /* by content: some bodies are assembled per dtype in a buffer */
+    uint64_t hash = fnv1a(fnv1a(fnv1a(1469598103934665603ull, body, strlen(body)), name, strlen(name)), &dtype,
+                          sizeof dtype);
+    pthread_mutex_lock(&known_lock);
+    known_kernel *k = known_find(hash, body, name, (int)dtype, NULL, 0);
+    pthread_mutex_unlock(&known_lock);
+    if (k)
+        return k->kernel;
     size_t size = strlen(kg_opencl.prelude) + strlen(body) + 64;
     char *source = malloc(size);
     if (!source) {
@@ -109,28 +176,82 @@ cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype)
         return NULL;
     }
     snprintf(source, size, "%s\n#define T %s\n%s", kg_opencl.prelude, kg_type(dtype), body);
-    cl_kernel k = ocl_kernel(source, name);
+    cl_kernel kernel = ocl_kernel(source, name);
     free(source);
-    return k;
+    if (kernel) {
+        pthread_mutex_lock(&known_lock);
+        if (!known_find(hash, body, name, (int)dtype, NULL, 0))
+            known_add(hash, body, name, (int)dtype, NULL, 0, kernel);
+        pthread_mutex_unlock(&known_lock);
+    }
+    return kernel;
+}
+
+/* What a generated program's text is made from, in a fixed layout (a kg_program's
+ * unused slots and padding are not part of it). Returns its size. */
+static size_t describe(const kg_program *p, int *key)
+{
+    size_t n = 0;
+    key[n++] = p->ndim;
+    key[n++] = p->compute;
+    key[n++] = p->nleaves;
+    for (int k = 0; k < p->nleaves; k++) {
+        key[n++] = p->leaves[k].dtype;
+        key[n++] = p->leaves[k].strided;
+    }
+    key[n++] = p->nslots;
+    for (int j = 0; j < p->nslots; j++) {
+        key[n++] = p->slots[j].op;
+        key[n++] = p->slots[j].arg[0];
+        key[n++] = p->slots[j].arg[1];
+        key[n++] = p->slots[j].dtype;
+    }
+    key[n++] = p->noutputs;
+    for (int k = 0; k < p->noutputs; k++)
+        key[n++] = p->outputs[k];
+    return n * sizeof *key;
 }
 
 #define SOURCE_MAX 32768
 
-int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor *const *leaves,
-                    const double *constants, fl_tensor *const *outputs)
+static cl_kernel program_kernel(const char *operation, const kg_program *p)
 {
+    int key[4 + 2 * KG_MAX_LEAVES + 4 * KG_MAX_SLOTS + KG_MAX_OUTPUTS];
+    size_t key_size = describe(p, key);
+    uint64_t hash = fnv1a(1469598103934665603ull, key, key_size);
+    pthread_mutex_lock(&known_lock);
+    known_kernel *k = known_find(hash, NULL, NULL, -1, (const unsigned char *)key, key_size);
+    pthread_mutex_unlock(&known_lock);
+    if (k)
+        return k->kernel;
     char *source = malloc(SOURCE_MAX);
-    if (!source)
-        return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
+    if (!source) {
+        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
+        return NULL;
+    }
     if (!kg_elementwise(&kg_opencl, p, source, SOURCE_MAX)) {
         free(source);
-        return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", operation,
-                                fl_dtype_name(p->nleaves ? p->leaves[0].dtype : p->compute));
+        fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", operation,
+                         fl_dtype_name(p->nleaves ? p->leaves[0].dtype : p->compute));
+        return NULL;
     }
     cl_kernel kernel = ocl_kernel(source, "fused");
     free(source);
+    if (kernel) {
+        pthread_mutex_lock(&known_lock);
+        if (!known_find(hash, NULL, NULL, -1, (const unsigned char *)key, key_size))
+            known_add(hash, NULL, NULL, -1, (const unsigned char *)key, key_size, kernel);
+        pthread_mutex_unlock(&known_lock);
+    }
+    return kernel;
+}
+
+int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor *const *leaves,
+                    const double *constants, fl_tensor *const *outputs)
+{
+    cl_kernel kernel = program_kernel(operation, p);
     if (!kernel)
-        return FL_ERR_BACKEND;
+        return FL_ERR_BACKEND; /* the recorded error says which, and its status wins */
 
     const fl_tensor *first = outputs[0];
     cl_long n = first->numel;
