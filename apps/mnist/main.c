@@ -50,7 +50,7 @@
 #define EVAL_BATCH 256
 
 typedef struct options {
-    const char *data, *json, *save, *save_weights, *load;
+    const char *data, *json, *save, *save_weights, *load, *losses;
     int epochs, stop_after, threads, workers;
     int64_t batch, train_limit;
     double lr, momentum;
@@ -63,7 +63,7 @@ static void parse_args(int argc, char **argv, options *o)
     *o = (options){.data = FL_FASHION_MNIST_DIR, .epochs = 5, .batch = 64, .lr = 0.05, .momentum = 0.9,
                    .seed = 1, .threads = 0, .workers = 1};
     enum { EPOCHS = 256, STOP_AFTER, BATCH, LR, MOMENTUM, SEED, THREADS, WORKERS, TRAIN_LIMIT, DATA, JSON, SAVE, LOAD,
-           SAVE_WEIGHTS, EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED, BACKEND };
+           SAVE_WEIGHTS, EVAL_ONLY, NO_EVAL, QUIET, DISTRIBUTED, BACKEND, LOSSES };
     static const struct option long_options[] = {
         {"epochs", required_argument, NULL, EPOCHS},
         {"stop-after", required_argument, NULL, STOP_AFTER},
@@ -84,13 +84,15 @@ static void parse_args(int argc, char **argv, options *o)
         {"quiet", no_argument, NULL, QUIET},
         {"distributed", no_argument, NULL, DISTRIBUTED},
         {"backend", required_argument, NULL, BACKEND},
+        {"losses", required_argument, NULL, LOSSES},
         {0},
     };
     cli c = {.program = "mnist",
              .usage = "mnist [--data DIR] [--epochs N] [--batch B] [--lr LR] [--momentum M] [--seed S]\n"
                       "             [--threads T] [--workers W] [--train-limit N] [--json FILE]\n"
                       "             [--save FILE] [--save-weights FILE] [--load FILE] [--eval-only] [--no-eval]\n"
-                      "             [--quiet] [--distributed] [--stop-after N] [--backend NAME]\n"
+                      "             [--quiet] [--distributed] [--stop-after N] [--backend NAME] [--losses FILE]\n"
+                      "       --losses FILE writes each training step's loss, one per line\n"
                       "       " CLI_BACKEND_HELP,
              .options = long_options};
     for (int key; (key = cli_next(&c, argc, argv)) != -1;)
@@ -114,6 +116,7 @@ static void parse_args(int argc, char **argv, options *o)
         case QUIET: o->quiet = true; break;
         case DISTRIBUTED: o->distributed = true; break;
         case BACKEND: cli_backend(&c); break;
+        case LOSSES: o->losses = optarg; break;
         }
     if (o->eval_only && !o->load)
         cli_fail(&c, "--eval-only evaluates a checkpoint given with --load");
@@ -269,7 +272,7 @@ int main(int argc, char **argv)
     bool leader = fl_distributed_rank() == 0;
     if (!leader) {
         o.quiet = true;
-        o.json = o.save = o.save_weights = NULL;
+        o.json = o.save = o.save_weights = o.losses = NULL;
     }
     fl_manual_seed(o.seed);
 
@@ -282,6 +285,17 @@ int main(int argc, char **argv)
     fl_optimizer *opt = NULL;
     fl_data_parallel *dp = NULL;
     epoch_result *results = NULL;
+    /* Written to a temporary, renamed when the run ends well. */
+    char losses_tmp[4096] = "";
+    FILE *losses = NULL;
+    if (o.losses) {
+        snprintf(losses_tmp, sizeof losses_tmp, "%s.tmp", o.losses);
+        if (!(losses = fopen(losses_tmp, "w"))) {
+            fprintf(stderr, "mnist: cannot write %s: %s\n", losses_tmp, strerror(errno));
+            status = 1;
+            goto finish;
+        }
+    }
     if (load_split(o.data, true, &images, &labels) != FL_OK || load_split(o.data, false, &test_images, &test_labels)) {
         status = fail("loading the dataset");
         goto finish;
@@ -360,7 +374,10 @@ int main(int argc, char **argv)
                     status = fail("training");
                 fl_optimizer_zero_grad(opt);
                 int64_t n = fl_dim(s.fields[0], 0);
-                fl_average_meter_add(&train_loss, fl_item(fl_v_value(loss)), (double)n);
+                double value = fl_item(fl_v_value(loss));
+                fl_average_meter_add(&train_loss, value, (double)n);
+                if (losses)
+                    fprintf(losses, "%.9g\n", value);
                 fl_timer_meter_add_samples(&timer, n);
                 progress(&o, epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
                          1.0 / fl_timer_meter_per_sample(&timer));
@@ -407,6 +424,16 @@ int main(int argc, char **argv)
         status = write_json(&o, results, first_epoch, done, tested ? &test_result : NULL);
 
 finish:
+    if (losses) {
+        bool written = fclose(losses) == 0 && status == 0;
+        if (written && rename(losses_tmp, o.losses) != 0) {
+            fprintf(stderr, "mnist: cannot write %s: %s\n", o.losses, strerror(errno));
+            written = false;
+            status = 1;
+        }
+        if (!written)
+            remove(losses_tmp);
+    }
     free(results);
     fl_data_parallel_free(dp);
     fl_optimizer_free(opt);

@@ -96,6 +96,14 @@ static void init_failed(fl_status status, const char *fmt, ...)
 
 static void device_memory_init(void);
 
+/* Work still queued when the process exits would run while exit() tears the OpenCL
+ * implementation down (PoCL compiles kernels on threads of its own, with LLVM, and
+ * crashes if its exit handler runs meanwhile): the queue is drained first. Exit
+ * handlers run in the reverse order of their registration, and an implementation
+ * may register its own when it first compiles, so this one is registered after the
+ * first program is built. */
+static void finish_at_exit(void) { clFinish(device.queue); }
+
 static void init(void)
 {
     cl_platform_id platforms[16];
@@ -439,13 +447,21 @@ cl_kernel ocl_kernel(const char *source, const char *name)
     while (p && (p->hash != hash || strcmp(p->source, source) != 0))
         p = p->next;
     if (!p) {
+        /* OpenCL compilers are not all safe to run on two threads at once (PoCL's
+         * LLVM passes are not), and CLBlast compiles its kernels inside its calls,
+         * which hold the launch lock: builds hold it too. */
+        pthread_mutex_lock(&launch_lock);
         p = program_build(source, hash);
+        pthread_mutex_unlock(&launch_lock);
         if (!p) {
             pthread_mutex_unlock(&programs_lock);
             return NULL;
         }
         p->next = *bucket;
         *bucket = p;
+        static bool exit_handler;
+        if (!exit_handler)
+            exit_handler = atexit(finish_at_exit) == 0;
     }
     cl_kernel kernel = NULL;
     for (int i = 0; i < p->nkernels && !kernel; i++)
@@ -454,8 +470,11 @@ cl_kernel ocl_kernel(const char *source, const char *name)
     if (!kernel) {
         cl_int err = CL_INVALID_KERNEL_NAME;
         char *copy = p->nkernels < 8 ? strdup(name) : NULL;
-        if (copy)
+        if (copy) {
+            pthread_mutex_lock(&launch_lock);
             kernel = clCreateKernel(p->program, name, &err);
+            pthread_mutex_unlock(&launch_lock);
+        }
         if (kernel) {
             p->kernels[p->nkernels].name = copy;
             p->kernels[p->nkernels++].kernel = kernel;
