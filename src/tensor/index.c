@@ -122,7 +122,9 @@ static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection 
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, s->region);
     if (!out)
         return NULL;
-    return fl__finish(fn, out, slice(t->backend, out, t, s->start, s->step), 1, &t);
+    out = fl__finish(fn, out, slice(t->backend, out, t, s->start, s->step), 1, &t);
+    fl__bound_like(out, t);
+    return out;
 }
 
 fl_tensor *fl_index(const fl_tensor *t, const fl_index_item *index, int count)
@@ -364,6 +366,7 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
+        fl__bound_like(out, t); /* its values are some of t's */
     }
     fl_release(wide);
     return fl_out(out);

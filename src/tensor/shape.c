@@ -276,6 +276,11 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
     if (out)
         out = fl__finish(fn, out, primitive(first->backend, out, (const fl_tensor *const *)inputs, count, ax),
                          count < 3 ? count : 3, (const fl_tensor *const *)inputs);
+    for (int i = 0; i < count && out && inputs[i]->bounded; i++) { /* its values are theirs */
+        out->low = i == 0 || inputs[i]->low < out->low ? inputs[i]->low : out->low;
+        out->high = i == 0 || inputs[i]->high > out->high ? inputs[i]->high : out->high;
+        out->bounded = i == count - 1;
+    }
     for (int i = 0; i < count; i++)
         fl_release(inputs[i]);
     free(inputs);
