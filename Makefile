@@ -69,7 +69,7 @@ test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFLARE_SANITIZE=ON -DFLARE_BENCH=OFF -DFLARE_WERROR=$(WERROR)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	$(call say_opencl_row,$(ASAN_BUILD))
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) $(call OPENCL_ROW,.)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j $(JOBS) $(call OPENCL_ROW,.)
 
 # The readers of outside bytes (safetensors, checkpoints, IDX plain and gzipped) under
 # libFuzzer with AddressSanitizer and UBSan, FUZZ_SECONDS each, from the committed seeds

@@ -44,7 +44,9 @@ static void elementwise_chains_fuse_into_one_kernel(void **state)
     fl_tensor *x = fl_from_data(host, FL_F32, 1, (int64_t[]){1000});
     fl_tensor *b = fl_scalar(0.5, FL_F32);
     fl_opencl_counters before = fl_opencl_counters_get();
-    fl_tensor *y = fl_tanh(fl_mul(fl_add(fl_exp(fl_neg(x)), b), x));
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *y = fl_keep(fl_tanh(fl_mul(fl_add(fl_exp(fl_neg(x)), b), x)));
+    fl_scope_end(scope); /* the intermediates are the graph's alone now */
     fl_opencl_counters pending = fl_opencl_counters_get();
     assert_int_equal(pending.launches, before.launches); /* nothing ran yet */
     float got[1000];
@@ -70,14 +72,18 @@ static void held_intermediates_are_written_once(void **state)
     REQUIRE_DEVICE();
     use_opencl();
     fl_tensor *x = fl_full(2.0, FL_F32, 1, (int64_t[]){4096});
-    fl_tensor *kept = fl_exp(x);                /* held here */
-    fl_tensor *y = fl_add(fl_sqrt(kept), kept); /* reads it twice */
+    fl_tensor *kept = fl_exp(x); /* held here */
+    fl_tensor *root = fl_sqrt(kept);
+    fl_tensor *y = fl_add(root, kept); /* reads it twice */
+    fl_release(root);
     fl_opencl_counters before = fl_opencl_counters_get();
     assert_int_equal(fl_eval(y), FL_OK);
     assert_int_equal(fl_eval(kept), FL_OK); /* already written */
     fl_opencl_counters after = fl_opencl_counters_get();
     assert_int_equal(after.launches - before.launches, 1);
-    assert_true(fabs(fl_item(fl_sum(kept, FL_ALL_AXES, false)) / 4096 - exp(2.0)) < 1e-4);
+    fl_tensor *total = fl_sum(kept, FL_ALL_AXES, false);
+    assert_true(fabs(fl_item(total) / 4096 - exp(2.0)) < 1e-4);
+    fl_release(total);
     fl_release(y);
     fl_release(kept);
     fl_release(x);

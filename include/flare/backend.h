@@ -271,6 +271,13 @@ const fl_backend *fl_opencl_backend(void);
  * shapes and dtypes. Returns status for convenience. */
 int fl_backend_error(fl_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* For strided backends: the strides (elements) that let shape (ndim axes) view the
+ * elements of a, laid out with a_strides, in row-major order without a copy, as
+ * NumPy's _attempt_nocopy_reshape finds them: each run of a's axes that merges into
+ * (or splits into) a run of new axes must step evenly through memory. False if some
+ * run does not (a transposed or expanded axis merged with its neighbour). */
+bool fl_view_strides(const fl_tensor *a, const int64_t *a_strides, int ndim, const int64_t *shape, int64_t *strides);
+
 /* A new tensor handle on backend with the given metadata and no impl: for backends
  * that build outputs of their own (a fallback to another backend, say). */
 fl_tensor *fl_tensor_alloc(const fl_backend *backend, fl_dtype dtype, int ndim, const int64_t *shape);

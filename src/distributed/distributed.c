@@ -297,6 +297,10 @@ bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backen
         out->tensor = t;
         return true;
     }
+    if (t->impl) { /* storage without host access (device memory): from_host makes its own */
+        backend->release(backend, t);
+        t->impl = NULL;
+    }
     fl__take_backend_error(NULL, 0); /* no host access: stage in host memory */
     size_t bytes = (size_t)t->numel * fl_dtype_size(dtype);
     out->tensor = t; /* metadata only until from_host fills it */

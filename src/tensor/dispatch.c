@@ -242,3 +242,41 @@ bool fl_known_bounds(const fl_tensor *t, int64_t *low, int64_t *high)
     *high = t->high;
     return true;
 }
+
+bool fl_view_strides(const fl_tensor *a, const int64_t *a_strides, int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t old_shape[FL_MAX_DIMS], old_step[FL_MAX_DIMS];
+    int old_ndim = 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != 1) {
+            old_shape[old_ndim] = a->shape[i];
+            old_step[old_ndim++] = a_strides[i];
+        }
+    if (a->numel == 0) {
+        for (int64_t i = ndim - 1, s = 1; i >= 0; s *= shape[i--])
+            strides[i] = s;
+        return true;
+    }
+    int oi = 0, ni = 0;
+    while (oi < old_ndim && ni < ndim) {
+        int oj = oi + 1, nj = ni + 1;
+        int64_t old_size = old_shape[oi], new_size = shape[ni];
+        while (old_size != new_size) {
+            if (new_size < old_size)
+                new_size *= shape[nj++];
+            else
+                old_size *= old_shape[oj++];
+        }
+        for (int k = oi; k < oj - 1; k++)
+            if (old_step[k] != old_shape[k + 1] * old_step[k + 1])
+                return false;
+        strides[nj - 1] = old_step[oj - 1];
+        for (int k = nj - 1; k > ni; k--)
+            strides[k - 1] = strides[k] * shape[k];
+        oi = oj;
+        ni = nj;
+    }
+    for (; ni < ndim; ni++) /* trailing size-1 axes */
+        strides[ni] = 1;
+    return true;
+}

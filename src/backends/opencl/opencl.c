@@ -458,64 +458,26 @@ static int ocl_cast(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 
 /* ---- layout ---- */
 
-/* The strides that let shape view a's elements (strides a_strides) in row-major order
- * without a copy, as NumPy's _attempt_nocopy_reshape finds them (and the cpu backend):
- * each run of a's axes that merges into (or splits into) a run of new axes must step
- * evenly through memory. False if some run does not (a transposed or expanded axis
- * merged with its neighbour). */
-static bool reshape_strides(const fl_tensor *a, const int64_t *a_strides, int ndim, const int64_t *shape,
-                            int64_t *strides)
+/* A constant under another shape is the same constant: no memory until read. */
+static int same_constant(fl_tensor *out, const fl_tensor *a)
 {
-    int64_t old_shape[FL_MAX_DIMS], old_step[FL_MAX_DIMS];
-    int old_ndim = 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != 1) {
-            old_shape[old_ndim] = a->shape[i];
-            old_step[old_ndim++] = a_strides[i];
-        }
-    if (a->numel == 0) {
-        ocl_dense_strides(ndim, shape, strides);
-        return true;
-    }
-    int oi = 0, ni = 0;
-    while (oi < old_ndim && ni < ndim) {
-        int oj = oi + 1, nj = ni + 1;
-        int64_t old_size = old_shape[oi], new_size = shape[ni];
-        while (old_size != new_size) {
-            if (new_size < old_size)
-                new_size *= shape[nj++];
-            else
-                old_size *= old_shape[oj++];
-        }
-        for (int k = oi; k < oj - 1; k++)
-            if (old_step[k] != old_shape[k + 1] * old_step[k + 1])
-                return false;
-        strides[nj - 1] = old_step[oj - 1];
-        for (int k = nj - 1; k > ni; k--)
-            strides[k - 1] = strides[k] * shape[k];
-        oi = oj;
-        ni = nj;
-    }
-    for (; ni < ndim; ni++) /* trailing size-1 axes */
-        strides[ni] = 1;
-    return true;
+    ocl_tensor *o = impl_new(out, OCL_CONSTANT);
+    if (!o)
+        return FL_ERR_MEMORY;
+    o->constant = ocl_impl(a)->constant;
+    return 0;
 }
 
 static int ocl_reshape(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     (void)self;
-    if (ocl_impl(a)->state == OCL_CONSTANT) {
-        ocl_tensor *o = impl_new(out, OCL_CONSTANT);
-        if (!o)
-            return FL_ERR_MEMORY;
-        o->constant = ocl_impl(a)->constant;
-        return 0;
-    }
+    if (ocl_impl(a)->state == OCL_CONSTANT)
+        return same_constant(out, a);
     ocl_tensor *o = ocl_value(a);
     if (!o)
         return FL_ERR_BACKEND;
     int64_t strides[FL_MAX_DIMS];
-    if (reshape_strides(a, o->strides, out->ndim, out->shape, strides))
+    if (fl_view_strides(a, o->strides, out->ndim, out->shape, strides))
         return ocl_view(out, a, o->offset, strides);
     fl_tensor *dense = ocl_contiguous(a);
     if (!dense)
@@ -541,13 +503,8 @@ static int ocl_permute(const fl_backend *self, fl_tensor *out, const fl_tensor *
 static int ocl_expand(const fl_backend *self, fl_tensor *out, const fl_tensor *a)
 {
     (void)self;
-    if (ocl_impl(a)->state == OCL_CONSTANT) {
-        ocl_tensor *o = impl_new(out, OCL_CONSTANT);
-        if (!o)
-            return FL_ERR_MEMORY;
-        o->constant = ocl_impl(a)->constant;
-        return 0;
-    }
+    if (ocl_impl(a)->state == OCL_CONSTANT)
+        return same_constant(out, a);
     ocl_tensor *o = ocl_value(a);
     if (!o)
         return FL_ERR_BACKEND;
