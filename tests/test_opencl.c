@@ -15,6 +15,9 @@
 #include "flare/opencl.h"
 #include "flare/optim.h"
 
+#include "backends/opencl/runtime.h"
+#include "tensor/internal.h"
+
 
 #define REQUIRE_DEVICE()                   \
     do {                                   \
@@ -171,6 +174,25 @@ static void device_errors_are_statuses(void **state)
     restore();
 }
 
+/* A kernel the device's compiler refuses is a status whose message carries the build
+ * log, not an abort; and it is not cached as if it had built. */
+static void a_kernel_that_does_not_build_is_an_error(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    static const char broken[] = "__kernel void broken(__global float *y) { y[0] = not_declared_anywhere; }\n";
+    for (int attempt = 0; attempt < 2; attempt++) {
+        fl_opencl_counters before = fl_opencl_counters_get();
+        assert_null(ocl_kernel(broken, "broken"));
+        char message[2048];
+        assert_int_equal(fl__take_backend_error(message, sizeof message), FL_ERR_BACKEND);
+        assert_non_null(strstr(message, "CL_BUILD_PROGRAM_FAILURE"));
+        assert_non_null(strstr(message, "not_declared_anywhere")); /* from the build log */
+        assert_non_null(strstr(message, fl_opencl_device()));
+        assert_int_equal(fl_opencl_counters_get().builds, before.builds + 1);
+    }
+}
+
 /* Device memory goes through a caching manager with the host manager's statistics. */
 static void device_memory_is_cached(void **state)
 {
@@ -202,6 +224,7 @@ int main(void)
         cmocka_unit_test(held_intermediates_are_written_once),
         cmocka_unit_test(a_training_step_stays_on_the_device),
         cmocka_unit_test(device_errors_are_statuses),
+        cmocka_unit_test(a_kernel_that_does_not_build_is_an_error),
         cmocka_unit_test(device_memory_is_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
