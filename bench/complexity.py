@@ -157,12 +157,10 @@ def count_lines(path):
 
 
 def check_counters():
-    """The line counter and the struct reader on the cases that would fool a naive one."""
+    """The line counter on the cases that would fool a naive one."""
     sample = 'int a; /* one\n two */ int b;\n// c\n\n  /* "*/ s = "/* not a comment";\n x = \'"\'; /*\n*/\n'
-    struct = "int (*f)(int a, int b); /* g; */ fl_unary_fn h, *i,\n j; const char *name;"
-    if code_lines_c(sample) != 4 or struct_members(struct) != ["f", "h", "i", "j", "name"]:
-        fail(f"self-check: code_lines_c gives {code_lines_c(sample)} (expected 4), "
-             f"struct_members gives {struct_members(struct)}")
+    if code_lines_c(sample) != 4:
+        fail(f"self-check: code_lines_c gives {code_lines_c(sample)} (expected 4)")
 
 
 def component(path):
