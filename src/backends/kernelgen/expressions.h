@@ -10,6 +10,13 @@
 #ifndef FLARE_KERNELGEN_EXPRESSIONS_H
 #define FLARE_KERNELGEN_EXPRESSIONS_H
 
+/* The type the expressions compute in: float on the CPU (the lazy backend fuses f32
+ * only); a device kernel defines it as its compute type, so that f64 kernels keep
+ * GELU's constants in double. */
+#ifndef LAZY_T
+#define LAZY_T float
+#endif
+
 /* Every kind of node, in enum order, with the backend primitive it stands for (memory
  * telemetry attributes a node's materialization to it): X(op, primitive name). */
 #define LAZY_OPS(X)                                                                          \
@@ -43,7 +50,7 @@ typedef enum lazy_op { LAZY_OPS(LAZY_ENUM_ENTRY) LAZY_OP_COUNT } lazy_op;
 #define LAZY_UNARY_EXPRESSIONS(X)                                                   \
     X(LAZY_NEG, -x)                                                                 \
     X(LAZY_ABS, fabsf(x))                                                           \
-    X(LAZY_SIGN, (float)((x > 0) - (x < 0)))                                        \
+    X(LAZY_SIGN, (LAZY_T)((x > 0) - (x < 0)))                                        \
     X(LAZY_EXP, vm_expf(x))                                                         \
     X(LAZY_LOG, vm_logf(x))                                                         \
     X(LAZY_LOG1P, vm_log1pf(x))                                                     \
@@ -52,8 +59,8 @@ typedef enum lazy_op { LAZY_OPS(LAZY_ENUM_ENTRY) LAZY_OP_COUNT } lazy_op;
     X(LAZY_TANH, vm_tanhf(x))                                                       \
     X(LAZY_SIGMOID, vm_sigmoidf(x))                                                 \
     X(LAZY_ERF, vm_erff(x))                                                         \
-    X(LAZY_GELU, GELU_VALUE(float, x, vm_erff))                                     \
-    X(LAZY_GELU_TANH, GELU_TANH_VALUE(float, x, GELU_TANH_TERM(float, x, vm_tanhf))) \
+    X(LAZY_GELU, GELU_VALUE(LAZY_T, x, vm_erff))                                     \
+    X(LAZY_GELU_TANH, GELU_TANH_VALUE(LAZY_T, x, GELU_TANH_TERM(LAZY_T, x, vm_tanhf))) \
     X(LAZY_FLOOR, vm_floorf(x))                                                     \
     X(LAZY_CEIL, vm_ceilf(x))                                                       \
     X(LAZY_ROUND, nearbyintf(x))
@@ -65,8 +72,8 @@ typedef enum lazy_op { LAZY_OPS(LAZY_ENUM_ENTRY) LAZY_OP_COUNT } lazy_op;
     X(LAZY_DIV, x / z)                                                                        \
     X(LAZY_MINIMUM, x < z || x != x ? x : z)                                                  \
     X(LAZY_MAXIMUM, x > z || x != x ? x : z)                                                  \
-    X(LAZY_GELU_GRAD, z * GELU_SLOPE(float, x, vm_erff, vm_expf))                             \
-    X(LAZY_GELU_TANH_GRAD, z * GELU_TANH_SLOPE(float, x, GELU_TANH_TERM(float, x, vm_tanhf)))
+    X(LAZY_GELU_GRAD, z * GELU_SLOPE(LAZY_T, x, vm_erff, vm_expf))                             \
+    X(LAZY_GELU_TANH_GRAD, z * GELU_TANH_SLOPE(LAZY_T, x, GELU_TANH_TERM(LAZY_T, x, vm_tanhf)))
 
 /* The reductions a fused pass or a device kernel computes (kernelgen.h has their
  * identities and combinations). */

@@ -232,6 +232,7 @@ bool kg_elementwise(const kg_dialect *d, const kg_program *p, char *source, size
         put(&t, "%s%s%s\n", d->prelude, d->f64_math, kernelgen_gelu_text);
     else
         put(&t, "%s%s%s%s\n", d->prelude, d->f32_math, kernelgen_vecmath_text, kernelgen_gelu_text);
+    put(&t, "#define LAZY_T %s\n", CT);
     put(&t, "static ushort kg_half_bits(float f) { ushort h; vstore_half_rte(f, 0, (__private half *)&h); return h; }\n");
     put(&t, "%s fused(long n, %s shape", d->kernel, d->shape_type);
     bool strided = false;

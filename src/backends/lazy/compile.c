@@ -485,7 +485,8 @@ static compile_result compile(uint64_t hash, const char *body)
     FILE *f = fopen(source, "w");
     if (!f)
         return COMPILE_FAILED;
-    bool written = fputs(lazy_kernel_headers, f) >= 0 && fputs(body, f) >= 0;
+    bool written = fputs(lazy_kernel_headers, f) >= 0 && fputs("#define LAZY_T float\n", f) >= 0 &&
+                   fputs(body, f) >= 0;
     if (fclose(f) != 0 || !written) {
         unlink(source);
         return COMPILE_FAILED;

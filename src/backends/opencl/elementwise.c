@@ -8,7 +8,7 @@
 
 /* Runs op on a (and b) now, as a one-operation program: a lazy_op in the compute
  * type of the operands (f32 or f64) or a KG_* typed op. */
-static int run_now(const char *name, fl_tensor *out, int op, const fl_tensor *a, const fl_tensor *b)
+int ocl_run_now(const char *name, fl_tensor *out, int op, const fl_tensor *a, const fl_tensor *b)
 {
     const fl_tensor *leaves[2] = {a, b};
     int nleaves = b ? 2 : 1;
@@ -35,7 +35,7 @@ static int float_op(const char *name, fl_tensor *out, int op, const fl_tensor *a
 {
     if (a->dtype == FL_F32)
         return ocl_defer(out, op, a, b);
-    return run_now(name, out, op, a, b);
+    return ocl_run_now(name, out, op, a, b);
 }
 
 #define FLOAT_UNARY(name, op)                                                                   \
@@ -52,28 +52,28 @@ static int float_op(const char *name, fl_tensor *out, int op, const fl_tensor *a
     static int ocl_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)           \
     {                                                                                           \
         (void)self;                                                                             \
-        return is_float(a->dtype) ? float_op(#name, out, op, a, NULL) : run_now(#name, out, typed, a, NULL); \
+        return is_float(a->dtype) ? float_op(#name, out, op, a, NULL) : ocl_run_now(#name, out, typed, a, NULL); \
     }
 
 #define TYPED_UNARY(name, typed)                                                                \
     static int ocl_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a)           \
     {                                                                                           \
         (void)self;                                                                             \
-        return run_now(#name, out, typed, a, NULL);                                             \
+        return ocl_run_now(#name, out, typed, a, NULL);                                             \
     }
 
 #define NUMERIC_BINARY(name, op, typed)                                                                    \
     static int ocl_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)  \
     {                                                                                                      \
         (void)self;                                                                                        \
-        return is_float(a->dtype) ? float_op(#name, out, op, a, b) : run_now(#name, out, typed, a, b);     \
+        return is_float(a->dtype) ? float_op(#name, out, op, a, b) : ocl_run_now(#name, out, typed, a, b);     \
     }
 
 #define TYPED_BINARY(name, typed)                                                                          \
     static int ocl_##name(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)  \
     {                                                                                                      \
         (void)self;                                                                                        \
-        return run_now(#name, out, typed, a, b);                                                           \
+        return ocl_run_now(#name, out, typed, a, b);                                                           \
     }
 
 NUMERIC_UNARY(neg, LAZY_NEG, KG_NEG)

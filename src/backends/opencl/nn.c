@@ -471,67 +471,8 @@ done:
 
 /* ---- GELU ---- */
 
-/* f64: gelu.h's formulas in double (the fused expressions of expressions.h are
- * written for float, their constants rounded to it), reading x and dy through
- * their strides. form: 0 exact, 1 tanh; with_dy: the gradient. */
-static const char gelu_f64_source[] =
-    "static long nn_at(long i, int ndim, const __private long *shape, const __private long *strides) {\n"
-    "    long at = 0;\n"
-    "    for (int d = ndim - 1; d >= 0; d--) { at += i % shape[d] * strides[d]; i /= shape[d]; }\n"
-    "    return at;\n"
-    "}\n"
-    "__kernel void gelu(long total, int ndim, long8 shape8, __global const T *x, long xo, long8 xs8,\n"
-    "                   __global const T *dy, long dyo, long8 dys8, __global T *y, long yo, int approximate,\n"
-    "                   int with_dy)\n"
-    "{\n"
-    "    long i = get_global_id(0);\n"
-    "    if (i >= total) return;\n"
-    "    long shape[8], xs[8], dys[8];\n"
-    "    vstore8(shape8, 0, shape); vstore8(xs8, 0, xs); vstore8(dys8, 0, dys);\n"
-    "    T v = x[xo + nn_at(i, ndim, shape, xs)], r;\n"
-    "    if (with_dy) {\n"
-    "        T g = dy[dyo + nn_at(i, ndim, shape, dys)];\n"
-    "        r = approximate ? g * GELU_TANH_SLOPE(T, v, GELU_TANH_TERM(T, v, tanh))\n"
-    "                        : g * GELU_SLOPE(T, v, erf, exp);\n"
-    "    } else {\n"
-    "        r = approximate ? GELU_TANH_VALUE(T, v, GELU_TANH_TERM(T, v, tanh)) : GELU_VALUE(T, v, erf);\n"
-    "    }\n"
-    "    y[yo + i] = r;\n"
-    "}\n";
-
-static cl_long8 strides_of(const fl_tensor *t)
-{
-    cl_long8 s = {{0}};
-    const ocl_tensor *o = ocl_impl(t);
-    for (int d = 0; d < t->ndim; d++)
-        s.s[d] = t->shape[d] == 1 ? 0 : o->strides[d];
-    return s;
-}
-
-static int gelu_f64(fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
-{
-    if (!ocl_value(a) || (dy && !ocl_value(dy)))
-        return FL_ERR_BACKEND;
-    int rc = ocl_alloc(out);
-    if (rc)
-        return rc;
-    cl_kernel k = nn_kernel(gelu_f64_source, "gelu", FL_F64, 1);
-    if (!k)
-        return FL_ERR_BACKEND;
-    cl_long total = a->numel, xo = element_offset(a), dyo = dy ? element_offset(dy) : 0, yo = element_offset(out);
-    cl_int ndim = a->ndim, approx = approximate, with_dy = dy != NULL;
-    cl_long8 shape = {{0}}, xs = strides_of(a), dys = dy ? strides_of(dy) : xs;
-    for (int d = 0; d < a->ndim; d++)
-        shape.s[d] = a->shape[d];
-    ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(ndim), OCL_VALUE(shape), OCL_MEM(ocl_impl(a)->buffer),
-                      OCL_VALUE(xo), OCL_VALUE(xs), OCL_MEM(ocl_impl(dy ? dy : a)->buffer), OCL_VALUE(dyo),
-                      OCL_VALUE(dys), OCL_MEM(ocl_impl(out)->buffer), OCL_VALUE(yo), OCL_VALUE(approx),
-                      OCL_VALUE(with_dy)};
-    return ocl_launch("gelu", k, (size_t)total, 13, args);
-}
-
-/* f32: a pending node of the fused expressions (expressions.h), so that GELU fuses
- * with the operations around it; f64 at once. */
+/* The fused expressions of expressions.h: on f32 a pending node, so that GELU fuses
+ * with the operations around it; on f64 at once, in double. */
 static int ocl_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate)
 {
     (void)self;
@@ -541,11 +482,8 @@ static int ocl_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, 
     if (dy && (dy->dtype != a->dtype || dy->ndim != a->ndim ||
                memcmp(dy->shape, a->shape, sizeof *a->shape * (size_t)a->ndim) != 0))
         return fl_backend_error(FL_ERR_SHAPE, "the gelu gradient needs dy of x's dtype and shape");
-    if (a->dtype == FL_F64)
-        return gelu_f64(out, a, dy, approximate);
-    if (dy)
-        return ocl_defer(out, approximate ? LAZY_GELU_TANH_GRAD : LAZY_GELU_GRAD, a, dy);
-    return ocl_defer(out, approximate ? LAZY_GELU_TANH : LAZY_GELU, a, NULL);
+    int op = dy ? (approximate ? LAZY_GELU_TANH_GRAD : LAZY_GELU_GRAD) : (approximate ? LAZY_GELU_TANH : LAZY_GELU);
+    return a->dtype == FL_F64 ? ocl_run_now("gelu", out, op, a, dy) : ocl_defer(out, op, a, dy);
 }
 
 void ocl_register_nn(fl_backend *b)

@@ -78,6 +78,11 @@ cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype);
 int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor *const *leaves,
                     const double *constants, fl_tensor *const *outputs);
 
+/* elementwise.c: runs op on a (and b) now, as a one-operation generated program: a
+ * lazy_op in the compute type of the operands (f32 or f64), or a KG_* typed op; a,
+ * b and out of one shape. Returns 0 or an fl_status. */
+int ocl_run_now(const char *name, fl_tensor *out, int op, const fl_tensor *a, const fl_tensor *b);
+
 /* fuse.c: pending operations. */
 /* Makes out a pending f32 op on a (and b), or runs it at once where it cannot be
  * pending. Returns 0 or an fl_status. */
