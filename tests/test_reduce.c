@@ -98,6 +98,29 @@ static void reductions_over_axis_lists(void **state)
     assert_no_error();
 }
 
+/* Long rows of a few outputs, which a device backend cuts into chunks reduced apart
+ * and then together: every element still counts once, and the extremes and NaNs
+ * wherever they fall. */
+static void long_rows_of_few_outputs(void **state)
+{
+    (void)state;
+    fl_scope scope = fl_scope_begin();
+    const int64_t n = 1000003; /* not a multiple of any chunk count */
+    fl_tensor *ramp = fl_arange(0, (double)n, 1, FL_F64);
+    assert_values(fl_sum(ramp, FL_ALL_AXES, false), 0, 0, (double)n * (double)(n - 1) / 2);
+    assert_values(fl_max(ramp, FL_ALL_AXES, false), 0, 0, (double)(n - 1));
+    assert_values(fl_min(fl_neg(ramp), FL_ALL_AXES, false), 0, 0, -(double)(n - 1));
+    fl_tensor *two = fl_reshape(fl_arange(0, 2 * 300001, 1, FL_I64), 2, (int64_t[]){2, 300001});
+    assert_values(fl_sum(two, FL_AXES(1), false), 0, 0, 300001.0 * 300000 / 2, 300001.0 * 300000 / 2 + 300001.0 * 300001);
+    float *v = calloc((size_t)n, sizeof *v);
+    v[n / 2] = NAN;
+    fl_tensor *with_nan = fl_from_data(v, FL_F32, 1, &n);
+    free(v);
+    assert_true(isnan(fl_item(fl_max(with_nan, FL_ALL_AXES, false))));
+    assert_true(isnan(fl_item(fl_sum(with_nan, FL_ALL_AXES, false))));
+    fl_scope_end(scope);
+}
+
 static void zero_dimensional_tensors(void **state)
 {
     fl_tensor *s = fl_scalar(3.5, FL_F32);
@@ -555,6 +578,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         scoped_test(reductions_over_axis_lists),
         scoped_test(zero_dimensional_tensors),
+        scoped_test(long_rows_of_few_outputs),
         scoped_test(dtype_rules),
         scoped_test(half_precision_computes_in_f32),
         scoped_test(nan_and_infinity),

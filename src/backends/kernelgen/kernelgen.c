@@ -344,15 +344,16 @@ bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size,
         return false;
     put(&t,
         "%s __attribute__((reqd_work_group_size(%d, 1, 1)))\n"
-        "reduce(long rows, long k, %s const T *a, long ao, %s T *y, long yo)\n"
+        "reduce(long rows, long k, long chunks, %s const T *a, long ao, %s T *y, long yo)\n"
         "{\n"
         "    __local T part[%d];\n"
-        "    long row = get_group_id(0);\n"
+        "    long g = get_group_id(0), row = g / chunks, chunk = g %% chunks;\n"
+        "    long span = (k + chunks - 1) / chunks, begin = chunk * span, end = min(begin + span, k);\n"
         "    int lane = get_local_id(0);\n"
         "    T acc = IDENTITY;\n"
         "    if (row < rows) {\n"
         "        %s const T *x = a + ao + row * k;\n"
-        "        for (long j = lane; j < k; j += %d) { T v = x[j]; T a = acc; acc = COMBINE(a, v); }\n"
+        "        for (long j = begin + lane; j < end; j += %d) { T v = x[j]; T a = acc; acc = COMBINE(a, v); }\n"
         "    }\n"
         "    part[lane] = acc;\n"
         "    barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -360,7 +361,7 @@ bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size,
         "        if (lane < s) { T a = part[lane], v = part[lane + s]; part[lane] = COMBINE(a, v); }\n"
         "        barrier(CLK_LOCAL_MEM_FENCE);\n"
         "    }\n"
-        "    if (lane == 0 && row < rows) y[yo + row] = part[0];\n"
+        "    if (lane == 0 && row < rows) y[yo + g] = part[0];\n"
         "}\n",
         d->kernel, local_size, d->global, d->global, local_size, d->global, local_size, local_size);
     return !t.full;

@@ -98,10 +98,11 @@ bool kg_elementwise(const kg_dialect *d, const kg_program *p, char *source, size
     X(LAZY_MAX, "max", "KG_LOWEST(T)", "(v > a || v != v) ? v : a")                              \
     X(LAZY_MIN, "min", "KG_HIGHEST(T)", "(v < a || v != v) ? v : a")
 
-/* Writes the kernel "reduce" of rows: out[r] = op over a[r * k .. r * k + k), the rows
- * dense and contiguous, one work-group of local_size (a power of two) per row. Its
- * arguments: long rows, long k, the input buffer and offset, the output buffer and
- * offset. */
+/* Writes the kernel "reduce" of rows, dense and contiguous: each row of k elements is
+ * cut into chunks spans of equal length (the last shorter), and a work-group of
+ * local_size (a power of two) reduces each, y[yo + row * chunks + chunk] receiving
+ * it; with chunks 1, y[yo + row] = op over the row. Its arguments: long rows, long k,
+ * long chunks, the input buffer and offset, the output buffer and offset. */
 bool kg_reduce_rows(const kg_dialect *d, int op, fl_dtype dtype, int local_size, char *source, size_t size);
 
 /* The definitions of reduction op on dtype, for kernels that accumulate with it

@@ -202,6 +202,44 @@ static int reduce_kernel(const char *name, int op, fl_dtype dtype, bool groups, 
     return rc;
 }
 
+/* Long rows are cut into chunks, each a work-group, so that a few rows still occupy
+ * the device; a second pass reduces the chunks' results. The count depends on the
+ * sizes only, so the result is the same on every run. */
+#define CHUNK_MIN 8192
+#define CHUNKS_MAX 256
+
+static int launch_rows(const char *name, cl_kernel kernel, int local, const fl_tensor *x, cl_long xo, int64_t rows,
+                       int64_t k, int64_t chunks, const fl_tensor *y, cl_long yo)
+{
+    cl_long nrows = rows, nk = k, nchunks = chunks;
+    ocl_arg args[] = {OCL_VALUE(nrows), OCL_VALUE(nk), OCL_VALUE(nchunks), OCL_MEM(ocl_impl(x)->buffer),
+                      OCL_VALUE(xo), OCL_MEM(ocl_impl(y)->buffer), OCL_VALUE(yo)};
+    size_t global = (size_t)(rows * chunks) * (size_t)local, size = (size_t)local;
+    return ocl_launch_nd(name, kernel, 1, &global, &size, 7, args);
+}
+
+/* out[r] = op over the dense rows [rows, k] of x. */
+static int reduce_rows(const char *name, cl_kernel kernel, int local, const fl_tensor *x, int64_t rows, int64_t k,
+                       fl_tensor *out)
+{
+    int64_t chunks = rows >= 64 ? 1 : k / CHUNK_MIN;
+    chunks = chunks < 1 ? 1 : chunks > CHUNKS_MAX ? CHUNKS_MAX : chunks;
+    if (chunks == 1)
+        return launch_rows(name, kernel, local, x, element_offset(x), rows, k, 1, out, element_offset(out));
+    int64_t shape[1] = {rows * chunks};
+    fl_tensor *partial = fl_tensor_alloc(out->backend, out->dtype, 1, shape);
+    if (!partial)
+        return fl_backend_error(FL_ERR_MEMORY, "out of host memory");
+    int rc = ocl_alloc(partial);
+    if (!rc)
+        rc = launch_rows(name, kernel, local, x, element_offset(x), rows, k, chunks, partial, element_offset(partial));
+    if (!rc)
+        rc = launch_rows(name, kernel, local, partial, element_offset(partial), rows, chunks, 1, out,
+                         element_offset(out));
+    fl_release(partial);
+    return rc;
+}
+
 static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, unsigned mask)
 {
     char defines[512];
@@ -243,11 +281,7 @@ static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, 
     } else if (!(v.inner == 1 && v.sk == 1 && (v.outer == 1 || v.so == v.k)) && (rc = dense_lines(&x, &v))) {
         /* the group kernel reads dense rows; the copy failed */
     } else {
-        cl_long nrows = v.outer, k = v.k, xo = element_offset(x), yo = element_offset(out);
-        ocl_arg args[] = {OCL_VALUE(nrows), OCL_VALUE(k), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo),
-                          OCL_MEM(ocl_impl(out)->buffer), OCL_VALUE(yo)};
-        size_t global = (size_t)nrows * (size_t)local, size = (size_t)local;
-        rc = ocl_launch_nd(name, kernel, 1, &global, &size, 6, args);
+        rc = reduce_rows(name, kernel, local, x, v.outer, v.k, out);
     }
     fl_release(x);
     return rc;
