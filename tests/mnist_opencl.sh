@@ -4,13 +4,14 @@
 # so the losses agree to rounding at first. Training amplifies rounding differences
 # (the cpu backend with 1 thread against 2 differs by several percent after a few
 # dozen steps), so later steps are compared as a trend: both runs learn, and the mean
-# of their last 50 losses agrees. At batch 16, so that PoCL runs it in about a minute.
+# of their last 50 losses agrees. The example's own settings (batch 64), as `make demo`
+# trains it: about two minutes on PoCL.
 set -u
 mnist=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 run() {
-    FLARE_NUM_THREADS=2 "$mnist" --backend "$1" --batch 16 --train-limit 3200 --epochs 1 --no-eval --quiet \
+    FLARE_NUM_THREADS=2 "$mnist" --backend "$1" --train-limit 12800 --epochs 1 --no-eval --quiet \
         --losses "$dir/$1.txt" || { echo "mnist on $1 failed"; exit 1; }
 }
 run cpu
@@ -23,6 +24,6 @@ paste "$dir/cpu.txt" "$dir/opencl.txt" | awk '
       if (NR == 1) start = $1 }
     END {
       c /= 50; o /= 50; trend = (o - c) / c; if (trend < 0) trend = -trend
-      printf "steps 1-5: largest relative difference %.2g (limit 1e-4); last 50 steps: mean loss %.4f on cpu, %.4f on opencl (%.1f%% apart, limit 10%%); first loss %.4f\n", first, c, o, 100 * trend, start
-      if (first > 1e-4 || trend > 0.10 || c > 0.5 * start || o > 0.5 * start) exit 1
+      printf "steps 1-5: largest relative difference %.2g (limit 1e-4); last 50 steps: mean loss %.4f on cpu, %.4f on opencl (%.1f%% apart, limit 5%%); first loss %.4f\n", first, c, o, 100 * trend, start
+      if (first > 1e-4 || trend > 0.05 || c > 0.5 * start || o > 0.5 * start) exit 1
     }'
