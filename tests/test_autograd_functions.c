@@ -165,6 +165,22 @@ static void reshape_gradients(void **state)
     assert_gradcheck(unsqueeze_of, NULL, IN(-1, 1, 3, 2));
 }
 
+static fl_variable *tril_of(fl_variable *const *x, void *ctx) { return squared(fl_v_tril(x[0], *(int64_t *)ctx)); }
+static fl_variable *triu_of(fl_variable *const *x, void *ctx) { return squared(fl_v_triu(x[0], *(int64_t *)ctx)); }
+
+static void triangle_gradients(void **state)
+{
+    int64_t diagonals[] = {0, 1, -1};
+    for (int i = 0; i < 3; i++) {
+        assert_gradcheck(tril_of, &diagonals[i], IN(-1, 1, 2, 3, 4));
+        assert_gradcheck(triu_of, &diagonals[i], IN(-1, 1, 4, 3));
+    }
+    /* Masked elements get exactly zero. */
+    fl_variable *x = fl_v_new(T_F64(FL_SHAPE(2, 2), 1, 2, 3, 4), true);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_tril(x, 0), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_values(fl_v_grad(x), 0, 0, 1, 0, 1, 1);
+}
+
 static void permutation_gradients(void **state)
 {
     assert_gradcheck(permute_of, NULL, IN(-1, 1, 2, 3, 4));
@@ -519,6 +535,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         scoped_test(unary_gradients),
+        scoped_test(triangle_gradients),
         scoped_test(clamp_gradient),
         scoped_test(binary_gradients),
         scoped_test(binary_gradients_at_special_points),

@@ -400,6 +400,205 @@ static void the_profile_counts_and_times_operations(void **state)
     assert_no_error();
 }
 
+static void tril_and_triu_keep_their_triangle(void **state)
+{
+    fl_tensor *m = fl_arange(1, 13, 1, FL_F32);
+    m = fl_reshape(m, FL_SHAPE(3, 4));
+    assert_values(fl_tril(m, 0), 0, 0, 1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0);
+    assert_values(fl_tril(m, 1), 0, 0, 1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12);
+    assert_values(fl_tril(m, -1), 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0);
+    assert_values(fl_triu(m, 0), 0, 0, 1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12);
+    assert_values(fl_triu(m, 2), 0, 0, 0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0);
+    assert_values(fl_triu(m, -1), 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12);
+    assert_values(fl_tril(m, -5), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    assert_values(fl_triu(m, -5), 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+    /* A batch of matrices, integers and bools keep their dtype. */
+    fl_tensor *b = fl_tril(T_I32(FL_SHAPE(2, 2, 2), 1, 2, 3, 4, 5, 6, 7, 8), 0);
+    assert_dtype(b, FL_I32);
+    assert_shape(b, 2, 2, 2);
+    assert_values(b, 0, 0, 1, 0, 3, 4, 5, 0, 7, 8);
+    fl_tensor *causal = fl_tril(fl_ones(FL_BOOL, FL_SHAPE(3, 3)), 0);
+    assert_dtype(causal, FL_BOOL);
+    assert_values(causal, 0, 0, 1, 0, 0, 1, 1, 0, 1, 1, 1);
+    assert_fails(fl_tril(fl_ones(FL_F32, FL_SHAPE(3)), 0), FL_ERR_SHAPE, "fl_tril: needs at least 2 dimensions");
+    assert_fails(fl_triu(NULL, 0), FL_ERR_NULL, "fl_triu");
+}
+
+/* 5 standard deviations: a correct sampler fails one seed in millions, a wrong one
+ * (an off-by-one category, unnormalized weights) fails by far more. */
+static void assert_frequency(int64_t count, int64_t n, double p)
+{
+    double sigma = sqrt(p * (1 - p) / (double)n);
+    double f = (double)count / (double)n;
+    if (fabs(f - p) > 5 * sigma + 1e-12)
+        fail_msg("frequency %g of %lld draws, expected %g (sigma %g)", f, (long long)n, p, sigma);
+}
+
+static void bernoulli_draws_ones_with_probability_p(void **state)
+{
+    enum { N = 20000 };
+    fl_manual_seed(7);
+    fl_tensor *p = fl_concat((fl_tensor *[]){T_F32(FL_SHAPE(2), 0, 1), fl_full(0.3, FL_F32, FL_SHAPE(N))}, 2, 0);
+    fl_tensor *x = fl_bernoulli(p);
+    assert_dtype(x, FL_F32);
+    assert_shape(x, N + 2);
+    float *v = malloc((N + 2) * sizeof *v);
+    assert_int_equal(fl_to_host(x, v, (N + 2) * sizeof *v), FL_OK);
+    assert_true(v[0] == 0 && v[1] == 1);
+    int64_t ones = 0;
+    for (int i = 2; i < N + 2; i++) {
+        assert_true(v[i] == 0 || v[i] == 1);
+        ones += v[i] == 1;
+    }
+    free(v);
+    assert_frequency(ones, N, 0.3);
+    fl_manual_seed(7);
+    assert_true(support_same_bytes(fl_bernoulli(p), x));
+    assert_dtype(fl_bernoulli(T_F64(FL_SHAPE(1), 0.5)), FL_F64);
+    assert_fails(fl_bernoulli(T_F32(FL_SHAPE(2), 0.5, 1.5)), FL_ERR_VALUE, "fl_bernoulli: probabilities must lie in [0, 1]");
+    assert_fails(fl_bernoulli(T_F32(FL_SHAPE(2), NAN, 0.5)), FL_ERR_VALUE, "fl_bernoulli");
+    assert_fails(fl_bernoulli(T_I32(FL_SHAPE(1), 1)), FL_ERR_DTYPE, "fl_bernoulli: needs float probabilities");
+}
+
+static fl_tensor *sorted_values(const fl_tensor *t)
+{
+    fl_tensor *v = NULL;
+    assert_int_equal(fl_sort(t, 0, false, &v, NULL), FL_OK);
+    return v;
+}
+
+static void randperm_is_a_permutation_of_the_seed(void **state)
+{
+    enum { N = 1000 };
+    fl_manual_seed(3);
+    fl_tensor *p = fl_randperm(N, FL_I64);
+    assert_dtype(p, FL_I64);
+    assert_shape(p, N);
+    int64_t v[N];
+    assert_int_equal(fl_to_host(p, v, sizeof v), FL_OK);
+    bool seen[N] = {0};
+    int64_t in_place = 0;
+    for (int i = 0; i < N; i++) {
+        assert_in_range(v[i], 0, N - 1);
+        assert_false(seen[v[i]]);
+        seen[v[i]] = true;
+        in_place += v[i] == i;
+    }
+    assert_true(in_place < 10); /* a shuffle, not the identity: about one fixed point */
+    fl_manual_seed(3);
+    assert_true(support_same_bytes(fl_randperm(N, FL_I64), p));
+    assert_false(support_same_bytes(fl_randperm(N, FL_I64), p)); /* the generator moved on */
+    fl_tensor *small = fl_randperm(5, FL_I32);
+    assert_dtype(small, FL_I32);
+    assert_values(sorted_values(small), 0, 0, 0, 1, 2, 3, 4);
+    assert_shape(fl_randperm(0, FL_I64), 0);
+    assert_fails(fl_randperm(-1, FL_I64), FL_ERR_VALUE, "fl_randperm: n must be non-negative");
+    assert_fails(fl_randperm(300, FL_U8), FL_ERR_VALUE, "fl_randperm: u8 cannot hold");
+    assert_fails(fl_randperm(3, FL_BOOL), FL_ERR_DTYPE, "fl_randperm");
+}
+
+static void multinomial_with_replacement_follows_the_weights(void **state)
+{
+    enum { N = 20000 };
+    fl_manual_seed(11);
+    /* Unnormalized weights, a zero among them; two rows with different weights. */
+    fl_tensor *w = T_F32(FL_SHAPE(2, 4), 1, 0, 3, 6, 5, 5, 0, 0);
+    fl_tensor *draws = fl_multinomial(w, N, true);
+    assert_dtype(draws, FL_I64);
+    assert_shape(draws, 2, N);
+    int64_t *v = malloc(2 * N * sizeof *v);
+    assert_int_equal(fl_to_host(draws, v, 2 * N * sizeof *v), FL_OK);
+    int64_t counts[2][4] = {{0}};
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++) {
+            assert_in_range(v[r * N + i], 0, 3);
+            counts[r][v[r * N + i]]++;
+        }
+    free(v);
+    assert_int_equal(counts[0][1], 0);
+    assert_frequency(counts[0][0], N, 0.1);
+    assert_frequency(counts[0][2], N, 0.3);
+    assert_frequency(counts[0][3], N, 0.6);
+    assert_int_equal(counts[1][2] + counts[1][3], 0);
+    assert_frequency(counts[1][0], N, 0.5);
+    fl_manual_seed(11);
+    assert_true(support_same_bytes(fl_multinomial(w, N, true), draws));
+    /* One row of weights gives a vector, as torch.multinomial. */
+    fl_tensor *one = fl_multinomial(T_F64(FL_SHAPE(3), 0, 0, 2), 4, true);
+    assert_shape(one, 4);
+    assert_values(one, 0, 0, 2, 2, 2, 2);
+}
+
+static void multinomial_without_replacement_draws_distinct_categories(void **state)
+{
+    enum { N = 20000 };
+    fl_manual_seed(5);
+    /* Every category of a row, in some order: a permutation of the positive ones. */
+    fl_tensor *w = T_F32(FL_SHAPE(3, 5), 1, 2, 3, 4, 5, 0, 1, 1, 0, 1, 9, 9, 9, 9, 9);
+    int64_t all[15];
+    assert_int_equal(fl_to_host(fl_multinomial(fl_index(w, FL_INDEX(FL_RANGE(0, 1))), 5, false), all, 5 * sizeof *all), FL_OK);
+    bool seen[5] = {0};
+    for (int i = 0; i < 5; i++) {
+        assert_in_range(all[i], 0, 4);
+        assert_false(seen[all[i]]);
+        seen[all[i]] = true;
+    }
+    fl_tensor *three = fl_multinomial(w, 3, false);
+    assert_shape(three, 3, 3);
+    assert_int_equal(fl_to_host(three, all, 9 * sizeof *all), FL_OK);
+    for (int r = 0; r < 3; r++) {
+        assert_true(all[r * 3] != all[r * 3 + 1] && all[r * 3] != all[r * 3 + 2] && all[r * 3 + 1] != all[r * 3 + 2]);
+        if (r == 1) /* the three positive weights of row 1 */
+            for (int i = 0; i < 3; i++)
+                assert_true(all[3 + i] == 1 || all[3 + i] == 2 || all[3 + i] == 4);
+    }
+    /* The first draw follows the weights; the second, given the first is i, the rest:
+     * P(second = j) = sum over i != j of p_i p_j / (1 - p_i). */
+    const double p[3] = {0.2, 0.3, 0.5};
+    fl_tensor *rows = fl_expand(T_F64(FL_SHAPE(1, 3), 2, 3, 5), FL_SHAPE(N, 3));
+    fl_tensor *pairs = fl_multinomial(rows, 2, false);
+    int64_t *v = malloc(2 * N * sizeof *v);
+    assert_int_equal(fl_to_host(pairs, v, 2 * N * sizeof *v), FL_OK);
+    int64_t first[3] = {0}, second[3] = {0};
+    for (int i = 0; i < N; i++) {
+        assert_true(v[2 * i] != v[2 * i + 1]);
+        first[v[2 * i]]++;
+        second[v[2 * i + 1]]++;
+    }
+    free(v);
+    for (int j = 0; j < 3; j++) {
+        double q = 0;
+        for (int i = 0; i < 3; i++)
+            if (i != j)
+                q += p[i] * p[j] / (1 - p[i]);
+        assert_frequency(first[j], N, p[j]);
+        assert_frequency(second[j], N, q);
+    }
+    fl_manual_seed(5);
+    fl_multinomial(fl_index(w, FL_INDEX(FL_RANGE(0, 1))), 5, false);
+    assert_true(support_same_bytes(fl_multinomial(w, 3, false), three));
+}
+
+static void multinomial_refuses_bad_weights(void **state)
+{
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(3), 1, -1, 2), 1, true), FL_ERR_VALUE,
+                 "fl_multinomial: weights must be finite and non-negative: row 0, category 1 is -1");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(2, 2), 1, 1, NAN, 1), 1, true), FL_ERR_VALUE,
+                 "row 1, category 0 is nan");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(3), 1, INFINITY, 2), 1, true), FL_ERR_VALUE, "category 1 is inf");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(2, 2), 1, 1, 0, 0), 1, true), FL_ERR_VALUE,
+                 "fl_multinomial: row 1 of f32[2, 2] has no positive weight");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(3), 1, 1, 1), 4, false), FL_ERR_VALUE,
+                 "fl_multinomial: cannot draw 4 samples without replacement from 3 categories");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(3), 1, 0, 1), 3, false), FL_ERR_VALUE,
+                 "row 0 has 2 positive weights, too few for 3 samples without replacement");
+    assert_fails(fl_multinomial(T_I64(FL_SHAPE(2), 1, 1), 1, true), FL_ERR_DTYPE, "fl_multinomial: needs float weights");
+    assert_fails(fl_multinomial(fl_ones(FL_F32, FL_SHAPE(1, 1, 2)), 1, true), FL_ERR_SHAPE, "needs weights [C] or [N, C]");
+    assert_fails(fl_multinomial(T_F32(FL_SHAPE(2), 1, 1), 0, true), FL_ERR_VALUE, "num_samples must be positive");
+    assert_fails(fl_multinomial(NULL, 1, true), FL_ERR_NULL, "fl_multinomial");
+    assert_true(fl_multinomial(T_F32(FL_SHAPE(2), 1, 1), 5, true) != NULL); /* more than C with replacement */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -418,6 +617,12 @@ int main(void)
         scoped_test(the_generator_state_restores_the_stream),
         scoped_test(random_streams_are_keyed_and_leave_the_generator),
         scoped_test(the_profile_counts_and_times_operations),
+        scoped_test(tril_and_triu_keep_their_triangle),
+        scoped_test(bernoulli_draws_ones_with_probability_p),
+        scoped_test(randperm_is_a_permutation_of_the_seed),
+        scoped_test(multinomial_with_replacement_follows_the_weights),
+        scoped_test(multinomial_without_replacement_draws_distinct_categories),
+        scoped_test(multinomial_refuses_bad_weights),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

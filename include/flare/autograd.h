@@ -195,6 +195,9 @@ fl_variable *fl_v_pad(fl_variable *x, const int64_t *before, const int64_t *afte
 fl_variable *fl_v_tile(fl_variable *x, int count, const int64_t *repeats);
 fl_variable *fl_v_gather(fl_variable *x, int axis, const fl_tensor *index);
 fl_variable *fl_v_index_select(fl_variable *x, int axis, const fl_tensor *index);
+/* The gradient is the same triangle of the output's gradient. */
+fl_variable *fl_v_tril(fl_variable *x, int64_t diagonal);
+fl_variable *fl_v_triu(fl_variable *x, int64_t diagonal);
 
 /* linear algebra, convolution, pooling */
 fl_variable *fl_v_matmul(fl_variable *a, fl_variable *b);

@@ -194,6 +194,24 @@ fl_tensor *fl_normal(double mean, double std, fl_dtype dtype, int ndim, const in
 /* Integers uniform in [low, high). */
 fl_tensor *fl_randint(int64_t low, int64_t high, fl_dtype dtype, int ndim, const int64_t *shape);
 
+/* A 0/1 draw for each probability of p (float, each in [0, 1]): 1 with probability
+ * p[i], as torch.bernoulli; p's dtype, shape and backend. A probability outside [0, 1]
+ * or NaN is an error (FL_ERR_VALUE); checking reads one value (a sync on deferred
+ * backends). */
+fl_tensor *fl_bernoulli(const fl_tensor *p);
+/* A random permutation of 0 .. n - 1 (torch.randperm): the order of n uniform draws.
+ * dtype must hold n - 1 exactly (integer or float, not bool). */
+fl_tensor *fl_randperm(int64_t n, fl_dtype dtype);
+/* Draws num_samples category indices (i64) per row of probs, float weights [C] or
+ * [N, C] that need not sum to 1, as torch.multinomial: [num_samples] or
+ * [N, num_samples]. With replacement each draw is independent; without, the indices
+ * in a row are distinct (a weighted draw without replacement, in the order drawn), so
+ * num_samples must not exceed C nor a row's number of positive weights. Negative,
+ * NaN or infinite weights, a row of zeros and too many samples are errors
+ * (FL_ERR_VALUE). The weights are read to the host to check them (a sync); the draws
+ * take N * num_samples * C comparisons with replacement, N * C without. */
+fl_tensor *fl_multinomial(const fl_tensor *probs, int64_t num_samples, bool replacement);
+
 /* ---- reading values ------------------------------------------------------------ */
 
 /* Copies the values, row-major, in the tensor's dtype; bytes must be at least
@@ -233,6 +251,13 @@ fl_status fl_split(const fl_tensor *t, const int64_t *sizes, int count, int axis
 fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *after, double value);
 fl_tensor *fl_tile(const fl_tensor *t, int count, const int64_t *repeats);
 fl_tensor *fl_broadcast_to(const fl_tensor *t, int ndim, const int64_t *shape);
+
+/* The lower (tril) or upper (triu) triangle of the last two axes, zeros elsewhere,
+ * as torch.tril/triu: element [i, j] is kept where j - i <= diagonal (tril) or
+ * j - i >= diagonal (triu). diagonal 0 is the main diagonal, positive ones above it.
+ * Any dtype; at least 2-D. A causal attention mask is fl_tril(fl_ones(...), 0). */
+fl_tensor *fl_tril(const fl_tensor *t, int64_t diagonal);
+fl_tensor *fl_triu(const fl_tensor *t, int64_t diagonal);
 
 /* ---- indexing ------------------------------------------------------------------- */
 

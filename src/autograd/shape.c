@@ -368,3 +368,28 @@ fl_variable *fl_v_tile(fl_variable *x, int count, const int64_t *repeats)
     }
     return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), tile_grad, FL_SAVE_NOTHING, &c, sizeof c));
 }
+
+typedef struct triangle_context {
+    int64_t diagonal;
+    bool lower;
+} triangle_context;
+
+/* The masked elements did not reach the output: their gradient is zero. */
+static void triangle_grad(fl_grad *g)
+{
+    const triangle_context *c = g->context;
+    g->input_grads[0] = c->lower ? fl_tril(g->output_grad, c->diagonal) : fl_triu(g->output_grad, c->diagonal);
+}
+
+static fl_variable *triangle(const char *fn, fl_variable *x, int64_t diagonal, bool lower)
+{
+    if (fl_null_args(fn, 1, x))
+        return NULL;
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *y = lower ? fl_tril(x->value, diagonal) : fl_triu(x->value, diagonal);
+    triangle_context c = {.diagonal = diagonal, .lower = lower};
+    return fl_v_scope_return(scope, fl_v_record(y, FL_VARS(x), triangle_grad, FL_SAVE_NOTHING, &c, sizeof c));
+}
+
+fl_variable *fl_v_tril(fl_variable *x, int64_t diagonal) { return triangle("fl_v_tril", x, diagonal, true); }
+fl_variable *fl_v_triu(fl_variable *x, int64_t diagonal) { return triangle("fl_v_triu", x, diagonal, false); }
