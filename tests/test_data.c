@@ -561,6 +561,83 @@ static void epochs_stop_at_a_split(void **state)
     assert_no_error();
 }
 
+/* A random split is drawn once from its seed: disjoint parts that cover the source
+ * and keep their samples whatever epochs the pipelines above them start. */
+static void random_split_is_fixed_by_its_seed(void **state)
+{
+    enum { n = 50 };
+    fl_dataset *parts[3];
+    assert_int_equal(fl_random_split(rows(n), (const int64_t[]){10, 0, 40}, 3, 9, parts), FL_OK);
+    assert_int_equal(fl_dataset_size(parts[0]), 10);
+    assert_int_equal(fl_dataset_size(parts[1]), 0);
+    assert_int_equal(fl_dataset_size(parts[2]), 40);
+    fl_dataset *train = fl_shuffle_dataset(fl_dataset_retain(parts[2]), 4);
+    int64_t validation[10], training[40];
+    int seen[n] = {0};
+    bool in_order = true;
+    for (int64_t i = 0; i < 10; i++) {
+        validation[i] = label(parts[0], i);
+        seen[validation[i]]++;
+    }
+    for (int64_t i = 0; i < 40; i++) {
+        training[i] = label(parts[2], i);
+        seen[training[i]]++;
+        in_order &= i == 0 || training[i] > training[i - 1];
+    }
+    for (int i = 0; i < n; i++)
+        assert_int_equal(seen[i], 1); /* disjoint, and every sample in one part */
+    assert_false(in_order);
+    bool reshuffled = false;
+    for (int64_t epoch = 1; epoch < 4; epoch++) {
+        fl_dataset_set_epoch(train, epoch);
+        fl_dataset_set_epoch(parts[0], epoch);
+        fl_dataset_set_epoch(parts[2], epoch);
+        for (int64_t i = 0; i < 10; i++)
+            assert_int_equal(label(parts[0], i), validation[i]);
+        for (int64_t i = 0; i < 40; i++) {
+            assert_int_equal(label(parts[2], i), training[i]);
+            int64_t t = label(train, i);
+            for (int64_t j = 0; j < 10; j++)
+                assert_int_not_equal(t, validation[j]);
+            reshuffled |= t != training[i];
+        }
+    }
+    assert_true(reshuffled);
+    /* Same seed, same split; another seed, another. */
+    fl_dataset *again[2], *other[2];
+    assert_int_equal(fl_random_split(rows(n), (const int64_t[]){10, 40}, 2, 9, again), FL_OK);
+    assert_same_samples(again[0], parts[0]);
+    assert_int_equal(fl_random_split(rows(n), (const int64_t[]){10, 40}, 2, 10, other), FL_OK);
+    bool differs = false;
+    for (int64_t i = 0; i < 10; i++)
+        differs |= label(other[0], i) != validation[i];
+    assert_true(differs);
+    for (int k = 0; k < 2; k++) {
+        fl_dataset_release(again[k]);
+        fl_dataset_release(other[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        fl_dataset_release(parts[k]);
+    fl_dataset_release(train);
+    assert_no_error();
+
+    /* On failure every part is NULL, whatever out held. */
+    fl_dataset *keep0 = rows(1), *keep1 = rows(1), *bad[2] = {keep0, keep1};
+    assert_fails_status(fl_random_split(rows(n), (const int64_t[]){10, 30}, 2, 1, bad), FL_ERR_VALUE,
+                        "fl_random_split: the sizes add up to 40, not to the 50 samples of the tensor dataset");
+    assert_null(bad[0]);
+    assert_null(bad[1]);
+    assert_fails_status(fl_random_split(rows(n), (const int64_t[]){-1, 51}, 2, 1, bad), FL_ERR_VALUE,
+                        "sizes[0] = -1");
+    assert_fails_status(fl_random_split(rows(n), (const int64_t[]){60}, 1, 1, bad), FL_ERR_VALUE, "sizes[0] = 60");
+    assert_fails_status(fl_random_split(rows(n), NULL, 1, 1, bad), FL_ERR_NULL, "fl_random_split: sizes is NULL");
+    assert_fails_status(fl_random_split(rows(n), (const int64_t[]){50}, 0, 1, bad), FL_ERR_VALUE, "at least one part");
+    assert_fails_status(fl_random_split(NULL, (const int64_t[]){50}, 1, 1, bad), FL_ERR_NULL,
+                        "fl_random_split: the source dataset is NULL");
+    fl_dataset_release(keep0);
+    fl_dataset_release(keep1);
+}
+
 /* ---- prefetch ---- */
 
 static fl_dataset *pipeline(int workers, int depth)
@@ -842,6 +919,7 @@ int main(void)
         scoped_test(merge_puts_fields_side_by_side),
         scoped_test(span_and_partition),
         scoped_test(epochs_stop_at_a_split),
+        scoped_test(random_split_is_fixed_by_its_seed),
         scoped_test(prefetch_gives_the_source_samples_in_order),
         scoped_test(augmentation_is_reproducible_whatever_the_workers),
         scoped_test(prefetch_reports_worker_errors_on_get),

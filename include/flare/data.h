@@ -158,6 +158,21 @@ fl_dataset *fl_merge_dataset(fl_dataset *const *sources, int count);
 fl_dataset *fl_span_dataset(fl_dataset *source, int64_t start, int64_t count);
 
 /*
+ * Splits the source at random into count disjoint parts of sizes[0 .. count), which
+ * must add up to its size (torch.utils.data.random_split): part k is a resample of
+ * the source at its own slice of one permutation drawn from seed (SplitMix64, the same
+ * everywhere). The permutation is drawn once, here: the epoch does not reach the
+ * parts or the source beneath them (fl_dataset_set_epoch), so a training part can be
+ * reshuffled each epoch, fl_shuffle_dataset(out[0], s), and never takes samples from
+ * the validation part. Shuffle above the split, not below it: a shuffle beneath adds
+ * nothing, and an epoch set on it through another reference would move samples
+ * between the parts. The parts are stored in
+ * out[0 .. count) and each holds a reference to the source; the caller's reference is
+ * taken over, also on failure (then every out[k] is NULL).
+ */
+fl_status fl_random_split(fl_dataset *source, const int64_t *sizes, int count, uint64_t seed, fl_dataset **out);
+
+/*
  * The part of a dataset that rank `rank` of `world_size` data-parallel workers trains
  * on: the contiguous span [rank * m, (rank + 1) * m) with m = size / world_size. Every
  * rank gets the same number of samples, so collective steps stay in lockstep; the

@@ -158,19 +158,21 @@ static uint64_t below(uint64_t *state, uint64_t n)
 }
 
 /* Fisher-Yates over the identity, from a stream for (seed, epoch). */
-static void draw_permutation(mapped_dataset *m, int64_t epoch)
+static void permutation(int64_t *indices, int64_t count, uint64_t seed, int64_t epoch)
 {
-    uint64_t state = m->seed;
+    uint64_t state = seed;
     state = splitmix64(&state) ^ (uint64_t)epoch;
-    for (int64_t i = 0; i < m->count; i++)
-        m->indices[i] = i;
-    for (int64_t i = m->count - 1; i > 0; i--) {
+    for (int64_t i = 0; i < count; i++)
+        indices[i] = i;
+    for (int64_t i = count - 1; i > 0; i--) {
         int64_t j = (int64_t)below(&state, (uint64_t)i + 1);
-        int64_t t = m->indices[i];
-        m->indices[i] = m->indices[j];
-        m->indices[j] = t;
+        int64_t t = indices[i];
+        indices[i] = indices[j];
+        indices[j] = t;
     }
 }
+
+static void draw_permutation(mapped_dataset *m, int64_t epoch) { permutation(m->indices, m->count, m->seed, epoch); }
 
 static void shuffle_set_epoch(fl_dataset *ds, int64_t epoch)
 {
@@ -239,4 +241,66 @@ fl_dataset *fl_partition_dataset(fl_dataset *source, int rank, int world_size)
     }
     int64_t share = fl_dataset_size(source) / world_size;
     return range_dataset("fl_partition_dataset", &partition_ops, source, (int64_t)rank * share, share);
+}
+
+/* ---- random split ---- */
+
+fl_status fl_random_split(fl_dataset *source, const int64_t *sizes, int count, uint64_t seed, fl_dataset **out)
+{
+    static const char fn[] = "fl_random_split";
+    if (out)
+        for (int k = 0; k < count; k++)
+            out[k] = NULL;
+    if (!source) {
+        if (fl_last_status() == FL_OK)
+            fl_error(FL_ERR_NULL, fn, "the source dataset is NULL");
+        return fl_last_status();
+    }
+    if (!sizes || !out || count < 1) {
+        fl_dataset_release(source);
+        fl_error(count < 1 ? FL_ERR_VALUE : FL_ERR_NULL, fn, "%s",
+                 count < 1 ? "needs at least one part" : sizes ? "out is NULL" : "sizes is NULL");
+        return fl_last_status();
+    }
+    int64_t size = fl_dataset_size(source), total = 0;
+    for (int k = 0; k < count; k++) {
+        if (sizes[k] < 0 || sizes[k] > size - total) {
+            fl_error(FL_ERR_VALUE, fn, "sizes[%d] = %lld: the sizes must be non-negative and add up to the %lld samples of the %s dataset",
+                     k, (long long)sizes[k], (long long)size, source->ops->name);
+            fl_dataset_release(source);
+            return FL_ERR_VALUE;
+        }
+        total += sizes[k];
+    }
+    if (total != size) {
+        fl_error(FL_ERR_VALUE, fn, "the sizes add up to %lld, not to the %lld samples of the %s dataset",
+                 (long long)total, (long long)size, source->ops->name);
+        fl_dataset_release(source);
+        return FL_ERR_VALUE;
+    }
+    int64_t *order = malloc((size_t)(size ? size : 1) * sizeof *order);
+    if (!order) {
+        fl_dataset_release(source);
+        fl_error(FL_ERR_MEMORY, fn, "cannot allocate %lld indices", (long long)size);
+        return FL_ERR_MEMORY;
+    }
+    permutation(order, size, seed, 0);
+    /* Each part is a resample of its own slice of the permutation: resamples stop the
+     * epoch, so the parts never change and stay disjoint. */
+    int64_t start = 0;
+    fl_status status = FL_OK;
+    for (int k = 0; k < count && status == FL_OK; k++) {
+        out[k] = fl_resample_dataset(fl_dataset_retain(source), order + start, sizes[k]);
+        if (!out[k])
+            status = fl_last_status();
+        start += sizes[k];
+    }
+    free(order);
+    fl_dataset_release(source);
+    if (status != FL_OK)
+        for (int k = 0; k < count; k++) {
+            fl_dataset_release(out[k]);
+            out[k] = NULL;
+        }
+    return status;
 }
