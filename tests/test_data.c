@@ -1,7 +1,9 @@
 /* Datasets: every kind, their composition, the batch fast path, shuffle and prefetch
  * determinism, and the error paths. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "flare/data.h"
 #include "support.h"
@@ -638,6 +640,140 @@ static void random_split_is_fixed_by_its_seed(void **state)
     fl_dataset_release(keep1);
 }
 
+/* ---- tokens ---- */
+
+static void assert_window(fl_dataset *ds, int64_t i, const int64_t *expected_input, int64_t length)
+{
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, i, &s), FL_OK);
+    assert_int_equal(s.count, 2);
+    assert_dtype(s.fields[0], FL_I64);
+    assert_shape(s.fields[0], length);
+    assert_shape(s.fields[1], length);
+    int64_t in[16], target[16];
+    assert_int_equal(fl_to_host(s.fields[0], in, sizeof in), FL_OK);
+    assert_int_equal(fl_to_host(s.fields[1], target, sizeof target), FL_OK);
+    for (int64_t j = 0; j < length; j++) {
+        assert_int_equal(in[j], expected_input[j]);
+        assert_int_equal(target[j], expected_input[j + 1]); /* the next token */
+    }
+}
+
+static void token_windows_hold_inputs_and_next_tokens(void **state)
+{
+    /* 11 tokens 100 ... 110: windows of 4 side by side, then overlapping by 1. */
+    fl_tensor *tokens = fl_arange(100, 111, 1, FL_I32);
+    const int64_t seq[] = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
+    fl_dataset *side = fl_token_dataset(tokens, 4, 4);
+    assert_int_equal(fl_dataset_size(side), 2);
+    assert_window(side, 0, seq, 4);
+    assert_window(side, 1, seq + 4, 4);
+    fl_dataset *overlapping = fl_token_dataset(tokens, 4, 3);
+    assert_int_equal(fl_dataset_size(overlapping), 3);
+    for (int i = 0; i < 3; i++)
+        assert_window(overlapping, i, seq + 3 * i, 4);
+    fl_dataset *exact = fl_token_dataset(fl_arange(100, 105, 1, FL_I64), 4, 1);
+    assert_int_equal(fl_dataset_size(exact), 1);
+    assert_window(exact, 0, seq, 4);
+
+    /* Shuffled batches through the gather fast path, then prefetched: each row of a
+     * batch is the window its get gives. */
+    fl_dataset *shuffled = fl_shuffle_dataset(fl_dataset_retain(overlapping), 3);
+    fl_dataset *batches = fl_prefetch_dataset(fl_batch_dataset(fl_dataset_retain(shuffled), 2, false, NULL, NULL), 2, 0);
+    assert_int_equal(fl_dataset_size(batches), 2);
+    for (int64_t b = 0; b < 2; b++) {
+        fl_sample batch;
+        assert_int_equal(fl_dataset_get(batches, b, &batch), FL_OK);
+        int64_t rows_in_batch = b == 0 ? 2 : 1;
+        assert_shape(batch.fields[0], rows_in_batch, 4);
+        assert_shape(batch.fields[1], rows_in_batch, 4);
+        for (int64_t r = 0; r < rows_in_batch; r++) {
+            fl_sample one;
+            assert_int_equal(fl_dataset_get(shuffled, 2 * b + r, &one), FL_OK);
+            for (int f = 0; f < 2; f++)
+                assert_close(fl_index(batch.fields[f], FL_INDEX(FL_AT(r))), one.fields[f], 0, 0);
+        }
+    }
+    fl_dataset_release(batches);
+    fl_dataset_release(shuffled);
+    fl_dataset_release(side);
+    fl_dataset_release(overlapping);
+    fl_dataset_release(exact);
+    assert_no_error();
+
+    assert_fails(fl_token_dataset(fl_arange(0, 4, 1, FL_I64), 4, 1), FL_ERR_VALUE,
+                 "fl_token_dataset: i64[4] holds 4 tokens: a window of 4 needs 5");
+    assert_fails(fl_token_dataset(tokens, 0, 1), FL_ERR_VALUE, "length 0 and stride 1 must be positive");
+    assert_fails(fl_token_dataset(tokens, 2, 0), FL_ERR_VALUE, "stride 0 must be positive");
+    assert_fails(fl_token_dataset(fl_ones(FL_F32, FL_SHAPE(8)), 2, 1), FL_ERR_DTYPE,
+                 "needs a 1-D u8, i32 or i64 tensor of token ids, got f32[8]");
+    assert_fails(fl_token_dataset(fl_ones(FL_I64, FL_SHAPE(2, 8)), 2, 1), FL_ERR_DTYPE, "got i64[2, 8]");
+    assert_fails(fl_token_dataset(T_I64(FL_SHAPE(4), 1, -2, 3, 4), 2, 1), FL_ERR_VALUE,
+                 "token ids must be non-negative: i64[4] holds -2");
+    assert_fails(fl_token_dataset(NULL, 2, 1), FL_ERR_NULL, "fl_token_dataset");
+}
+
+static void write_file(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void token_windows_from_a_file(void **state)
+{
+    char dir[] = "/tmp/flare_tokens_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char text[512], ints[512], odd[512], negative[512];
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    snprintf(ints, sizeof ints, "%s/ids.i32", dir);
+    snprintf(odd, sizeof odd, "%s/odd.i32", dir);
+    snprintf(negative, sizeof negative, "%s/negative.i64", dir);
+    write_file(text, "hello world", 11);
+    /* 300, 70000, 5, 2^31 - 1, 0, little-endian */
+    const unsigned char le[] = {0x2c, 0x01, 0, 0, 0x70, 0x11, 0x01, 0, 5, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0};
+    write_file(ints, le, sizeof le);
+    write_file(odd, le, 10);
+    const unsigned char neg[] = {1, 0, 0, 0, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    write_file(negative, neg, sizeof neg);
+
+    fl_dataset *chars = fl_token_dataset_from_file(text, FL_U8, 5, 5);
+    assert_int_equal(fl_dataset_size(chars), 2);
+    const int64_t hello[] = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
+    assert_window(chars, 0, hello, 5);
+    assert_window(chars, 1, hello + 5, 5);
+    fl_dataset_release(chars);
+
+    fl_dataset *ids = fl_token_dataset_from_file(ints, FL_I32, 2, 1);
+    assert_int_equal(fl_dataset_size(ids), 3);
+    const int64_t values[] = {300, 70000, 5, 2147483647, 0};
+    for (int i = 0; i < 3; i++)
+        assert_window(ids, i, values + i, 2);
+    fl_dataset_release(ids);
+    assert_no_error();
+
+    char expected[600];
+    snprintf(expected, sizeof expected, "%s: 10 bytes are not a whole number of i32 tokens (2 stray bytes at offset 8)",
+             odd);
+    assert_fails(fl_token_dataset_from_file(odd, FL_I32, 1, 1), FL_ERR_IO, expected);
+    snprintf(expected, sizeof expected, "%s: token 1 at offset 8 is -2", negative);
+    assert_fails(fl_token_dataset_from_file(negative, FL_I64, 1, 1), FL_ERR_IO, expected);
+    snprintf(expected, sizeof expected, "%s holds 11 tokens: a window of 11 needs 12", text);
+    assert_fails(fl_token_dataset_from_file(text, FL_U8, 11, 1), FL_ERR_VALUE, expected);
+    assert_fails(fl_token_dataset_from_file(text, FL_F32, 2, 1), FL_ERR_DTYPE, "tokens are u8, i32 or i64, not f32");
+    snprintf(expected, sizeof expected, "%s/missing: cannot open", dir);
+    char missing[512];
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    assert_fails(fl_token_dataset_from_file(missing, FL_U8, 2, 1), FL_ERR_IO, expected);
+    assert_fails(fl_token_dataset_from_file(NULL, FL_U8, 2, 1), FL_ERR_NULL, "path is NULL");
+    remove(text);
+    remove(ints);
+    remove(odd);
+    remove(negative);
+    rmdir(dir);
+}
+
 /* ---- prefetch ---- */
 
 static fl_dataset *pipeline(int workers, int depth)
@@ -920,6 +1056,8 @@ int main(void)
         scoped_test(span_and_partition),
         scoped_test(epochs_stop_at_a_split),
         scoped_test(random_split_is_fixed_by_its_seed),
+        scoped_test(token_windows_hold_inputs_and_next_tokens),
+        scoped_test(token_windows_from_a_file),
         scoped_test(prefetch_gives_the_source_samples_in_order),
         scoped_test(augmentation_is_reproducible_whatever_the_workers),
         scoped_test(prefetch_reports_worker_errors_on_get),

@@ -119,6 +119,25 @@ void fl_dataset_set_epoch(fl_dataset *ds, int64_t epoch);
  * tensors (1 to FL_SAMPLE_MAX_FIELDS, at least 1-D, equal lengths) are retained. */
 fl_dataset *fl_tensor_dataset(fl_tensor *const *tensors, int count);
 
+/*
+ * Windows of a token sequence for a language model: sample i is (input, target), two
+ * i64 [length] tensors, input = tokens[s, s + length) and target = tokens[s + 1,
+ * s + length + 1), the next token at each position, with s = i * stride. stride =
+ * length gives windows side by side (every token a target once); a smaller stride
+ * overlaps them. There are (n - length - 1) / stride + 1 windows of n tokens; fewer
+ * than length + 1 tokens is an error. Batches gather with one fl_index_select per
+ * field, so shuffle, batch and prefetch above it as over a tensor dataset.
+ *
+ * fl_token_dataset takes a 1-D u8, i32 or i64 tensor of non-negative ids (a C array
+ * is fl_from_data away); it keeps an i64 copy. fl_token_dataset_from_file reads a
+ * file of raw tokens: one byte each for FL_U8 (a byte- or character-level model on
+ * any file), little-endian 4 or 8 bytes for FL_I32 or FL_I64 (what NumPy's tofile
+ * writes). Errors name the file and, for a partial last token or a negative id, its
+ * byte offset.
+ */
+fl_dataset *fl_token_dataset(const fl_tensor *tokens, int64_t length, int64_t stride);
+fl_dataset *fl_token_dataset_from_file(const char *path, fl_dtype dtype, int64_t length, int64_t stride);
+
 /* Combines count samples into a batch in out, or returns a status after recording an
  * error. It runs inside a scope of its own, and the fields it stores in out are kept
  * from that scope (retained if they come from elsewhere), so it simply stores what
