@@ -213,6 +213,96 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
     assert_no_error();
 }
 
+/* One mask convention (nn.h): a bool mask is true where attention is forbidden, in
+ * scaled dot-product attention, MultiheadAttention's two masks and the encoder layer and
+ * stack alike; so each gives with a bool mask what it gives with the float mask
+ * where(mask, -inf, 0), MultiheadAttention equals its composition from
+ * fl_f_scaled_dot_product_attention with the same bool mask, and a query with every key
+ * forbidden gets zeros and finite gradients everywhere. */
+static fl_tensor *as_float(const fl_tensor *mask)
+{
+    return fl_where(mask, fl_scalar(-INFINITY, FL_F32), fl_scalar(0, FL_F32));
+}
+
+static void one_bool_mask_convention_across_attention_functions(void **state)
+{
+    fl_manual_seed(23);
+    /* query 2 may attend nothing; query 0 only itself */
+    fl_tensor *attn = T_BOOL(FL_SHAPE(4, 4), 0, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 1, 0, 0);
+    fl_tensor *padding = T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 1);
+    fl_tensor *combined = fl_logical_or(fl_reshape(padding, 4, (int64_t[]){2, 1, 1, 4}), attn);
+
+    fl_variable *q = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *k = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *v = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *sdpa = fl_f_scaled_dot_product_attention(q, k, v, combined, 0.0, false);
+    assert_non_null(sdpa);
+    assert_close(fl_v_value(sdpa), fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(combined), 0.0, false)),
+                 0, 0);
+    assert_close(fl_index(fl_v_value(sdpa), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(2))), fl_zeros(FL_F32, FL_SHAPE(2, 2, 4)),
+                 0, 0);
+    /* query 0 sees key 0 only: its output is v's row 0 */
+    assert_close(fl_index(fl_v_value(sdpa), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(0))),
+                 fl_index(fl_v_value(v), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(0))), 1e-6, 1e-6);
+    assert_int_equal(fl_v_backward(fl_v_sum(sdpa, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(q)) && all_finite(fl_v_grad(k)) && all_finite(fl_v_grad(v)));
+
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
+    assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
+    fl_variable *x = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), true);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, x, x, x, padding, attn);
+    assert_non_null(y);
+    assert_close(fl_v_value(y),
+                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, as_float(padding), as_float(attn))), 0, 0);
+    fl_variable *parts[3];
+    fl_v_split(fl_f_linear(x, fl_module_parameter(mha, "in_proj_weight"), fl_module_parameter(mha, "in_proj_bias")),
+               (int64_t[]){8, 8, 8}, 3, -1, parts);
+    for (int i = 0; i < 3; i++)
+        parts[i] = fl_v_permute(fl_v_reshape(parts[i], 4, (int64_t[]){2, 4, 2, 4}), (int[]){0, 2, 1, 3});
+    fl_variable *heads = fl_f_scaled_dot_product_attention(parts[0], parts[1], parts[2], combined, 0.0, false);
+    fl_variable *merged = fl_v_reshape(fl_v_permute(heads, (int[]){0, 2, 1, 3}), 3, (int64_t[]){2, 4, 8});
+    assert_close(fl_v_value(y), fl_v_value(fl_module_forward(fl_module_child(mha, "out_proj"), merged)), 1e-5, 1e-6);
+    assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_SPAN, FL_AT(2))), fl_expand(bias, FL_SHAPE(2, 8)), 0, 0);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(x)));
+
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module_train(layer, false);
+    fl_variable *xl = fl_v_new(fl_v_value(x), true);
+    fl_variable *yl = fl_nn_transformer_encoder_layer_forward(layer, xl, padding, attn);
+    assert_non_null(yl);
+    assert_close(fl_v_value(yl),
+                 fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, xl, as_float(padding), as_float(attn))), 0,
+                 0);
+    /* The layer's attention is its self_attn child with the same masks: post-norm. */
+    fl_variable *attended = fl_nn_multihead_attention_forward(fl_module_child(layer, "self_attn"), xl, xl, xl, padding,
+                                                              attn);
+    fl_variable *h = fl_module_forward(fl_module_child(layer, "norm1"), fl_v_add(xl, attended));
+    fl_variable *ff = fl_module_forward(fl_module_child(layer, "linear2"),
+                                        fl_v_relu(fl_module_forward(fl_module_child(layer, "linear1"), h)));
+    assert_close(fl_v_value(yl), fl_v_value(fl_module_forward(fl_module_child(layer, "norm2"), fl_v_add(h, ff))), 1e-5,
+                 1e-6);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(yl, yl), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(xl)));
+
+    fl_module *encoder = fl_nn_transformer_encoder(layer, 2, NULL);
+    fl_module_train(encoder, false);
+    fl_variable *ye = fl_nn_transformer_encoder_forward(encoder, x, padding, attn);
+    assert_non_null(ye);
+    assert_close(fl_v_value(ye), fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, as_float(padding), as_float(attn))),
+                 0, 0);
+    fl_module_zero_grad(encoder);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(ye, ye), FL_ALL_AXES, false), NULL, false), FL_OK);
+    fl_parameters *p = fl_module_parameters(encoder);
+    for (size_t i = 0; i < p->count; i++)
+        assert_true(all_finite(fl_v_grad(p->items[i])));
+    fl_parameters_free(p);
+    fl_module_release(encoder);
+    fl_module_release(mha);
+    assert_no_error();
+}
+
 /* The same against PyTorch: values and every gradient, the padded sample's included. */
 static void a_fully_padded_sample_matches_pytorch(void **state)
 {
@@ -348,13 +438,14 @@ static void attention_gradients_match_finite_differences(void **state)
               *v = gradcheck_input(-1, 1, FL_SHAPE(2, 5, 3));
     assert_gradcheck(sdpa_float_mask, NULL, q, k, v);
     assert_gradcheck(sdpa_float_mask, gradcheck_input(-1, 1, FL_SHAPE(3, 5)), q, k, v);
-    fl_tensor *allowed = fl_gt(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
-    allowed = fl_logical_or(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 1, 1)); /* the first key: no row all forbidden */
-    assert_gradcheck(sdpa_float_mask, allowed, q, k, v);
+    /* bool masks are true where attention is forbidden */
+    fl_tensor *forbidden = fl_le(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
+    forbidden = fl_logical_and(forbidden, T_BOOL(FL_SHAPE(1, 5), 0, 1, 1, 1, 1)); /* the first key: no row all forbidden */
+    assert_gradcheck(sdpa_float_mask, forbidden, q, k, v);
     /* A row with every key forbidden: zero weights, a zero output, as PyTorch's. */
-    fl_tensor *row_forbidden = fl_logical_and(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 0, 1));
+    fl_tensor *row_forbidden = fl_logical_or(forbidden, T_BOOL(FL_SHAPE(3, 1), 0, 1, 0));
     assert_gradcheck(sdpa_float_mask, row_forbidden, q, k, v);
-    assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(0, FL_F64), fl_scalar(-INFINITY, FL_F64)), q,
+    assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(-INFINITY, FL_F64), fl_scalar(0, FL_F64)), q,
                      k, v);
     fl_variable *out = fl_f_scaled_dot_product_attention(fl_v_new(q, false), fl_v_new(k, false), fl_v_new(v, false),
                                                          row_forbidden, 0.0, false);
@@ -483,6 +574,7 @@ int main(void)
         scoped_test(encoder_stack_with_final_norm_matches_pytorch),
         scoped_test(a_fully_padded_sample_leaves_the_batch_gradients_finite),
         scoped_test(a_fully_padded_sample_matches_pytorch),
+        scoped_test(one_bool_mask_convention_across_attention_functions),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),

@@ -261,14 +261,29 @@ fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target
 
 /* ---- sequence models: attention, the Transformer encoder, recurrent layers, CTC ------ */
 
+/*
+ * ATTENTION MASKS: ONE CONVENTION FOR EVERY FUNCTION BELOW (scaled dot-product attention,
+ * MultiheadAttention's key_padding_mask and attn_mask, the Transformer layers and stacks):
+ *
+ *   a bool mask is TRUE WHERE ATTENTION IS FORBIDDEN ("masked out": that key is ignored
+ *   by that query), and false where it is allowed;
+ *   a float mask is added to the scores (0 allows, -inf forbids);
+ *   a query whose every key is forbidden gets zero attention weights: a zero attention
+ *   output and finite gradients, never nan.
+ *
+ * This is PyTorch's convention for nn.MultiheadAttention and nn.Transformer*. PyTorch's
+ * torch.nn.functional.scaled_dot_product_attention alone uses the opposite (true =
+ * allowed): a bool mask taken from code written for it must be inverted
+ * (fl_logical_not) before it is given to fl_f_scaled_dot_product_attention.
+ */
+
 /* softmax(q k^T / sqrt(D) + mask) v over the last two axes: q [..., L, D], k [..., S, D],
  * v [..., S, Dv] (leading axes broadcast), giving [..., L, Dv]. mask (may be NULL)
- * broadcasts to [..., L, S]: a float mask is added to the scores; a bool mask, as in
- * PyTorch's scaled_dot_product_attention, is true where attention is allowed (false
- * gives -inf). The mask is a constant (no gradient). A query whose every key is
- * masked gets zero weights, so a zero output and finite gradients, as PyTorch's
- * scaled_dot_product_attention (where a plain softmax would give nan). In training,
- * dropout_p of the attention weights are zeroed and the rest scaled by 1 / (1 - dropout_p). */
+ * broadcasts to [..., L, S] and follows the convention above (bool: true forbids; float:
+ * added). The mask is a constant (no gradient). A query whose every key is masked gets
+ * zero weights, so a zero output and finite gradients (where a plain softmax would give
+ * nan). In training, dropout_p of the attention weights are zeroed and the rest scaled
+ * by 1 / (1 - dropout_p). */
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
                                                double dropout_p, bool training);
 
@@ -278,8 +293,9 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
  * self-attention of x; the full form takes query [N, L, E], key and value [N, S, E]
  * ([L, N, E] and [S, N, E] without batch_first) and two optional masks, as PyTorch's:
  * key_padding_mask [N, S] (bool: true ignores that key; float: added) and attn_mask
- * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added). It returns the
- * attention output only (PyTorch's need_weights=False). A fully padded sample gets
+ * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added), the two added. It returns the
+ * attention output only (PyTorch's need_weights=False). Both masks follow the
+ * convention above (bool true forbids). A fully padded sample gets
  * out_proj's bias as its output and finite gradients, as with need_weights=False
  * (PyTorch's need_weights=True path gives nan there). */
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
@@ -292,7 +308,8 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
  * norm1, norm2, dropout1, dropout2; layer-norm eps, bias on every layer). activation:
  * "relu" or "gelu". norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of
  * post-norm (norm1(x + attn(x))). The module forward is the layer without masks; the
- * full form takes the masks of fl_nn_multihead_attention_forward. */
+ * full form takes the masks of fl_nn_multihead_attention_forward (bool true forbids,
+ * as everywhere), applied to the self-attention. */
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first);

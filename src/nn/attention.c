@@ -74,8 +74,10 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     fl_dtype dtype = fl_dtype_of(qt);
     sdpa_context c = {.scale = 1.0 / sqrt((double)fl_dim(qt, -1)), .dropout = training && dropout_p > 0};
     fl_tensor *scores = fl_mul_scalar(fl_matmul(qt, last_two_swapped(kt)), c.scale);
+    /* One convention for every attention function (nn.h): a bool mask is true where
+     * attention is forbidden. */
     if (mask && fl_dtype_of(mask) == FL_BOOL)
-        scores = fl_where(mask, scores, fl_new_scalar(qt, -INFINITY, dtype));
+        scores = fl_where(mask, fl_new_scalar(qt, -INFINITY, dtype), scores);
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
     fl_tensor *p = fl_softmax(scores, -1);
