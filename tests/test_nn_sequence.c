@@ -87,7 +87,7 @@ static void cross_attention_with_both_masks_matches_pytorch(void **state)
     load(m, "mha_cross");
     fl_variable *q = input("mha_cross", "q"), *k = input("mha_cross", "k"), *v = input("mha_cross", "v");
     fl_variable *y = fl_nn_multihead_attention_forward(m, q, k, v, fx("mha_cross", "key_padding_mask"),
-                                                       fx("mha_cross", "attn_mask"));
+                                                       fx("mha_cross", "attn_mask"), false);
     compare(m, "mha_cross", y, FL_VARS(q, k, v), (const char *[]){"q", "k", "v"});
     fl_module_release(m);
 }
@@ -97,7 +97,7 @@ static void a_bool_attention_mask_forbids_where_true(void **state)
     fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
     load(m, "mha_bool");
     fl_variable *x = input("mha_bool", "x");
-    fl_variable *y = fl_nn_multihead_attention_forward(m, x, x, x, NULL, fx("mha_bool", "attn_mask"));
+    fl_variable *y = fl_nn_multihead_attention_forward(m, x, x, x, NULL, fx("mha_bool", "attn_mask"), false);
     compare(m, "mha_bool", y, FL_VARS(x), (const char *[]){"x"});
     fl_module_release(m);
 }
@@ -116,14 +116,14 @@ static void attention_dropout_acts_in_training_only(void **state)
 {
     fl_variable *q = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
     fl_variable *v = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
-    fl_variable *all_dropped = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, true);
+    fl_variable *all_dropped = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false, true);
     assert_close(fl_v_value(all_dropped), fl_zeros(FL_F64, FL_SHAPE(2, 3, 4)), 0, 0);
-    fl_variable *eval = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false);
-    fl_variable *plain = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.0, true);
+    fl_variable *eval = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false, false);
+    fl_variable *plain = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.0, false, true);
     assert_close(fl_v_value(eval), fl_v_value(plain), 0, 0);
     /* Half dropped: the kept weights are doubled, so each output is a sum of doubled
      * value rows, and the mean over many draws is near the undropped output. */
-    fl_variable *half = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.5, true);
+    fl_variable *half = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.5, false, true);
     assert_false(fl_item(fl_all(fl_eq(fl_v_value(half), fl_v_value(plain)), FL_ALL_AXES, false)));
 }
 
@@ -134,7 +134,7 @@ static void encoder_layer(const char *case_name, bool norm_first, const char *ac
     fl_module *m = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, activation, 1e-5, true, norm_first);
     load(m, case_name);
     fl_variable *x = input(case_name, "x");
-    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx(case_name, "key_padding_mask"), NULL);
+    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx(case_name, "key_padding_mask"), NULL, false);
     compare(m, case_name, y, FL_VARS(x), (const char *[]){"x"});
     fl_module_release(m);
 }
@@ -185,7 +185,7 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
         if (!run)
             ws = fl_mul(w, T_F32(FL_SHAPE(3, 1, 1), 1, 0, 1));
         fl_module_zero_grad(m);
-        fl_variable *y = fl_nn_transformer_encoder_forward(m, fl_v_new(xs, false), masks, NULL);
+        fl_variable *y = fl_nn_transformer_encoder_forward(m, fl_v_new(xs, false), masks, NULL, false);
         assert_non_null(y);
         assert_true(all_finite(fl_v_value(y)));
         assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(ws, false)), FL_ALL_AXES, false), NULL, false),
@@ -204,7 +204,7 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
     fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
     assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
     fl_variable *xv = fl_v_new(x, true);
-    fl_variable *y = fl_nn_multihead_attention_forward(mha, xv, xv, xv, padded, NULL);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, xv, xv, xv, padded, NULL, false);
     assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_AT(1))), fl_expand(bias, FL_SHAPE(4, 8)), 0, 0);
     assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
     assert_true(all_finite(fl_v_grad(xv)));
@@ -235,10 +235,10 @@ static void one_bool_mask_convention_across_attention_functions(void **state)
     fl_variable *q = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
     fl_variable *k = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
     fl_variable *v = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
-    fl_variable *sdpa = fl_f_scaled_dot_product_attention(q, k, v, combined, 0.0, false);
+    fl_variable *sdpa = fl_f_scaled_dot_product_attention(q, k, v, combined, 0.0, false, false);
     assert_non_null(sdpa);
-    assert_close(fl_v_value(sdpa), fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(combined), 0.0, false)),
-                 0, 0);
+    assert_close(fl_v_value(sdpa),
+                 fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(combined), 0.0, false, false)), 0, 0);
     assert_close(fl_index(fl_v_value(sdpa), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(2))), fl_zeros(FL_F32, FL_SHAPE(2, 2, 4)),
                  0, 0);
     /* query 0 sees key 0 only: its output is v's row 0 */
@@ -251,16 +251,17 @@ static void one_bool_mask_convention_across_attention_functions(void **state)
     fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
     assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
     fl_variable *x = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), true);
-    fl_variable *y = fl_nn_multihead_attention_forward(mha, x, x, x, padding, attn);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, x, x, x, padding, attn, false);
     assert_non_null(y);
     assert_close(fl_v_value(y),
-                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, as_float(padding), as_float(attn))), 0, 0);
+                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, as_float(padding), as_float(attn), false)),
+                 0, 0);
     fl_variable *parts[3];
     fl_v_split(fl_f_linear(x, fl_module_parameter(mha, "in_proj_weight"), fl_module_parameter(mha, "in_proj_bias")),
                (int64_t[]){8, 8, 8}, 3, -1, parts);
     for (int i = 0; i < 3; i++)
         parts[i] = fl_v_permute(fl_v_reshape(parts[i], 4, (int64_t[]){2, 4, 2, 4}), (int[]){0, 2, 1, 3});
-    fl_variable *heads = fl_f_scaled_dot_product_attention(parts[0], parts[1], parts[2], combined, 0.0, false);
+    fl_variable *heads = fl_f_scaled_dot_product_attention(parts[0], parts[1], parts[2], combined, 0.0, false, false);
     fl_variable *merged = fl_v_reshape(fl_v_permute(heads, (int[]){0, 2, 1, 3}), 3, (int64_t[]){2, 4, 8});
     assert_close(fl_v_value(y), fl_v_value(fl_module_forward(fl_module_child(mha, "out_proj"), merged)), 1e-5, 1e-6);
     assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_SPAN, FL_AT(2))), fl_expand(bias, FL_SHAPE(2, 8)), 0, 0);
@@ -270,14 +271,14 @@ static void one_bool_mask_convention_across_attention_functions(void **state)
     fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
     fl_module_train(layer, false);
     fl_variable *xl = fl_v_new(fl_v_value(x), true);
-    fl_variable *yl = fl_nn_transformer_encoder_layer_forward(layer, xl, padding, attn);
+    fl_variable *yl = fl_nn_transformer_encoder_layer_forward(layer, xl, padding, attn, false);
     assert_non_null(yl);
-    assert_close(fl_v_value(yl),
-                 fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, xl, as_float(padding), as_float(attn))), 0,
-                 0);
+    assert_close(
+        fl_v_value(yl),
+        fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, xl, as_float(padding), as_float(attn), false)), 0, 0);
     /* The layer's attention is its self_attn child with the same masks: post-norm. */
     fl_variable *attended = fl_nn_multihead_attention_forward(fl_module_child(layer, "self_attn"), xl, xl, xl, padding,
-                                                              attn);
+                                                              attn, false);
     fl_variable *h = fl_module_forward(fl_module_child(layer, "norm1"), fl_v_add(xl, attended));
     fl_variable *ff = fl_module_forward(fl_module_child(layer, "linear2"),
                                         fl_v_relu(fl_module_forward(fl_module_child(layer, "linear1"), h)));
@@ -288,16 +289,93 @@ static void one_bool_mask_convention_across_attention_functions(void **state)
 
     fl_module *encoder = fl_nn_transformer_encoder(layer, 2, NULL);
     fl_module_train(encoder, false);
-    fl_variable *ye = fl_nn_transformer_encoder_forward(encoder, x, padding, attn);
+    fl_variable *ye = fl_nn_transformer_encoder_forward(encoder, x, padding, attn, false);
     assert_non_null(ye);
-    assert_close(fl_v_value(ye), fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, as_float(padding), as_float(attn))),
-                 0, 0);
+    assert_close(fl_v_value(ye),
+                 fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, as_float(padding), as_float(attn), false)), 0,
+                 0);
     fl_module_zero_grad(encoder);
     assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(ye, ye), FL_ALL_AXES, false), NULL, false), FL_OK);
     fl_parameters *p = fl_module_parameters(encoder);
     for (size_t i = 0; i < p->count; i++)
         assert_true(all_finite(fl_v_grad(p->items[i])));
     fl_parameters_free(p);
+    fl_module_release(encoder);
+    fl_module_release(mha);
+    assert_no_error();
+}
+
+/* ---- causal attention ---- */
+
+static void causal_self_attention_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    load(m, "mha_causal");
+    fl_variable *x = input("mha_causal", "x");
+    compare(m, "mha_causal", fl_nn_multihead_attention_forward(m, x, x, x, NULL, NULL, true), FL_VARS(x),
+            (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void causal_padded_encoder_layer_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "gelu", 1e-5, true, true);
+    load(m, "enc_causal");
+    fl_variable *x = input("enc_causal", "x");
+    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx("enc_causal", "key_padding_mask"), NULL, true);
+    compare(m, "enc_causal", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+/* is_causal is the triangular mask written out (true above the diagonal), for square and
+ * oblong scores, alone or with another mask, in every attention function. */
+static void causal_equals_an_explicit_triangular_mask(void **state)
+{
+    fl_manual_seed(29);
+    fl_tensor *wide = T_BOOL(FL_SHAPE(3, 5), 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1);
+    fl_tensor *tall = T_BOOL(FL_SHAPE(5, 3), 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    fl_tensor *triangles[2] = {wide, tall};
+    int64_t ls[2] = {3, 5}, ss[2] = {5, 3};
+    for (int i = 0; i < 2; i++) {
+        fl_variable *q = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ls[i], 4)), false);
+        fl_variable *k = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ss[i], 4)), false);
+        fl_variable *v = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ss[i], 4)), false);
+        fl_tensor *tri = triangles[i];
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, NULL, 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, tri, 0.0, false, false)), 0, 0);
+        /* with a padding mask of the last key: either forbids */
+        fl_tensor *last = fl_reshape(T_BOOL(FL_SHAPE(2), 0, 1), 4, (int64_t[]){2, 1, 1, 1});
+        fl_tensor *pad =
+            fl_logical_and(last, fl_eq(fl_arange(0, (double)ss[i], 1, FL_I64), fl_scalar(ss[i] - 1, FL_I64)));
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, pad, 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, fl_logical_or(pad, tri), 0.0, false, false)),
+                     0, 0);
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(pad), 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, fl_logical_or(pad, tri), 0.0, false, false)),
+                     0, 0);
+    }
+    fl_tensor *tri4 = T_BOOL(FL_SHAPE(4, 4), 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0);
+    fl_tensor *padding = T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 1, 1);
+    fl_variable *x = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), false);
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    assert_close(fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, padding, NULL, true)),
+                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, padding, tri4, false)), 0, 0);
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module_train(layer, false);
+    assert_close(fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, x, padding, NULL, true)),
+                 fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, x, padding, tri4, false)), 0, 0);
+    fl_module *encoder = fl_nn_transformer_encoder(layer, 2, NULL);
+    fl_module_train(encoder, false);
+    fl_variable *causal = fl_nn_transformer_encoder_forward(encoder, x, NULL, NULL, true);
+    assert_close(fl_v_value(causal), fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, NULL, tri4, false)), 0,
+                 0);
+    /* a causal output does not depend on later positions */
+    fl_tensor *changed = fl_concat((fl_tensor *[]){fl_index(fl_v_value(x), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))),
+                                                   fl_randn(FL_F32, FL_SHAPE(2, 2, 8))},
+                                   2, 1);
+    fl_variable *again = fl_nn_transformer_encoder_forward(encoder, fl_v_new(changed, false), NULL, NULL, true);
+    assert_close(fl_index(fl_v_value(again), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))),
+                 fl_index(fl_v_value(causal), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))), 1e-5, 1e-6);
     fl_module_release(encoder);
     fl_module_release(mha);
     assert_no_error();
@@ -310,7 +388,7 @@ static void a_fully_padded_sample_matches_pytorch(void **state)
     fl_module *m = fl_nn_transformer_encoder(layer, 2, NULL);
     load(m, "enc_padded");
     fl_variable *x = input("enc_padded", "x");
-    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL);
+    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL, false);
     compare(m, "enc_padded", y, FL_VARS(x), (const char *[]){"x"});
     fl_module_release(m);
 }
@@ -429,7 +507,12 @@ static void ctc_impossible_alignments_are_infinite_or_zeroed(void **state)
 
 static fl_variable *sdpa_float_mask(fl_variable *const *x, void *ctx)
 {
-    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, true);
+    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, false, true);
+}
+
+static fl_variable *sdpa_causal(fl_variable *const *x, void *ctx)
+{
+    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, true, true);
 }
 
 static void attention_gradients_match_finite_differences(void **state)
@@ -440,7 +523,8 @@ static void attention_gradients_match_finite_differences(void **state)
     assert_gradcheck(sdpa_float_mask, gradcheck_input(-1, 1, FL_SHAPE(3, 5)), q, k, v);
     /* bool masks are true where attention is forbidden */
     fl_tensor *forbidden = fl_le(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
-    forbidden = fl_logical_and(forbidden, T_BOOL(FL_SHAPE(1, 5), 0, 1, 1, 1, 1)); /* the first key: no row all forbidden */
+    forbidden =
+        fl_logical_and(forbidden, T_BOOL(FL_SHAPE(1, 5), 0, 1, 1, 1, 1)); /* the first key: no row all forbidden */
     assert_gradcheck(sdpa_float_mask, forbidden, q, k, v);
     /* A row with every key forbidden: zero weights, a zero output, as PyTorch's. */
     fl_tensor *row_forbidden = fl_logical_or(forbidden, T_BOOL(FL_SHAPE(3, 1), 0, 1, 0));
@@ -448,8 +532,10 @@ static void attention_gradients_match_finite_differences(void **state)
     assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(-INFINITY, FL_F64), fl_scalar(0, FL_F64)), q,
                      k, v);
     fl_variable *out = fl_f_scaled_dot_product_attention(fl_v_new(q, false), fl_v_new(k, false), fl_v_new(v, false),
-                                                         row_forbidden, 0.0, false);
+                                                         row_forbidden, 0.0, false, false);
     assert_close(fl_index(fl_v_value(out), FL_INDEX(FL_SPAN, FL_AT(1))), fl_zeros(FL_F64, FL_SHAPE(2, 3)), 0, 0);
+    assert_gradcheck(sdpa_causal, NULL, q, k, v);
+    assert_gradcheck(sdpa_causal, forbidden, q, k, v);
     /* Broadcast batch axes: one k and v for every head. */
     assert_gradcheck(sdpa_float_mask, NULL, gradcheck_input(-1, 1, FL_SHAPE(2, 2, 3, 4)), k, v);
 }
@@ -499,18 +585,20 @@ static void bad_arguments_are_refused(void **state)
     fl_variable *x = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 8)), false);
     fl_variable *x7 = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 7)), false);
     assert_fails(fl_module_forward(mha, x7), FL_ERR_SHAPE, "embedding 8");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 0), NULL),
-                 FL_ERR_SHAPE, "key_padding_mask must be [2, 5]");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_F32, FL_SHAPE(4, 5))),
+    assert_fails(
+        fl_nn_multihead_attention_forward(mha, x, x, x, T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 0), NULL, false),
+        FL_ERR_SHAPE, "key_padding_mask must be [2, 5]");
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_F32, FL_SHAPE(4, 5)), false),
                  FL_ERR_SHAPE, "attn_mask must be [5, 5] or [4, 5, 5]");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_I32, FL_SHAPE(5, 5))),
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_I32, FL_SHAPE(5, 5)), false),
                  FL_ERR_DTYPE, "bool or floating");
     fl_module *lstm = fl_nn_lstm(3, 4, 1, true, true, 0, false);
-    assert_fails(fl_nn_multihead_attention_forward(lstm, x, x, x, NULL, NULL), FL_ERR_VALUE, "not a MultiheadAttention");
-    assert_fails(fl_f_scaled_dot_product_attention(x, x7, x, NULL, 0, false), FL_ERR_SHAPE, "do not fit");
-    assert_fails(fl_f_scaled_dot_product_attention(x, x, x, NULL, -0.1, false), FL_ERR_VALUE, "dropout_p");
+    assert_fails(fl_nn_multihead_attention_forward(lstm, x, x, x, NULL, NULL, false), FL_ERR_VALUE,
+                 "not a MultiheadAttention");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x7, x, NULL, 0, false, false), FL_ERR_SHAPE, "do not fit");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x, x, NULL, -0.1, false, false), FL_ERR_VALUE, "dropout_p");
     fl_variable *xi = fl_v_new(fl_zeros(FL_I32, FL_SHAPE(2, 5, 8)), false);
-    assert_fails(fl_f_scaled_dot_product_attention(xi, xi, xi, NULL, 0, false), FL_ERR_DTYPE, "floating dtype");
+    assert_fails(fl_f_scaled_dot_product_attention(xi, xi, xi, NULL, 0, false, false), FL_ERR_DTYPE, "floating dtype");
 
     assert_fails(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "tanh", 1e-5, true, false), FL_ERR_VALUE, "\"relu\"");
     assert_fails(fl_nn_transformer_encoder_layer(8, 3, 16, 0, "relu", 1e-5, true, false), FL_ERR_VALUE, "num_heads");
@@ -519,7 +607,7 @@ static void bad_arguments_are_refused(void **state)
     assert_fails(fl_nn_transformer_encoder(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "relu", 1e-5, true, false), 0,
                                            NULL),
                  FL_ERR_VALUE, "num_layers must be positive");
-    assert_fails(fl_nn_transformer_encoder_layer_forward(mha, x, NULL, NULL), FL_ERR_VALUE, "not a Transformer");
+    assert_fails(fl_nn_transformer_encoder_layer_forward(mha, x, NULL, NULL, false), FL_ERR_VALUE, "not a Transformer");
 
     assert_fails(fl_nn_lstm(0, 4, 1, true, true, 0, false), FL_ERR_VALUE, "must be positive");
     assert_fails(fl_nn_gru(3, 4, 1, true, true, -1, false), FL_ERR_VALUE, "dropout");
@@ -575,6 +663,9 @@ int main(void)
         scoped_test(a_fully_padded_sample_leaves_the_batch_gradients_finite),
         scoped_test(a_fully_padded_sample_matches_pytorch),
         scoped_test(one_bool_mask_convention_across_attention_functions),
+        scoped_test(causal_self_attention_matches_pytorch),
+        scoped_test(causal_padded_encoder_layer_matches_pytorch),
+        scoped_test(causal_equals_an_explicit_triangular_mask),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),

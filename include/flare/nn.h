@@ -282,10 +282,13 @@ fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target
  * broadcasts to [..., L, S] and follows the convention above (bool: true forbids; float:
  * added). The mask is a constant (no gradient). A query whose every key is masked gets
  * zero weights, so a zero output and finite gradients (where a plain softmax would give
- * nan). In training, dropout_p of the attention weights are zeroed and the rest scaled
- * by 1 / (1 - dropout_p). */
+ * nan). is_causal also forbids every key after the query (key j > query i, the
+ * [L, S] lower triangle allowed, top-left aligned as PyTorch's is_causal); unlike
+ * PyTorch, it may be combined with a mask (a key is forbidden if either forbids it).
+ * In training, dropout_p of the attention weights are zeroed and the rest scaled by
+ * 1 / (1 - dropout_p). */
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
-                                               double dropout_p, bool training);
+                                               double dropout_p, bool is_causal, bool training);
 
 /* PyTorch's nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)
  * (kdim = vdim = embed_dim, no bias_kv, no zero_attn): in_proj_weight [3E, E],
@@ -297,30 +300,33 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
  * attention output only (PyTorch's need_weights=False). Both masks follow the
  * convention above (bool true forbids). A fully padded sample gets
  * out_proj's bias as its output and finite gradients, as with need_weights=False
- * (PyTorch's need_weights=True path gives nan there). */
+ * (PyTorch's need_weights=True path gives nan there). is_causal forbids each query the
+ * keys after it, as fl_f_scaled_dot_product_attention's (PyTorch's is_causal is only a
+ * hint about attn_mask; here it is the mask, alone or added to the others). */
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,
                                                fl_variable *value, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask);
+                                               const fl_tensor *attn_mask, bool is_causal);
 
 /* PyTorch's nn.TransformerEncoderLayer (children self_attn, linear1, dropout, linear2,
  * norm1, norm2, dropout1, dropout2; layer-norm eps, bias on every layer). activation:
  * "relu" or "gelu". norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of
  * post-norm (norm1(x + attn(x))). The module forward is the layer without masks; the
  * full form takes the masks of fl_nn_multihead_attention_forward (bool true forbids,
- * as everywhere), applied to the self-attention. */
+ * as everywhere) and is_causal, applied to the self-attention; is_causal makes it a
+ * decoder-only (GPT-style) block. */
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first);
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                                     const fl_tensor *attn_mask);
+                                                     const fl_tensor *attn_mask, bool is_causal);
 /* PyTorch's nn.TransformerEncoder: num_layers copies of layer ("layers.0", ...; the
  * layer given is taken over and cloned with its current values) and an optional final
  * norm ("norm", taken over; may be NULL). */
 fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm);
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask);
+                                               const fl_tensor *attn_mask, bool is_causal);
 
 /* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
  * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),

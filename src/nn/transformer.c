@@ -24,10 +24,10 @@ static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
 }
 
 static fl_variable *attention_block(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                    const fl_tensor *attn_mask)
+                                    const fl_tensor *attn_mask, bool is_causal)
 {
     fl_variable *y = fl_nn_multihead_attention_forward(fl_module_child(m, "self_attn"), x, x, x, key_padding_mask,
-                                                       attn_mask);
+                                                       attn_mask, is_causal);
     return apply(m, "dropout1", y);
 }
 
@@ -40,7 +40,7 @@ static fl_variable *feedforward_block(fl_module *m, fl_variable *x)
 }
 
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                                     const fl_tensor *attn_mask)
+                                                     const fl_tensor *attn_mask, bool is_causal)
 {
     const char *fn = "fl_nn_transformer_encoder_layer_forward";
     if (fl_null_args(fn, 2, m, x))
@@ -51,10 +51,10 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
     const layer_state *st = fl_module_state(m);
     fl_scope scope = fl_scope_begin();
     if (st->norm_first) {
-        x = fl_v_add(x, attention_block(m, apply(m, "norm1", x), key_padding_mask, attn_mask));
+        x = fl_v_add(x, attention_block(m, apply(m, "norm1", x), key_padding_mask, attn_mask, is_causal));
         x = fl_v_add(x, feedforward_block(m, apply(m, "norm2", x)));
     } else {
-        x = apply(m, "norm1", fl_v_add(x, attention_block(m, x, key_padding_mask, attn_mask)));
+        x = apply(m, "norm1", fl_v_add(x, attention_block(m, x, key_padding_mask, attn_mask, is_causal)));
         x = apply(m, "norm2", fl_v_add(x, feedforward_block(m, x)));
     }
     return fl_v_scope_return(scope, x);
@@ -62,7 +62,7 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
 
 static fl_variable *layer_module_forward(fl_module *m, fl_variable *x)
 {
-    return fl_nn_transformer_encoder_layer_forward(m, x, NULL, NULL);
+    return fl_nn_transformer_encoder_layer_forward(m, x, NULL, NULL, false);
 }
 
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
@@ -135,7 +135,7 @@ static fl_module *clone_layer(const fl_module *layer)
 }
 
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask)
+                                               const fl_tensor *attn_mask, bool is_causal)
 {
     const char *fn = "fl_nn_transformer_encoder_forward";
     if (fl_null_args(fn, 2, m, x))
@@ -146,7 +146,7 @@ fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, con
     fl_module *layers = fl_module_child(m, "layers");
     for (int i = 0; x && i < fl_module_child_count(layers); i++)
         x = fl_nn_transformer_encoder_layer_forward(fl_module_child_at(layers, i, NULL), x, key_padding_mask,
-                                                    attn_mask);
+                                                    attn_mask, is_causal);
     fl_module *norm = fl_module_child(m, "norm");
     if (norm && x)
         x = fl_module_forward(norm, x);
@@ -155,7 +155,7 @@ fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, con
 
 static fl_variable *encoder_module_forward(fl_module *m, fl_variable *x)
 {
-    return fl_nn_transformer_encoder_forward(m, x, NULL, NULL);
+    return fl_nn_transformer_encoder_forward(m, x, NULL, NULL, false);
 }
 
 fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm)
