@@ -393,6 +393,93 @@ static void a_fully_padded_sample_matches_pytorch(void **state)
     fl_module_release(m);
 }
 
+/* ---- positional embeddings ---- */
+
+/* The paper's formula, written out: [len, dim] in f64. */
+static fl_tensor *sinusoids(int64_t len, int64_t dim)
+{
+    double values[6 * 5];
+    for (int64_t pos = 0; pos < len; pos++)
+        for (int64_t i = 0; i < dim; i++) {
+            double angle = (double)pos / pow(10000.0, (double)(2 * (i / 2)) / (double)dim);
+            values[pos * dim + i] = i % 2 == 0 ? sin(angle) : cos(angle);
+        }
+    return fl_from_data(values, FL_F64, 2, (int64_t[]){len, dim});
+}
+
+static void sinusoidal_positions_follow_the_formula(void **state)
+{
+    fl_manual_seed(31);
+    /* odd E: the last sine has no cosine partner */
+    fl_module *m = fl_nn_sinusoidal_positional_embedding(8, 5, true);
+    assert_non_null(m);
+    fl_parameters *p = fl_module_parameters(m);
+    assert_int_equal(p->count, 0);
+    fl_parameters_free(p);
+    fl_tensor *x = fl_randn(FL_F64, FL_SHAPE(2, 6, 5));
+    fl_variable *xv = fl_v_new(x, true);
+    fl_variable *y = fl_module_forward(m, xv);
+    assert_non_null(y);
+    assert_close(fl_v_value(y), fl_add(x, fl_unsqueeze(sinusoids(6, 5), 0)), 1e-12, 1e-12);
+    /* spot values: position 1, axes 0..3 of E = 5: sin 1, cos 1, sin 10000^-0.4, cos 10000^-0.4 */
+    double expect[4] = {sin(1.0), cos(1.0), sin(pow(10000.0, -0.4)), cos(pow(10000.0, -0.4))};
+    fl_tensor *row = fl_index(fl_sub(fl_v_value(y), x), FL_INDEX(FL_AT(0), FL_AT(1), FL_RANGE(0, 4)));
+    assert_close(row, fl_from_data(expect, FL_F64, 1, (int64_t[]){4}), 1e-12, 1e-12);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_close(fl_v_grad(xv), fl_ones(FL_F64, FL_SHAPE(2, 6, 5)), 0, 0);
+    /* sequence first, f32: the same positions on axis 0 */
+    fl_module *first = fl_nn_sinusoidal_positional_embedding(8, 5, false);
+    fl_tensor *x32 = fl_randn(FL_F32, FL_SHAPE(3, 2, 5));
+    fl_variable *y32 = fl_module_forward(first, fl_v_new(x32, false));
+    assert_non_null(y32);
+    assert_close(fl_v_value(y32), fl_add(x32, fl_cast(fl_unsqueeze(sinusoids(3, 5), 1), FL_F32)), 1e-6, 1e-6);
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 9, 5)), false)), FL_ERR_SHAPE,
+                 "L <= max_len = 8");
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 6, 4)), false)), FL_ERR_SHAPE, "E = 5");
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_I64, FL_SHAPE(2, 6, 5)), false)), FL_ERR_DTYPE,
+                 "floating");
+    assert_fails(fl_nn_sinusoidal_positional_embedding(0, 5, true), FL_ERR_VALUE, "must be positive");
+    fl_module_release(first);
+    fl_module_release(m);
+}
+
+static void learned_positions_are_rows_of_the_weight(void **state)
+{
+    fl_manual_seed(37);
+    fl_module *m = fl_nn_learned_positional_embedding(6, 4, true);
+    assert_non_null(m);
+    fl_variable *weight = fl_module_parameter(m, "weight");
+    assert_non_null(weight);
+    const fl_tensor *w = fl_v_value(weight);
+    assert_int_equal(fl_dim(w, 0), 6);
+    assert_int_equal(fl_dim(w, 1), 4);
+    fl_tensor *x = fl_randn(FL_F32, FL_SHAPE(2, 3, 4));
+    fl_variable *y = fl_module_forward(m, fl_v_new(x, false));
+    assert_non_null(y);
+    fl_tensor *rows = fl_index(w, FL_INDEX(FL_RANGE(0, 3)));
+    assert_close(fl_v_value(y), fl_add(x, fl_unsqueeze(rows, 0)), 0, 0);
+    /* the gradient of row pos is the sum over the batch of dy at pos; later rows get none */
+    fl_tensor *dy = fl_randn(FL_F32, FL_SHAPE(2, 3, 4));
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(dy, false)), FL_ALL_AXES, false), NULL, false),
+                     FL_OK);
+    fl_tensor *expect =
+        fl_concat((fl_tensor *[]){fl_sum(dy, FL_AXES(0), false), fl_zeros(FL_F32, FL_SHAPE(3, 4))}, 2, 0);
+    assert_close(fl_v_grad(weight), expect, 1e-6, 1e-6);
+    fl_module *first = fl_nn_learned_positional_embedding(6, 4, false);
+    fl_variable *w2 = fl_module_parameter(first, "weight");
+    fl_tensor *xs = fl_randn(FL_F32, FL_SHAPE(5, 2, 4));
+    fl_variable *ys = fl_module_forward(first, fl_v_new(xs, false));
+    assert_non_null(ys);
+    assert_close(fl_v_value(ys), fl_add(xs, fl_unsqueeze(fl_index(fl_v_value(w2), FL_INDEX(FL_RANGE(0, 5))), 1)), 0,
+                 0);
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 3, 4)), false)), FL_ERR_DTYPE,
+                 "differ in dtype");
+    assert_fails(fl_module_forward(first, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(7, 2, 4)), false)), FL_ERR_SHAPE,
+                 "[L, N, E]");
+    fl_module_release(first);
+    fl_module_release(m);
+}
+
 /* ---- recurrent layers ---- */
 
 static fl_variable *flat(fl_variable *const *parts, int count)
@@ -666,6 +753,8 @@ int main(void)
         scoped_test(causal_self_attention_matches_pytorch),
         scoped_test(causal_padded_encoder_layer_matches_pytorch),
         scoped_test(causal_equals_an_explicit_triangular_mask),
+        scoped_test(sinusoidal_positions_follow_the_formula),
+        scoped_test(learned_positions_are_rows_of_the_weight),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),

@@ -328,6 +328,17 @@ fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
                                                const fl_tensor *attn_mask, bool is_causal);
 
+/* Positional embeddings (no PyTorch module; as in "Attention is all you need" and
+ * GPT/BERT): the module forward of x [N, L, E] with batch_first, else [L, N, E], with
+ * L <= max_len and E = embedding_dim, is x + P[:L], P [max_len, E] broadcast over the
+ * batch. Sinusoidal: P[pos, 2i] = sin(pos / 10000^(2i / E)), P[pos, 2i + 1] =
+ * cos(pos / 10000^(2i / E)), fixed (no parameters, nothing in the state_dict),
+ * computed in f64 and cast to x's floating dtype. Learned: P is the parameter "weight"
+ * [max_len, E], N(0, 1) as nn.Embedding(max_len, E)'s, and x must share its dtype.
+ * Scaling x (by sqrt(E), as the paper's embeddings) is the caller's. */
+fl_module *fl_nn_sinusoidal_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
+fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
+
 /* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
  * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),
  * PyTorch's gate order (LSTM i, f, g, o; GRU r, z, n with r applied to W_hn h + b_hn)
