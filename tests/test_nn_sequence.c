@@ -1,6 +1,7 @@
 /* Sequence models against PyTorch (tests/fixtures/gen_nn_sequence.py): attention, the
- * Transformer encoder, LSTM and GRU, and the CTC loss; their values, the gradients of
- * inputs and parameters, finite-difference checks of the fused gradients, and errors. */
+ * Transformer encoder and decoder, LSTM and GRU, and the CTC loss; their values, the
+ * gradients of inputs and parameters, finite-difference checks of the fused gradients,
+ * and errors. Positional embeddings against their formulas. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -393,6 +394,87 @@ static void a_fully_padded_sample_matches_pytorch(void **state)
     fl_module_release(m);
 }
 
+/* ---- the Transformer decoder ---- */
+
+static void decoder_layer(const char *case_name, bool norm_first, const char *activation)
+{
+    fl_module *m = fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, activation, 1e-5, true, norm_first);
+    load(m, case_name);
+    fl_variable *tgt = input(case_name, "tgt"), *memory = input(case_name, "memory");
+    /* PyTorch is given the triangular tgt_mask; here tgt_is_causal alone stands for it */
+    fl_transformer_decoder_masks masks = {.tgt_key_padding_mask = fx(case_name, "tgt_key_padding_mask"),
+                                          .memory_key_padding_mask = fx(case_name, "memory_key_padding_mask"),
+                                          .tgt_is_causal = true};
+    fl_variable *y = fl_nn_transformer_decoder_layer_forward(m, tgt, memory, &masks);
+    compare(m, case_name, y, FL_VARS(tgt, memory), (const char *[]){"tgt", "memory"});
+    fl_module_release(m);
+}
+
+static void post_norm_causal_decoder_layer_matches_pytorch(void **state) { decoder_layer("dec_post", false, "relu"); }
+static void pre_norm_gelu_decoder_layer_matches_pytorch(void **state) { decoder_layer("dec_pre", true, "gelu"); }
+
+static void decoder_stack_with_final_norm_matches_pytorch(void **state)
+{
+    const int64_t features[] = {8};
+    fl_module *layer = fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_decoder(layer, 2, fl_nn_layer_norm(1, features, 1e-5, true));
+    load(m, "decoder");
+    fl_parameters *p = fl_module_parameters(m);
+    assert_string_equal(p->names[0], "layers.0.self_attn.in_proj_weight");
+    assert_string_equal(p->names[4], "layers.0.multihead_attn.in_proj_weight");
+    fl_parameters_free(p);
+    fl_variable *tgt = input("decoder", "tgt"), *memory = input("decoder", "memory");
+    compare(m, "decoder", fl_nn_transformer_decoder_forward(m, tgt, memory, NULL), FL_VARS(tgt, memory),
+            (const char *[]){"tgt", "memory"});
+    /* sequence first: the same, transposed */
+    fl_module *first = fl_nn_transformer_decoder(
+        fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "relu", 1e-5, false, false), 2,
+        fl_nn_layer_norm(1, features, 1e-5, true));
+    load(first, "decoder");
+    fl_variable *y = fl_nn_transformer_decoder_forward(first, fl_v_transpose(tgt, 0, 1), fl_v_transpose(memory, 0, 1),
+                                                       NULL);
+    assert_non_null(y);
+    assert_close(fl_transpose(fl_v_value(y), 0, 1), fx("decoder", "y"), RTOL, ATOL);
+    fl_module_release(first);
+    fl_module_release(m);
+}
+
+/* A memory sample padded throughout: the attention to it is zero (out_proj's bias), and
+ * the values and gradients stay finite. */
+static void a_fully_padded_memory_leaves_the_decoder_finite(void **state)
+{
+    fl_manual_seed(41);
+    fl_module *m = fl_nn_transformer_decoder(
+        fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "gelu", 1e-5, true, true), 2, NULL);
+    assert_non_null(m);
+    fl_variable *tgt = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 3, 8)), true);
+    fl_variable *memory = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), true);
+    fl_transformer_decoder_masks masks = {.memory_key_padding_mask = T_BOOL(FL_SHAPE(2, 4), 0, 0, 1, 1, 1, 1, 1, 1),
+                                          .tgt_is_causal = true};
+    fl_variable *y = fl_nn_transformer_decoder_forward(m, tgt, memory, &masks);
+    assert_non_null(y);
+    assert_true(all_finite(fl_v_value(y)));
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, y), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(tgt)) && all_finite(fl_v_grad(memory)));
+    assert_close(fl_index(fl_v_grad(memory), FL_INDEX(FL_AT(1))), fl_zeros(FL_F32, FL_SHAPE(4, 8)), 0, 0);
+    fl_parameters *p = fl_module_parameters(m);
+    for (size_t i = 0; i < p->count; i++)
+        assert_true(all_finite(fl_v_grad(p->items[i])));
+    fl_parameters_free(p);
+
+    assert_fails(fl_module_forward(m, tgt), FL_ERR_VALUE, "needs a memory");
+    assert_fails(fl_nn_transformer_decoder_forward(m, tgt, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 4, 6)), false), NULL),
+                 FL_ERR_SHAPE, "embedding 8");
+    assert_fails(fl_nn_transformer_decoder_forward(m, tgt, NULL, NULL), FL_ERR_NULL, "decoder_forward");
+    assert_fails(fl_nn_transformer_decoder(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "relu", 1e-5, true, false), 2,
+                                           NULL),
+                 FL_ERR_VALUE, "not a TransformerDecoderLayer");
+    assert_fails(fl_nn_transformer_decoder_layer(8, 2, 16, 0, "tanh", 1e-5, true, false), FL_ERR_VALUE, "\"relu\"");
+    assert_fails(fl_nn_transformer_decoder_layer_forward(m, tgt, memory, NULL), FL_ERR_VALUE,
+                 "not a TransformerDecoderLayer");
+    fl_module_release(m);
+}
+
 /* ---- positional embeddings ---- */
 
 /* The paper's formula, written out: [len, dim] in f64. */
@@ -753,6 +835,10 @@ int main(void)
         scoped_test(causal_self_attention_matches_pytorch),
         scoped_test(causal_padded_encoder_layer_matches_pytorch),
         scoped_test(causal_equals_an_explicit_triangular_mask),
+        scoped_test(post_norm_causal_decoder_layer_matches_pytorch),
+        scoped_test(pre_norm_gelu_decoder_layer_matches_pytorch),
+        scoped_test(decoder_stack_with_final_norm_matches_pytorch),
+        scoped_test(a_fully_padded_memory_leaves_the_decoder_finite),
         scoped_test(sinusoidal_positions_follow_the_formula),
         scoped_test(learned_positions_are_rows_of_the_weight),
         scoped_test(two_layer_lstm_matches_pytorch),

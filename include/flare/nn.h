@@ -259,7 +259,7 @@ fl_variable *fl_nn_l1_loss(fl_variable *input, fl_variable *target, fl_reduction
 fl_variable *fl_nn_bce_loss(fl_variable *probs, fl_variable *target, fl_reduction reduction);
 fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target, fl_reduction reduction);
 
-/* ---- sequence models: attention, the Transformer encoder, recurrent layers, CTC ------ */
+/* ---- sequence models: attention, the Transformer, positions, recurrent layers, CTC -- */
 
 /*
  * ATTENTION MASKS: ONE CONVENTION FOR EVERY FUNCTION BELOW (scaled dot-product attention,
@@ -327,6 +327,36 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
 fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm);
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
                                                const fl_tensor *attn_mask, bool is_causal);
+
+/* The masks of a Transformer decoder (all optional; a NULL pointer to the struct means
+ * none), PyTorch's names and the convention above (bool true forbids): tgt_mask and
+ * tgt_key_padding_mask for the self-attention of tgt, memory_mask and
+ * memory_key_padding_mask for the attention to the memory; *_is_causal as
+ * fl_nn_multihead_attention_forward's (tgt_is_causal: each position sees itself and the
+ * earlier ones only, as a language model's decoder). */
+typedef struct fl_transformer_decoder_masks {
+    const fl_tensor *tgt_mask, *memory_mask, *tgt_key_padding_mask, *memory_key_padding_mask;
+    bool tgt_is_causal, memory_is_causal;
+} fl_transformer_decoder_masks;
+
+/* PyTorch's nn.TransformerDecoderLayer (children self_attn, multihead_attn, linear1,
+ * dropout, linear2, norm1..3, dropout1..3; the arguments of the encoder layer):
+ * self-attention of tgt, attention to the memory, the feed-forward block; post-norm
+ * (norm1(x + sa(x)), norm2(x + ca(x, memory)), norm3(x + ff(x))) or, with norm_first,
+ * pre-norm (x + sa(norm1(x)), ...). tgt is [N, T, E] and memory [N, S, E] with
+ * batch_first, else [T, N, E] and [S, N, E]. Its module forward is refused (it needs a
+ * memory); the forward functions take the memory and the masks. */
+fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                                           const char *activation, double layer_norm_eps, bool batch_first,
+                                           bool norm_first);
+fl_variable *fl_nn_transformer_decoder_layer_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                                     const fl_transformer_decoder_masks *masks);
+/* PyTorch's nn.TransformerDecoder: num_layers clones of layer ("layers.0", ...; taken
+ * over) and an optional final norm ("norm", taken over; may be NULL); every layer
+ * attends to the same memory with the same masks. */
+fl_module *fl_nn_transformer_decoder(fl_module *layer, int num_layers, fl_module *norm);
+fl_variable *fl_nn_transformer_decoder_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                               const fl_transformer_decoder_masks *masks);
 
 /* Positional embeddings (no PyTorch module; as in "Attention is all you need" and
  * GPT/BERT): the module forward of x [N, L, E] with batch_first, else [L, N, E], with
