@@ -1,6 +1,7 @@
 /* Sequence models against PyTorch (tests/fixtures/gen_nn_sequence.py): attention, the
- * Transformer encoder, LSTM and GRU, and the CTC loss; their values, the gradients of
- * inputs and parameters, finite-difference checks of the fused gradients, and errors. */
+ * Transformer encoder and decoder, LSTM and GRU, and the CTC loss; their values, the
+ * gradients of inputs and parameters, finite-difference checks of the fused gradients,
+ * and errors. Positional embeddings against their formulas. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,7 +88,7 @@ static void cross_attention_with_both_masks_matches_pytorch(void **state)
     load(m, "mha_cross");
     fl_variable *q = input("mha_cross", "q"), *k = input("mha_cross", "k"), *v = input("mha_cross", "v");
     fl_variable *y = fl_nn_multihead_attention_forward(m, q, k, v, fx("mha_cross", "key_padding_mask"),
-                                                       fx("mha_cross", "attn_mask"));
+                                                       fx("mha_cross", "attn_mask"), false);
     compare(m, "mha_cross", y, FL_VARS(q, k, v), (const char *[]){"q", "k", "v"});
     fl_module_release(m);
 }
@@ -97,7 +98,7 @@ static void a_bool_attention_mask_forbids_where_true(void **state)
     fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
     load(m, "mha_bool");
     fl_variable *x = input("mha_bool", "x");
-    fl_variable *y = fl_nn_multihead_attention_forward(m, x, x, x, NULL, fx("mha_bool", "attn_mask"));
+    fl_variable *y = fl_nn_multihead_attention_forward(m, x, x, x, NULL, fx("mha_bool", "attn_mask"), false);
     compare(m, "mha_bool", y, FL_VARS(x), (const char *[]){"x"});
     fl_module_release(m);
 }
@@ -116,14 +117,14 @@ static void attention_dropout_acts_in_training_only(void **state)
 {
     fl_variable *q = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
     fl_variable *v = fl_v_new(gradcheck_input(-1, 1, FL_SHAPE(2, 3, 4)), false);
-    fl_variable *all_dropped = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, true);
+    fl_variable *all_dropped = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false, true);
     assert_close(fl_v_value(all_dropped), fl_zeros(FL_F64, FL_SHAPE(2, 3, 4)), 0, 0);
-    fl_variable *eval = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false);
-    fl_variable *plain = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.0, true);
+    fl_variable *eval = fl_f_scaled_dot_product_attention(q, q, v, NULL, 1.0, false, false);
+    fl_variable *plain = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.0, false, true);
     assert_close(fl_v_value(eval), fl_v_value(plain), 0, 0);
     /* Half dropped: the kept weights are doubled, so each output is a sum of doubled
      * value rows, and the mean over many draws is near the undropped output. */
-    fl_variable *half = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.5, true);
+    fl_variable *half = fl_f_scaled_dot_product_attention(q, q, v, NULL, 0.5, false, true);
     assert_false(fl_item(fl_all(fl_eq(fl_v_value(half), fl_v_value(plain)), FL_ALL_AXES, false)));
 }
 
@@ -134,7 +135,7 @@ static void encoder_layer(const char *case_name, bool norm_first, const char *ac
     fl_module *m = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, activation, 1e-5, true, norm_first);
     load(m, case_name);
     fl_variable *x = input(case_name, "x");
-    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx(case_name, "key_padding_mask"), NULL);
+    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx(case_name, "key_padding_mask"), NULL, false);
     compare(m, case_name, y, FL_VARS(x), (const char *[]){"x"});
     fl_module_release(m);
 }
@@ -185,7 +186,7 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
         if (!run)
             ws = fl_mul(w, T_F32(FL_SHAPE(3, 1, 1), 1, 0, 1));
         fl_module_zero_grad(m);
-        fl_variable *y = fl_nn_transformer_encoder_forward(m, fl_v_new(xs, false), masks, NULL);
+        fl_variable *y = fl_nn_transformer_encoder_forward(m, fl_v_new(xs, false), masks, NULL, false);
         assert_non_null(y);
         assert_true(all_finite(fl_v_value(y)));
         assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(ws, false)), FL_ALL_AXES, false), NULL, false),
@@ -204,12 +205,180 @@ static void a_fully_padded_sample_leaves_the_batch_gradients_finite(void **state
     fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
     assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
     fl_variable *xv = fl_v_new(x, true);
-    fl_variable *y = fl_nn_multihead_attention_forward(mha, xv, xv, xv, padded, NULL);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, xv, xv, xv, padded, NULL, false);
     assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_AT(1))), fl_expand(bias, FL_SHAPE(4, 8)), 0, 0);
     assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
     assert_true(all_finite(fl_v_grad(xv)));
     fl_module_release(mha);
     fl_module_release(m);
+    assert_no_error();
+}
+
+/* One mask convention (nn.h): a bool mask is true where attention is forbidden, in
+ * scaled dot-product attention, MultiheadAttention's two masks and the encoder layer and
+ * stack alike; so each gives with a bool mask what it gives with the float mask
+ * where(mask, -inf, 0), MultiheadAttention equals its composition from
+ * fl_f_scaled_dot_product_attention with the same bool mask, and a query with every key
+ * forbidden gets zeros and finite gradients everywhere. */
+static fl_tensor *as_float(const fl_tensor *mask)
+{
+    return fl_where(mask, fl_scalar(-INFINITY, FL_F32), fl_scalar(0, FL_F32));
+}
+
+static void one_bool_mask_convention_across_attention_functions(void **state)
+{
+    fl_manual_seed(23);
+    /* query 2 may attend nothing; query 0 only itself */
+    fl_tensor *attn = T_BOOL(FL_SHAPE(4, 4), 0, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 1, 0, 0);
+    fl_tensor *padding = T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 1);
+    fl_tensor *combined = fl_logical_or(fl_reshape(padding, 4, (int64_t[]){2, 1, 1, 4}), attn);
+
+    fl_variable *q = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *k = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *v = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, 4, 4)), true);
+    fl_variable *sdpa = fl_f_scaled_dot_product_attention(q, k, v, combined, 0.0, false, false);
+    assert_non_null(sdpa);
+    assert_close(fl_v_value(sdpa),
+                 fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(combined), 0.0, false, false)), 0, 0);
+    assert_close(fl_index(fl_v_value(sdpa), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(2))), fl_zeros(FL_F32, FL_SHAPE(2, 2, 4)),
+                 0, 0);
+    /* query 0 sees key 0 only: its output is v's row 0 */
+    assert_close(fl_index(fl_v_value(sdpa), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(0))),
+                 fl_index(fl_v_value(v), FL_INDEX(FL_SPAN, FL_SPAN, FL_AT(0))), 1e-6, 1e-6);
+    assert_int_equal(fl_v_backward(fl_v_sum(sdpa, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(q)) && all_finite(fl_v_grad(k)) && all_finite(fl_v_grad(v)));
+
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    fl_tensor *bias = fl_randn(FL_F32, FL_SHAPE(8));
+    assert_int_equal(fl_v_set_value(fl_module_parameter(fl_module_child(mha, "out_proj"), "bias"), bias), FL_OK);
+    fl_variable *x = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), true);
+    fl_variable *y = fl_nn_multihead_attention_forward(mha, x, x, x, padding, attn, false);
+    assert_non_null(y);
+    assert_close(fl_v_value(y),
+                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, as_float(padding), as_float(attn), false)),
+                 0, 0);
+    fl_variable *parts[3];
+    fl_v_split(fl_f_linear(x, fl_module_parameter(mha, "in_proj_weight"), fl_module_parameter(mha, "in_proj_bias")),
+               (int64_t[]){8, 8, 8}, 3, -1, parts);
+    for (int i = 0; i < 3; i++)
+        parts[i] = fl_v_permute(fl_v_reshape(parts[i], 4, (int64_t[]){2, 4, 2, 4}), (int[]){0, 2, 1, 3});
+    fl_variable *heads = fl_f_scaled_dot_product_attention(parts[0], parts[1], parts[2], combined, 0.0, false, false);
+    fl_variable *merged = fl_v_reshape(fl_v_permute(heads, (int[]){0, 2, 1, 3}), 3, (int64_t[]){2, 4, 8});
+    assert_close(fl_v_value(y), fl_v_value(fl_module_forward(fl_module_child(mha, "out_proj"), merged)), 1e-5, 1e-6);
+    assert_close(fl_index(fl_v_value(y), FL_INDEX(FL_SPAN, FL_AT(2))), fl_expand(bias, FL_SHAPE(2, 8)), 0, 0);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(x)));
+
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module_train(layer, false);
+    fl_variable *xl = fl_v_new(fl_v_value(x), true);
+    fl_variable *yl = fl_nn_transformer_encoder_layer_forward(layer, xl, padding, attn, false);
+    assert_non_null(yl);
+    assert_close(
+        fl_v_value(yl),
+        fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, xl, as_float(padding), as_float(attn), false)), 0, 0);
+    /* The layer's attention is its self_attn child with the same masks: post-norm. */
+    fl_variable *attended = fl_nn_multihead_attention_forward(fl_module_child(layer, "self_attn"), xl, xl, xl, padding,
+                                                              attn, false);
+    fl_variable *h = fl_module_forward(fl_module_child(layer, "norm1"), fl_v_add(xl, attended));
+    fl_variable *ff = fl_module_forward(fl_module_child(layer, "linear2"),
+                                        fl_v_relu(fl_module_forward(fl_module_child(layer, "linear1"), h)));
+    assert_close(fl_v_value(yl), fl_v_value(fl_module_forward(fl_module_child(layer, "norm2"), fl_v_add(h, ff))), 1e-5,
+                 1e-6);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(yl, yl), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(xl)));
+
+    fl_module *encoder = fl_nn_transformer_encoder(layer, 2, NULL);
+    fl_module_train(encoder, false);
+    fl_variable *ye = fl_nn_transformer_encoder_forward(encoder, x, padding, attn, false);
+    assert_non_null(ye);
+    assert_close(fl_v_value(ye),
+                 fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, as_float(padding), as_float(attn), false)), 0,
+                 0);
+    fl_module_zero_grad(encoder);
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(ye, ye), FL_ALL_AXES, false), NULL, false), FL_OK);
+    fl_parameters *p = fl_module_parameters(encoder);
+    for (size_t i = 0; i < p->count; i++)
+        assert_true(all_finite(fl_v_grad(p->items[i])));
+    fl_parameters_free(p);
+    fl_module_release(encoder);
+    fl_module_release(mha);
+    assert_no_error();
+}
+
+/* ---- causal attention ---- */
+
+static void causal_self_attention_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    load(m, "mha_causal");
+    fl_variable *x = input("mha_causal", "x");
+    compare(m, "mha_causal", fl_nn_multihead_attention_forward(m, x, x, x, NULL, NULL, true), FL_VARS(x),
+            (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+static void causal_padded_encoder_layer_matches_pytorch(void **state)
+{
+    fl_module *m = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "gelu", 1e-5, true, true);
+    load(m, "enc_causal");
+    fl_variable *x = input("enc_causal", "x");
+    fl_variable *y = fl_nn_transformer_encoder_layer_forward(m, x, fx("enc_causal", "key_padding_mask"), NULL, true);
+    compare(m, "enc_causal", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+/* is_causal is the triangular mask written out (true above the diagonal), for square and
+ * oblong scores, alone or with another mask, in every attention function. */
+static void causal_equals_an_explicit_triangular_mask(void **state)
+{
+    fl_manual_seed(29);
+    fl_tensor *wide = T_BOOL(FL_SHAPE(3, 5), 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1);
+    fl_tensor *tall = T_BOOL(FL_SHAPE(5, 3), 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    fl_tensor *triangles[2] = {wide, tall};
+    int64_t ls[2] = {3, 5}, ss[2] = {5, 3};
+    for (int i = 0; i < 2; i++) {
+        fl_variable *q = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ls[i], 4)), false);
+        fl_variable *k = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ss[i], 4)), false);
+        fl_variable *v = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 2, ss[i], 4)), false);
+        fl_tensor *tri = triangles[i];
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, NULL, 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, tri, 0.0, false, false)), 0, 0);
+        /* with a padding mask of the last key: either forbids */
+        fl_tensor *last = fl_reshape(T_BOOL(FL_SHAPE(2), 0, 1), 4, (int64_t[]){2, 1, 1, 1});
+        fl_tensor *pad =
+            fl_logical_and(last, fl_eq(fl_arange(0, (double)ss[i], 1, FL_I64), fl_scalar(ss[i] - 1, FL_I64)));
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, pad, 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, fl_logical_or(pad, tri), 0.0, false, false)),
+                     0, 0);
+        assert_close(fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, as_float(pad), 0.0, true, false)),
+                     fl_v_value(fl_f_scaled_dot_product_attention(q, k, v, fl_logical_or(pad, tri), 0.0, false, false)),
+                     0, 0);
+    }
+    fl_tensor *tri4 = T_BOOL(FL_SHAPE(4, 4), 0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0);
+    fl_tensor *padding = T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 1, 1);
+    fl_variable *x = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), false);
+    fl_module *mha = fl_nn_multihead_attention(8, 2, 0.0, true, true);
+    assert_close(fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, padding, NULL, true)),
+                 fl_v_value(fl_nn_multihead_attention_forward(mha, x, x, x, padding, tri4, false)), 0, 0);
+    fl_module *layer = fl_nn_transformer_encoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module_train(layer, false);
+    assert_close(fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, x, padding, NULL, true)),
+                 fl_v_value(fl_nn_transformer_encoder_layer_forward(layer, x, padding, tri4, false)), 0, 0);
+    fl_module *encoder = fl_nn_transformer_encoder(layer, 2, NULL);
+    fl_module_train(encoder, false);
+    fl_variable *causal = fl_nn_transformer_encoder_forward(encoder, x, NULL, NULL, true);
+    assert_close(fl_v_value(causal), fl_v_value(fl_nn_transformer_encoder_forward(encoder, x, NULL, tri4, false)), 0,
+                 0);
+    /* a causal output does not depend on later positions */
+    fl_tensor *changed = fl_concat((fl_tensor *[]){fl_index(fl_v_value(x), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))),
+                                                   fl_randn(FL_F32, FL_SHAPE(2, 2, 8))},
+                                   2, 1);
+    fl_variable *again = fl_nn_transformer_encoder_forward(encoder, fl_v_new(changed, false), NULL, NULL, true);
+    assert_close(fl_index(fl_v_value(again), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))),
+                 fl_index(fl_v_value(causal), FL_INDEX(FL_SPAN, FL_RANGE(0, 2))), 1e-5, 1e-6);
+    fl_module_release(encoder);
+    fl_module_release(mha);
     assert_no_error();
 }
 
@@ -220,8 +389,176 @@ static void a_fully_padded_sample_matches_pytorch(void **state)
     fl_module *m = fl_nn_transformer_encoder(layer, 2, NULL);
     load(m, "enc_padded");
     fl_variable *x = input("enc_padded", "x");
-    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL);
+    fl_variable *y = fl_nn_transformer_encoder_forward(m, x, fx("enc_padded", "key_padding_mask"), NULL, false);
     compare(m, "enc_padded", y, FL_VARS(x), (const char *[]){"x"});
+    fl_module_release(m);
+}
+
+/* ---- the Transformer decoder ---- */
+
+static void decoder_layer(const char *case_name, bool norm_first, const char *activation)
+{
+    fl_module *m = fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, activation, 1e-5, true, norm_first);
+    load(m, case_name);
+    fl_variable *tgt = input(case_name, "tgt"), *memory = input(case_name, "memory");
+    /* PyTorch is given the triangular tgt_mask; here tgt_is_causal alone stands for it */
+    fl_transformer_decoder_masks masks = {.tgt_key_padding_mask = fx(case_name, "tgt_key_padding_mask"),
+                                          .memory_key_padding_mask = fx(case_name, "memory_key_padding_mask"),
+                                          .tgt_is_causal = true};
+    fl_variable *y = fl_nn_transformer_decoder_layer_forward(m, tgt, memory, &masks);
+    compare(m, case_name, y, FL_VARS(tgt, memory), (const char *[]){"tgt", "memory"});
+    fl_module_release(m);
+}
+
+static void post_norm_causal_decoder_layer_matches_pytorch(void **state) { decoder_layer("dec_post", false, "relu"); }
+static void pre_norm_gelu_decoder_layer_matches_pytorch(void **state) { decoder_layer("dec_pre", true, "gelu"); }
+
+static void decoder_stack_with_final_norm_matches_pytorch(void **state)
+{
+    const int64_t features[] = {8};
+    fl_module *layer = fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "relu", 1e-5, true, false);
+    fl_module *m = fl_nn_transformer_decoder(layer, 2, fl_nn_layer_norm(1, features, 1e-5, true));
+    load(m, "decoder");
+    fl_parameters *p = fl_module_parameters(m);
+    assert_string_equal(p->names[0], "layers.0.self_attn.in_proj_weight");
+    assert_string_equal(p->names[4], "layers.0.multihead_attn.in_proj_weight");
+    fl_parameters_free(p);
+    fl_variable *tgt = input("decoder", "tgt"), *memory = input("decoder", "memory");
+    compare(m, "decoder", fl_nn_transformer_decoder_forward(m, tgt, memory, NULL), FL_VARS(tgt, memory),
+            (const char *[]){"tgt", "memory"});
+    /* sequence first: the same, transposed */
+    fl_module *first = fl_nn_transformer_decoder(
+        fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "relu", 1e-5, false, false), 2,
+        fl_nn_layer_norm(1, features, 1e-5, true));
+    load(first, "decoder");
+    fl_variable *y = fl_nn_transformer_decoder_forward(first, fl_v_transpose(tgt, 0, 1), fl_v_transpose(memory, 0, 1),
+                                                       NULL);
+    assert_non_null(y);
+    assert_close(fl_transpose(fl_v_value(y), 0, 1), fx("decoder", "y"), RTOL, ATOL);
+    fl_module_release(first);
+    fl_module_release(m);
+}
+
+/* A memory sample padded throughout: the attention to it is zero (out_proj's bias), and
+ * the values and gradients stay finite. */
+static void a_fully_padded_memory_leaves_the_decoder_finite(void **state)
+{
+    fl_manual_seed(41);
+    fl_module *m = fl_nn_transformer_decoder(
+        fl_nn_transformer_decoder_layer(8, 2, 16, 0.0, "gelu", 1e-5, true, true), 2, NULL);
+    assert_non_null(m);
+    fl_variable *tgt = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 3, 8)), true);
+    fl_variable *memory = fl_v_new(fl_randn(FL_F32, FL_SHAPE(2, 4, 8)), true);
+    fl_transformer_decoder_masks masks = {.memory_key_padding_mask = T_BOOL(FL_SHAPE(2, 4), 0, 0, 1, 1, 1, 1, 1, 1),
+                                          .tgt_is_causal = true};
+    fl_variable *y = fl_nn_transformer_decoder_forward(m, tgt, memory, &masks);
+    assert_non_null(y);
+    assert_true(all_finite(fl_v_value(y)));
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, y), FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_true(all_finite(fl_v_grad(tgt)) && all_finite(fl_v_grad(memory)));
+    assert_close(fl_index(fl_v_grad(memory), FL_INDEX(FL_AT(1))), fl_zeros(FL_F32, FL_SHAPE(4, 8)), 0, 0);
+    fl_parameters *p = fl_module_parameters(m);
+    for (size_t i = 0; i < p->count; i++)
+        assert_true(all_finite(fl_v_grad(p->items[i])));
+    fl_parameters_free(p);
+
+    assert_fails(fl_module_forward(m, tgt), FL_ERR_VALUE, "needs a memory");
+    assert_fails(fl_nn_transformer_decoder_forward(m, tgt, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 4, 6)), false), NULL),
+                 FL_ERR_SHAPE, "embedding 8");
+    assert_fails(fl_nn_transformer_decoder_forward(m, tgt, NULL, NULL), FL_ERR_NULL, "decoder_forward");
+    assert_fails(fl_nn_transformer_decoder(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "relu", 1e-5, true, false), 2,
+                                           NULL),
+                 FL_ERR_VALUE, "not a TransformerDecoderLayer");
+    assert_fails(fl_nn_transformer_decoder_layer(8, 2, 16, 0, "tanh", 1e-5, true, false), FL_ERR_VALUE, "\"relu\"");
+    assert_fails(fl_nn_transformer_decoder_layer_forward(m, tgt, memory, NULL), FL_ERR_VALUE,
+                 "not a TransformerDecoderLayer");
+    fl_module_release(m);
+}
+
+/* ---- positional embeddings ---- */
+
+/* The paper's formula, written out: [len, dim] in f64. */
+static fl_tensor *sinusoids(int64_t len, int64_t dim)
+{
+    double values[6 * 5];
+    for (int64_t pos = 0; pos < len; pos++)
+        for (int64_t i = 0; i < dim; i++) {
+            double angle = (double)pos / pow(10000.0, (double)(2 * (i / 2)) / (double)dim);
+            values[pos * dim + i] = i % 2 == 0 ? sin(angle) : cos(angle);
+        }
+    return fl_from_data(values, FL_F64, 2, (int64_t[]){len, dim});
+}
+
+static void sinusoidal_positions_follow_the_formula(void **state)
+{
+    fl_manual_seed(31);
+    /* odd E: the last sine has no cosine partner */
+    fl_module *m = fl_nn_sinusoidal_positional_embedding(8, 5, true);
+    assert_non_null(m);
+    fl_parameters *p = fl_module_parameters(m);
+    assert_int_equal(p->count, 0);
+    fl_parameters_free(p);
+    fl_tensor *x = fl_randn(FL_F64, FL_SHAPE(2, 6, 5));
+    fl_variable *xv = fl_v_new(x, true);
+    fl_variable *y = fl_module_forward(m, xv);
+    assert_non_null(y);
+    assert_close(fl_v_value(y), fl_add(x, fl_unsqueeze(sinusoids(6, 5), 0)), 1e-12, 1e-12);
+    /* spot values: position 1, axes 0..3 of E = 5: sin 1, cos 1, sin 10000^-0.4, cos 10000^-0.4 */
+    double expect[4] = {sin(1.0), cos(1.0), sin(pow(10000.0, -0.4)), cos(pow(10000.0, -0.4))};
+    fl_tensor *row = fl_index(fl_sub(fl_v_value(y), x), FL_INDEX(FL_AT(0), FL_AT(1), FL_RANGE(0, 4)));
+    assert_close(row, fl_from_data(expect, FL_F64, 1, (int64_t[]){4}), 1e-12, 1e-12);
+    assert_int_equal(fl_v_backward(fl_v_sum(y, FL_ALL_AXES, false), NULL, false), FL_OK);
+    assert_close(fl_v_grad(xv), fl_ones(FL_F64, FL_SHAPE(2, 6, 5)), 0, 0);
+    /* sequence first, f32: the same positions on axis 0 */
+    fl_module *first = fl_nn_sinusoidal_positional_embedding(8, 5, false);
+    fl_tensor *x32 = fl_randn(FL_F32, FL_SHAPE(3, 2, 5));
+    fl_variable *y32 = fl_module_forward(first, fl_v_new(x32, false));
+    assert_non_null(y32);
+    assert_close(fl_v_value(y32), fl_add(x32, fl_cast(fl_unsqueeze(sinusoids(3, 5), 1), FL_F32)), 1e-6, 1e-6);
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 9, 5)), false)), FL_ERR_SHAPE,
+                 "L <= max_len = 8");
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 6, 4)), false)), FL_ERR_SHAPE, "E = 5");
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_I64, FL_SHAPE(2, 6, 5)), false)), FL_ERR_DTYPE,
+                 "floating");
+    assert_fails(fl_nn_sinusoidal_positional_embedding(0, 5, true), FL_ERR_VALUE, "must be positive");
+    fl_module_release(first);
+    fl_module_release(m);
+}
+
+static void learned_positions_are_rows_of_the_weight(void **state)
+{
+    fl_manual_seed(37);
+    fl_module *m = fl_nn_learned_positional_embedding(6, 4, true);
+    assert_non_null(m);
+    fl_variable *weight = fl_module_parameter(m, "weight");
+    assert_non_null(weight);
+    const fl_tensor *w = fl_v_value(weight);
+    assert_int_equal(fl_dim(w, 0), 6);
+    assert_int_equal(fl_dim(w, 1), 4);
+    fl_tensor *x = fl_randn(FL_F32, FL_SHAPE(2, 3, 4));
+    fl_variable *y = fl_module_forward(m, fl_v_new(x, false));
+    assert_non_null(y);
+    fl_tensor *rows = fl_index(w, FL_INDEX(FL_RANGE(0, 3)));
+    assert_close(fl_v_value(y), fl_add(x, fl_unsqueeze(rows, 0)), 0, 0);
+    /* the gradient of row pos is the sum over the batch of dy at pos; later rows get none */
+    fl_tensor *dy = fl_randn(FL_F32, FL_SHAPE(2, 3, 4));
+    assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(dy, false)), FL_ALL_AXES, false), NULL, false),
+                     FL_OK);
+    fl_tensor *expect =
+        fl_concat((fl_tensor *[]){fl_sum(dy, FL_AXES(0), false), fl_zeros(FL_F32, FL_SHAPE(3, 4))}, 2, 0);
+    assert_close(fl_v_grad(weight), expect, 1e-6, 1e-6);
+    fl_module *first = fl_nn_learned_positional_embedding(6, 4, false);
+    fl_variable *w2 = fl_module_parameter(first, "weight");
+    fl_tensor *xs = fl_randn(FL_F32, FL_SHAPE(5, 2, 4));
+    fl_variable *ys = fl_module_forward(first, fl_v_new(xs, false));
+    assert_non_null(ys);
+    assert_close(fl_v_value(ys), fl_add(xs, fl_unsqueeze(fl_index(fl_v_value(w2), FL_INDEX(FL_RANGE(0, 5))), 1)), 0,
+                 0);
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F64, FL_SHAPE(2, 3, 4)), false)), FL_ERR_DTYPE,
+                 "differ in dtype");
+    assert_fails(fl_module_forward(first, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(7, 2, 4)), false)), FL_ERR_SHAPE,
+                 "[L, N, E]");
+    fl_module_release(first);
     fl_module_release(m);
 }
 
@@ -339,7 +676,12 @@ static void ctc_impossible_alignments_are_infinite_or_zeroed(void **state)
 
 static fl_variable *sdpa_float_mask(fl_variable *const *x, void *ctx)
 {
-    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, true);
+    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, false, true);
+}
+
+static fl_variable *sdpa_causal(fl_variable *const *x, void *ctx)
+{
+    return fl_f_scaled_dot_product_attention(x[0], x[1], x[2], ctx, 0.0, true, true);
 }
 
 static void attention_gradients_match_finite_differences(void **state)
@@ -348,17 +690,21 @@ static void attention_gradients_match_finite_differences(void **state)
               *v = gradcheck_input(-1, 1, FL_SHAPE(2, 5, 3));
     assert_gradcheck(sdpa_float_mask, NULL, q, k, v);
     assert_gradcheck(sdpa_float_mask, gradcheck_input(-1, 1, FL_SHAPE(3, 5)), q, k, v);
-    fl_tensor *allowed = fl_gt(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
-    allowed = fl_logical_or(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 1, 1)); /* the first key: no row all forbidden */
-    assert_gradcheck(sdpa_float_mask, allowed, q, k, v);
+    /* bool masks are true where attention is forbidden */
+    fl_tensor *forbidden = fl_le(gradcheck_input(0, 1, FL_SHAPE(3, 5)), fl_scalar(0.3, FL_F64));
+    forbidden =
+        fl_logical_and(forbidden, T_BOOL(FL_SHAPE(1, 5), 0, 1, 1, 1, 1)); /* the first key: no row all forbidden */
+    assert_gradcheck(sdpa_float_mask, forbidden, q, k, v);
     /* A row with every key forbidden: zero weights, a zero output, as PyTorch's. */
-    fl_tensor *row_forbidden = fl_logical_and(allowed, T_BOOL(FL_SHAPE(3, 1), 1, 0, 1));
+    fl_tensor *row_forbidden = fl_logical_or(forbidden, T_BOOL(FL_SHAPE(3, 1), 0, 1, 0));
     assert_gradcheck(sdpa_float_mask, row_forbidden, q, k, v);
-    assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(0, FL_F64), fl_scalar(-INFINITY, FL_F64)), q,
+    assert_gradcheck(sdpa_float_mask, fl_where(row_forbidden, fl_scalar(-INFINITY, FL_F64), fl_scalar(0, FL_F64)), q,
                      k, v);
     fl_variable *out = fl_f_scaled_dot_product_attention(fl_v_new(q, false), fl_v_new(k, false), fl_v_new(v, false),
-                                                         row_forbidden, 0.0, false);
+                                                         row_forbidden, 0.0, false, false);
     assert_close(fl_index(fl_v_value(out), FL_INDEX(FL_SPAN, FL_AT(1))), fl_zeros(FL_F64, FL_SHAPE(2, 3)), 0, 0);
+    assert_gradcheck(sdpa_causal, NULL, q, k, v);
+    assert_gradcheck(sdpa_causal, forbidden, q, k, v);
     /* Broadcast batch axes: one k and v for every head. */
     assert_gradcheck(sdpa_float_mask, NULL, gradcheck_input(-1, 1, FL_SHAPE(2, 2, 3, 4)), k, v);
 }
@@ -408,18 +754,20 @@ static void bad_arguments_are_refused(void **state)
     fl_variable *x = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 8)), false);
     fl_variable *x7 = fl_v_new(fl_zeros(FL_F32, FL_SHAPE(2, 5, 7)), false);
     assert_fails(fl_module_forward(mha, x7), FL_ERR_SHAPE, "embedding 8");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 0), NULL),
-                 FL_ERR_SHAPE, "key_padding_mask must be [2, 5]");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_F32, FL_SHAPE(4, 5))),
+    assert_fails(
+        fl_nn_multihead_attention_forward(mha, x, x, x, T_BOOL(FL_SHAPE(2, 4), 0, 0, 0, 0, 0, 0, 0, 0), NULL, false),
+        FL_ERR_SHAPE, "key_padding_mask must be [2, 5]");
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_F32, FL_SHAPE(4, 5)), false),
                  FL_ERR_SHAPE, "attn_mask must be [5, 5] or [4, 5, 5]");
-    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_I32, FL_SHAPE(5, 5))),
+    assert_fails(fl_nn_multihead_attention_forward(mha, x, x, x, NULL, fl_zeros(FL_I32, FL_SHAPE(5, 5)), false),
                  FL_ERR_DTYPE, "bool or floating");
     fl_module *lstm = fl_nn_lstm(3, 4, 1, true, true, 0, false);
-    assert_fails(fl_nn_multihead_attention_forward(lstm, x, x, x, NULL, NULL), FL_ERR_VALUE, "not a MultiheadAttention");
-    assert_fails(fl_f_scaled_dot_product_attention(x, x7, x, NULL, 0, false), FL_ERR_SHAPE, "do not fit");
-    assert_fails(fl_f_scaled_dot_product_attention(x, x, x, NULL, -0.1, false), FL_ERR_VALUE, "dropout_p");
+    assert_fails(fl_nn_multihead_attention_forward(lstm, x, x, x, NULL, NULL, false), FL_ERR_VALUE,
+                 "not a MultiheadAttention");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x7, x, NULL, 0, false, false), FL_ERR_SHAPE, "do not fit");
+    assert_fails(fl_f_scaled_dot_product_attention(x, x, x, NULL, -0.1, false, false), FL_ERR_VALUE, "dropout_p");
     fl_variable *xi = fl_v_new(fl_zeros(FL_I32, FL_SHAPE(2, 5, 8)), false);
-    assert_fails(fl_f_scaled_dot_product_attention(xi, xi, xi, NULL, 0, false), FL_ERR_DTYPE, "floating dtype");
+    assert_fails(fl_f_scaled_dot_product_attention(xi, xi, xi, NULL, 0, false, false), FL_ERR_DTYPE, "floating dtype");
 
     assert_fails(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "tanh", 1e-5, true, false), FL_ERR_VALUE, "\"relu\"");
     assert_fails(fl_nn_transformer_encoder_layer(8, 3, 16, 0, "relu", 1e-5, true, false), FL_ERR_VALUE, "num_heads");
@@ -428,7 +776,7 @@ static void bad_arguments_are_refused(void **state)
     assert_fails(fl_nn_transformer_encoder(fl_nn_transformer_encoder_layer(8, 2, 16, 0, "relu", 1e-5, true, false), 0,
                                            NULL),
                  FL_ERR_VALUE, "num_layers must be positive");
-    assert_fails(fl_nn_transformer_encoder_layer_forward(mha, x, NULL, NULL), FL_ERR_VALUE, "not a Transformer");
+    assert_fails(fl_nn_transformer_encoder_layer_forward(mha, x, NULL, NULL, false), FL_ERR_VALUE, "not a Transformer");
 
     assert_fails(fl_nn_lstm(0, 4, 1, true, true, 0, false), FL_ERR_VALUE, "must be positive");
     assert_fails(fl_nn_gru(3, 4, 1, true, true, -1, false), FL_ERR_VALUE, "dropout");
@@ -483,6 +831,16 @@ int main(void)
         scoped_test(encoder_stack_with_final_norm_matches_pytorch),
         scoped_test(a_fully_padded_sample_leaves_the_batch_gradients_finite),
         scoped_test(a_fully_padded_sample_matches_pytorch),
+        scoped_test(one_bool_mask_convention_across_attention_functions),
+        scoped_test(causal_self_attention_matches_pytorch),
+        scoped_test(causal_padded_encoder_layer_matches_pytorch),
+        scoped_test(causal_equals_an_explicit_triangular_mask),
+        scoped_test(post_norm_causal_decoder_layer_matches_pytorch),
+        scoped_test(pre_norm_gelu_decoder_layer_matches_pytorch),
+        scoped_test(decoder_stack_with_final_norm_matches_pytorch),
+        scoped_test(a_fully_padded_memory_leaves_the_decoder_finite),
+        scoped_test(sinusoidal_positions_follow_the_formula),
+        scoped_test(learned_positions_are_rows_of_the_weight),
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),

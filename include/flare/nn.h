@@ -259,18 +259,36 @@ fl_variable *fl_nn_l1_loss(fl_variable *input, fl_variable *target, fl_reduction
 fl_variable *fl_nn_bce_loss(fl_variable *probs, fl_variable *target, fl_reduction reduction);
 fl_variable *fl_nn_bce_with_logits_loss(fl_variable *logits, fl_variable *target, fl_reduction reduction);
 
-/* ---- sequence models: attention, the Transformer encoder, recurrent layers, CTC ------ */
+/* ---- sequence models: attention, the Transformer, positions, recurrent layers, CTC -- */
+
+/*
+ * ATTENTION MASKS: ONE CONVENTION FOR EVERY FUNCTION BELOW (scaled dot-product attention,
+ * MultiheadAttention's key_padding_mask and attn_mask, the Transformer layers and stacks):
+ *
+ *   a bool mask is TRUE WHERE ATTENTION IS FORBIDDEN ("masked out": that key is ignored
+ *   by that query), and false where it is allowed;
+ *   a float mask is added to the scores (0 allows, -inf forbids);
+ *   a query whose every key is forbidden gets zero attention weights: a zero attention
+ *   output and finite gradients, never nan.
+ *
+ * This is PyTorch's convention for nn.MultiheadAttention and nn.Transformer*. PyTorch's
+ * torch.nn.functional.scaled_dot_product_attention alone uses the opposite (true =
+ * allowed): a bool mask taken from code written for it must be inverted
+ * (fl_logical_not) before it is given to fl_f_scaled_dot_product_attention.
+ */
 
 /* softmax(q k^T / sqrt(D) + mask) v over the last two axes: q [..., L, D], k [..., S, D],
  * v [..., S, Dv] (leading axes broadcast), giving [..., L, Dv]. mask (may be NULL)
- * broadcasts to [..., L, S]: a float mask is added to the scores; a bool mask, as in
- * PyTorch's scaled_dot_product_attention, is true where attention is allowed (false
- * gives -inf). The mask is a constant (no gradient). A query whose every key is
- * masked gets zero weights, so a zero output and finite gradients, as PyTorch's
- * scaled_dot_product_attention (where a plain softmax would give nan). In training,
- * dropout_p of the attention weights are zeroed and the rest scaled by 1 / (1 - dropout_p). */
+ * broadcasts to [..., L, S] and follows the convention above (bool: true forbids; float:
+ * added). The mask is a constant (no gradient). A query whose every key is masked gets
+ * zero weights, so a zero output and finite gradients (where a plain softmax would give
+ * nan). is_causal also forbids every key after the query (key j > query i, the
+ * [L, S] lower triangle allowed, top-left aligned as PyTorch's is_causal); unlike
+ * PyTorch, it may be combined with a mask (a key is forbidden if either forbids it).
+ * In training, dropout_p of the attention weights are zeroed and the rest scaled by
+ * 1 / (1 - dropout_p). */
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
-                                               double dropout_p, bool training);
+                                               double dropout_p, bool is_causal, bool training);
 
 /* PyTorch's nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first)
  * (kdim = vdim = embed_dim, no bias_kv, no zero_attn): in_proj_weight [3E, E],
@@ -278,32 +296,78 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
  * self-attention of x; the full form takes query [N, L, E], key and value [N, S, E]
  * ([L, N, E] and [S, N, E] without batch_first) and two optional masks, as PyTorch's:
  * key_padding_mask [N, S] (bool: true ignores that key; float: added) and attn_mask
- * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added). It returns the
- * attention output only (PyTorch's need_weights=False). A fully padded sample gets
+ * [L, S] or [N * num_heads, L, S] (bool: true forbids; float: added), the two added. It returns the
+ * attention output only (PyTorch's need_weights=False). Both masks follow the
+ * convention above (bool true forbids). A fully padded sample gets
  * out_proj's bias as its output and finite gradients, as with need_weights=False
- * (PyTorch's need_weights=True path gives nan there). */
+ * (PyTorch's need_weights=True path gives nan there). is_causal forbids each query the
+ * keys after it, as fl_f_scaled_dot_product_attention's (PyTorch's is_causal is only a
+ * hint about attn_mask; here it is the mask, alone or added to the others). */
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,
                                                fl_variable *value, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask);
+                                               const fl_tensor *attn_mask, bool is_causal);
 
 /* PyTorch's nn.TransformerEncoderLayer (children self_attn, linear1, dropout, linear2,
  * norm1, norm2, dropout1, dropout2; layer-norm eps, bias on every layer). activation:
  * "relu" or "gelu". norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of
  * post-norm (norm1(x + attn(x))). The module forward is the layer without masks; the
- * full form takes the masks of fl_nn_multihead_attention_forward. */
+ * full form takes the masks of fl_nn_multihead_attention_forward (bool true forbids,
+ * as everywhere) and is_causal, applied to the self-attention; is_causal makes it a
+ * decoder-only (GPT-style) block. */
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first);
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                                     const fl_tensor *attn_mask);
+                                                     const fl_tensor *attn_mask, bool is_causal);
 /* PyTorch's nn.TransformerEncoder: num_layers copies of layer ("layers.0", ...; the
  * layer given is taken over and cloned with its current values) and an optional final
  * norm ("norm", taken over; may be NULL). */
 fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm);
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask);
+                                               const fl_tensor *attn_mask, bool is_causal);
+
+/* The masks of a Transformer decoder (all optional; a NULL pointer to the struct means
+ * none), PyTorch's names and the convention above (bool true forbids): tgt_mask and
+ * tgt_key_padding_mask for the self-attention of tgt, memory_mask and
+ * memory_key_padding_mask for the attention to the memory; *_is_causal as
+ * fl_nn_multihead_attention_forward's (tgt_is_causal: each position sees itself and the
+ * earlier ones only, as a language model's decoder). */
+typedef struct fl_transformer_decoder_masks {
+    const fl_tensor *tgt_mask, *memory_mask, *tgt_key_padding_mask, *memory_key_padding_mask;
+    bool tgt_is_causal, memory_is_causal;
+} fl_transformer_decoder_masks;
+
+/* PyTorch's nn.TransformerDecoderLayer (children self_attn, multihead_attn, linear1,
+ * dropout, linear2, norm1..3, dropout1..3; the arguments of the encoder layer):
+ * self-attention of tgt, attention to the memory, the feed-forward block; post-norm
+ * (norm1(x + sa(x)), norm2(x + ca(x, memory)), norm3(x + ff(x))) or, with norm_first,
+ * pre-norm (x + sa(norm1(x)), ...). tgt is [N, T, E] and memory [N, S, E] with
+ * batch_first, else [T, N, E] and [S, N, E]. Its module forward is refused (it needs a
+ * memory); the forward functions take the memory and the masks. */
+fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                                           const char *activation, double layer_norm_eps, bool batch_first,
+                                           bool norm_first);
+fl_variable *fl_nn_transformer_decoder_layer_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                                     const fl_transformer_decoder_masks *masks);
+/* PyTorch's nn.TransformerDecoder: num_layers clones of layer ("layers.0", ...; taken
+ * over) and an optional final norm ("norm", taken over; may be NULL); every layer
+ * attends to the same memory with the same masks. */
+fl_module *fl_nn_transformer_decoder(fl_module *layer, int num_layers, fl_module *norm);
+fl_variable *fl_nn_transformer_decoder_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                               const fl_transformer_decoder_masks *masks);
+
+/* Positional embeddings (no PyTorch module; as in "Attention is all you need" and
+ * GPT/BERT): the module forward of x [N, L, E] with batch_first, else [L, N, E], with
+ * L <= max_len and E = embedding_dim, is x + P[:L], P [max_len, E] broadcast over the
+ * batch. Sinusoidal: P[pos, 2i] = sin(pos / 10000^(2i / E)), P[pos, 2i + 1] =
+ * cos(pos / 10000^(2i / E)), fixed (no parameters, nothing in the state_dict),
+ * computed in f64 and cast to x's floating dtype. Learned: P is the parameter "weight"
+ * [max_len, E], N(0, 1) as nn.Embedding(max_len, E)'s, and x must share its dtype.
+ * Scaling x (by sqrt(E), as the paper's embeddings) is the caller's. */
+fl_module *fl_nn_sinusoidal_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
+fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
 
 /* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
  * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),

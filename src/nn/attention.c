@@ -61,8 +61,17 @@ static bool sdpa_arguments_fit(const char *fn, const fl_tensor *q, const fl_tens
     return true;
 }
 
+/* [L, S] bool, true where key j comes after query i (j > i): the keys a causal query
+ * may not see, top-left aligned as PyTorch's is_causal. On q's backend. */
+static fl_tensor *causal_forbidden(const fl_tensor *q, int64_t l, int64_t s)
+{
+    fl_tensor *keys = fl_arange(0, (double)s, 1, FL_I64);
+    fl_tensor *queries = fl_reshape(fl_arange(0, (double)l, 1, FL_I64), 2, (int64_t[]){l, 1});
+    return fl_to_backend(fl_gt(keys, queries), fl_backend_name(q));
+}
+
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
-                                               double dropout_p, bool training)
+                                               double dropout_p, bool is_causal, bool training)
 {
     const char *fn = "fl_f_scaled_dot_product_attention";
     if (fl_null_args(fn, 3, q, k, v) || fl_mixed_backends(fn, 4, fl_v_value(q), fl_v_value(k), fl_v_value(v), mask))
@@ -74,16 +83,21 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     fl_dtype dtype = fl_dtype_of(qt);
     sdpa_context c = {.scale = 1.0 / sqrt((double)fl_dim(qt, -1)), .dropout = training && dropout_p > 0};
     fl_tensor *scores = fl_mul_scalar(fl_matmul(qt, last_two_swapped(kt)), c.scale);
+    /* One convention for every attention function (nn.h): a bool mask is true where
+     * attention is forbidden. */
     if (mask && fl_dtype_of(mask) == FL_BOOL)
-        scores = fl_where(mask, scores, fl_new_scalar(qt, -INFINITY, dtype));
+        scores = fl_where(mask, fl_new_scalar(qt, -INFINITY, dtype), scores);
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
+    if (is_causal)
+        scores = fl_where(causal_forbidden(qt, fl_dim(qt, -2), fl_dim(kt, -2)), fl_new_scalar(qt, -INFINITY, dtype),
+                          scores);
     fl_tensor *p = fl_softmax(scores, -1);
     /* A query whose every key is masked has no softmax (0 / 0 gives nan, which the
      * gradient spreads to every parameter): its weights are zero instead, so its output
      * is zero and its gradients finite, as PyTorch's scaled_dot_product_attention. A nan
      * from the inputs stays nan: only rows whose maximum is -inf are zeroed. */
-    if (mask)
+    if (mask || is_causal)
         p = fl_where(fl_eq(fl_max(scores, FL_AXES(-1), true), fl_new_scalar(qt, -INFINITY, dtype)),
                      fl_new_scalar(qt, 0, dtype), p);
     fl_tensor *multiplier = NULL, *weights = p;
@@ -172,7 +186,7 @@ static fl_tensor *attention_mask(const char *fn, const fl_tensor *key_padding_ma
 
 fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,
                                                fl_variable *value, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask)
+                                               const fl_tensor *attn_mask, bool is_causal)
 {
     const char *fn = "fl_nn_multihead_attention_forward";
     if (fl_null_args(fn, 4, m, query, key, value))
@@ -218,7 +232,7 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
     fl_variable *out = NULL;
     if (mask || (!key_padding_mask && !attn_mask)) {
         out = fl_f_scaled_dot_product_attention(split_heads(qp[0], st->num_heads), split_heads(qp[1], st->num_heads),
-                                                split_heads(qp[2], st->num_heads), mask, st->dropout,
+                                                split_heads(qp[2], st->num_heads), mask, st->dropout, is_causal,
                                                 fl_module_is_training(m));
         out = fl_module_forward(fl_module_child(m, "out_proj"), merge_heads(out));
         if (!st->batch_first)
@@ -229,7 +243,7 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
 
 static fl_variable *self_attention_forward(fl_module *m, fl_variable *x)
 {
-    return fl_nn_multihead_attention_forward(m, x, x, x, NULL, NULL);
+    return fl_nn_multihead_attention_forward(m, x, x, x, NULL, NULL, false);
 }
 
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool batch_first)

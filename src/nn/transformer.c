@@ -1,5 +1,6 @@
-/* The Transformer encoder: PyTorch's nn.TransformerEncoderLayer (pre- or post-norm) and
- * nn.TransformerEncoder, with PyTorch's children and so its state_dict names. */
+/* The Transformer encoder and decoder: PyTorch's nn.TransformerEncoderLayer and
+ * nn.TransformerDecoderLayer (pre- or post-norm), nn.TransformerEncoder and
+ * nn.TransformerDecoder, with PyTorch's children and so its state_dict names. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,13 @@ typedef struct layer_state {
 static fl_variable *layer_module_forward(fl_module *m, fl_variable *x);
 static fl_variable *encoder_module_forward(fl_module *m, fl_variable *x);
 
+static fl_variable *decoder_without_memory(fl_module *m, fl_variable *x);
+
 static const fl_module_type layer_type = {.name = "TransformerEncoderLayer", .forward = layer_module_forward};
 static const fl_module_type encoder_type = {.name = "TransformerEncoder", .forward = encoder_module_forward};
+static const fl_module_type decoder_layer_type = {.name = "TransformerDecoderLayer",
+                                                  .forward = decoder_without_memory};
+static const fl_module_type decoder_type = {.name = "TransformerDecoder", .forward = decoder_without_memory};
 
 static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
 {
@@ -24,23 +30,25 @@ static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
 }
 
 static fl_variable *attention_block(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                    const fl_tensor *attn_mask)
+                                    const fl_tensor *attn_mask, bool is_causal)
 {
     fl_variable *y = fl_nn_multihead_attention_forward(fl_module_child(m, "self_attn"), x, x, x, key_padding_mask,
-                                                       attn_mask);
+                                                       attn_mask, is_causal);
     return apply(m, "dropout1", y);
 }
 
-static fl_variable *feedforward_block(fl_module *m, fl_variable *x)
+/* dropout_name: the dropout after linear2, "dropout2" in the encoder, "dropout3" in the
+ * decoder layer. */
+static fl_variable *feedforward_block(fl_module *m, fl_variable *x, const char *dropout_name)
 {
     const layer_state *st = fl_module_state(m);
     fl_variable *h = apply(m, "linear1", x);
     h = st->gelu ? fl_v_gelu(h, false) : fl_v_relu(h);
-    return apply(m, "dropout2", apply(m, "linear2", apply(m, "dropout", h)));
+    return apply(m, dropout_name, apply(m, "linear2", apply(m, "dropout", h)));
 }
 
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                                     const fl_tensor *attn_mask)
+                                                     const fl_tensor *attn_mask, bool is_causal)
 {
     const char *fn = "fl_nn_transformer_encoder_layer_forward";
     if (fl_null_args(fn, 2, m, x))
@@ -51,18 +59,32 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
     const layer_state *st = fl_module_state(m);
     fl_scope scope = fl_scope_begin();
     if (st->norm_first) {
-        x = fl_v_add(x, attention_block(m, apply(m, "norm1", x), key_padding_mask, attn_mask));
-        x = fl_v_add(x, feedforward_block(m, apply(m, "norm2", x)));
+        x = fl_v_add(x, attention_block(m, apply(m, "norm1", x), key_padding_mask, attn_mask, is_causal));
+        x = fl_v_add(x, feedforward_block(m, apply(m, "norm2", x), "dropout2"));
     } else {
-        x = apply(m, "norm1", fl_v_add(x, attention_block(m, x, key_padding_mask, attn_mask)));
-        x = apply(m, "norm2", fl_v_add(x, feedforward_block(m, x)));
+        x = apply(m, "norm1", fl_v_add(x, attention_block(m, x, key_padding_mask, attn_mask, is_causal)));
+        x = apply(m, "norm2", fl_v_add(x, feedforward_block(m, x, "dropout2")));
     }
     return fl_v_scope_return(scope, x);
 }
 
 static fl_variable *layer_module_forward(fl_module *m, fl_variable *x)
 {
-    return fl_nn_transformer_encoder_layer_forward(m, x, NULL, NULL);
+    return fl_nn_transformer_encoder_layer_forward(m, x, NULL, NULL, false);
+}
+
+static bool layer_arguments_fit(const char *fn, int64_t dim_feedforward, const char *activation,
+                                double layer_norm_eps)
+{
+    if (fl_null_args(fn, 1, activation))
+        return false;
+    if (strcmp(activation, "relu") != 0 && strcmp(activation, "gelu") != 0)
+        return fl_error(FL_ERR_VALUE, fn, "activation must be \"relu\" or \"gelu\", got \"%s\"", activation), false;
+    if (dim_feedforward < 1 || !(layer_norm_eps > 0))
+        return fl_error(FL_ERR_VALUE, fn, "dim_feedforward (%lld) and layer_norm_eps (%g) must be positive",
+                        (long long)dim_feedforward, layer_norm_eps),
+               false;
+    return true;
 }
 
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
@@ -70,13 +92,8 @@ fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64
                                            bool norm_first)
 {
     const char *fn = "fl_nn_transformer_encoder_layer";
-    if (fl_null_args(fn, 1, activation))
+    if (!layer_arguments_fit(fn, dim_feedforward, activation, layer_norm_eps))
         return NULL;
-    if (strcmp(activation, "relu") != 0 && strcmp(activation, "gelu") != 0)
-        return fl_error(FL_ERR_VALUE, fn, "activation must be \"relu\" or \"gelu\", got \"%s\"", activation);
-    if (dim_feedforward < 1 || !(layer_norm_eps > 0))
-        return fl_error(FL_ERR_VALUE, fn, "dim_feedforward (%lld) and layer_norm_eps (%g) must be positive",
-                        (long long)dim_feedforward, layer_norm_eps);
     fl_module *attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
     if (!attention)
         return NULL;
@@ -114,13 +131,15 @@ fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64
 
 /* ---- the encoder ---- */
 
-/* A new layer of the same configuration and values (PyTorch's deepcopy). */
+/* A new layer (encoder or decoder) of the same configuration and values (PyTorch's
+ * deepcopy). */
 static fl_module *clone_layer(const fl_module *layer)
 {
     const layer_state *st = fl_module_state(layer);
-    fl_module *copy = fl_nn_transformer_encoder_layer(st->d_model, st->nhead, st->dim_feedforward, st->dropout,
-                                                      st->gelu ? "gelu" : "relu", st->eps, st->batch_first,
-                                                      st->norm_first);
+    fl_module *(*make)(int64_t, int64_t, int64_t, double, const char *, double, bool, bool) =
+        fl_module_type_of(layer) == &layer_type ? fl_nn_transformer_encoder_layer : fl_nn_transformer_decoder_layer;
+    fl_module *copy = make(st->d_model, st->nhead, st->dim_feedforward, st->dropout, st->gelu ? "gelu" : "relu",
+                           st->eps, st->batch_first, st->norm_first);
     fl_tensor_map *values = fl_tensor_map_create();
     fl_status status = copy && values ? fl_module_state_dict(layer, values) : FL_ERR_MEMORY;
     if (status == FL_OK)
@@ -135,7 +154,7 @@ static fl_module *clone_layer(const fl_module *layer)
 }
 
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                               const fl_tensor *attn_mask)
+                                               const fl_tensor *attn_mask, bool is_causal)
 {
     const char *fn = "fl_nn_transformer_encoder_forward";
     if (fl_null_args(fn, 2, m, x))
@@ -146,7 +165,7 @@ fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, con
     fl_module *layers = fl_module_child(m, "layers");
     for (int i = 0; x && i < fl_module_child_count(layers); i++)
         x = fl_nn_transformer_encoder_layer_forward(fl_module_child_at(layers, i, NULL), x, key_padding_mask,
-                                                    attn_mask);
+                                                    attn_mask, is_causal);
     fl_module *norm = fl_module_child(m, "norm");
     if (norm && x)
         x = fl_module_forward(norm, x);
@@ -155,17 +174,18 @@ fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, con
 
 static fl_variable *encoder_module_forward(fl_module *m, fl_variable *x)
 {
-    return fl_nn_transformer_encoder_forward(m, x, NULL, NULL);
+    return fl_nn_transformer_encoder_forward(m, x, NULL, NULL, false);
 }
 
-fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm)
+/* A stack of num_layers clones of layer (of layer_kind) and an optional final norm. */
+static fl_module *stack(const char *fn, const fl_module_type *type, const fl_module_type *layer_kind,
+                        fl_module *layer, int num_layers, fl_module *norm)
 {
-    const char *fn = "fl_nn_transformer_encoder";
     fl_module *m = NULL;
     if (fl_null_args(fn, 1, layer))
         goto fail;
-    if (fl_module_type_of(layer) != &layer_type) {
-        fl_error(FL_ERR_VALUE, fn, "the layer is a %s, not a TransformerEncoderLayer", fl_module_type_of(layer)->name);
+    if (fl_module_type_of(layer) != layer_kind) {
+        fl_error(FL_ERR_VALUE, fn, "the layer is a %s, not a %s", fl_module_type_of(layer)->name, layer_kind->name);
         goto fail;
     }
     if (num_layers < 1) {
@@ -173,7 +193,7 @@ fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module
         goto fail;
     }
     fl_module *layers = fl_nn_sequential(NULL, 0); /* PyTorch's ModuleList: children "0", "1", ... */
-    m = fl_module_new(&encoder_type, NULL);
+    m = fl_module_new(type, NULL);
     fl_status status = m && layers ? FL_OK : fl_last_status();
     for (int i = 0; i < num_layers && status == FL_OK; i++)
         status = fl_nn_sequential_add(layers, clone_layer(layer));
@@ -189,4 +209,127 @@ fail:
     fl_module_release(layer);
     fl_module_release(norm);
     return NULL;
+}
+
+fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm)
+{
+    return stack("fl_nn_transformer_encoder", &encoder_type, &layer_type, layer, num_layers, norm);
+}
+
+/* ---- the decoder ---- */
+
+fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                                           const char *activation, double layer_norm_eps, bool batch_first,
+                                           bool norm_first)
+{
+    const char *fn = "fl_nn_transformer_decoder_layer";
+    if (!layer_arguments_fit(fn, dim_feedforward, activation, layer_norm_eps))
+        return NULL;
+    fl_module *self_attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
+    if (!self_attention)
+        return NULL;
+    layer_state *st = malloc(sizeof *st);
+    if (!st) {
+        fl_module_release(self_attention);
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
+    }
+    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation[0] == 'g', batch_first,
+                        norm_first};
+    fl_module *m = fl_module_new(&decoder_layer_type, st);
+    const int64_t features[] = {d_model};
+    /* PyTorch's registration order, so state_dict names and order match. */
+    fl_status status = fl_module_add_child(m, "self_attn", self_attention);
+    if (status == FL_OK)
+        status = fl_module_add_child(m, "multihead_attn",
+                                     fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first));
+    if (status == FL_OK)
+        status = fl_module_add_child(m, "linear1", fl_nn_linear(d_model, dim_feedforward, true));
+    if (status == FL_OK)
+        status = fl_module_add_child(m, "dropout", fl_nn_dropout(dropout));
+    if (status == FL_OK)
+        status = fl_module_add_child(m, "linear2", fl_nn_linear(dim_feedforward, d_model, true));
+    const char *norms[] = {"norm1", "norm2", "norm3"}, *dropouts[] = {"dropout1", "dropout2", "dropout3"};
+    for (int i = 0; i < 3 && status == FL_OK; i++)
+        status = fl_module_add_child(m, norms[i], fl_nn_layer_norm(1, features, layer_norm_eps, true));
+    for (int i = 0; i < 3 && status == FL_OK; i++)
+        status = fl_module_add_child(m, dropouts[i], fl_nn_dropout(dropout));
+    if (status != FL_OK) {
+        fl_module_release(m);
+        return NULL;
+    }
+    return m;
+}
+
+static const fl_transformer_decoder_masks no_masks;
+
+fl_variable *fl_nn_transformer_decoder_layer_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                                     const fl_transformer_decoder_masks *masks)
+{
+    const char *fn = "fl_nn_transformer_decoder_layer_forward";
+    if (fl_null_args(fn, 3, m, tgt, memory))
+        return NULL;
+    if (fl_module_type_of(m) != &decoder_layer_type)
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerDecoderLayer",
+                        fl_module_type_of(m)->name);
+    const layer_state *st = fl_module_state(m);
+    const fl_transformer_decoder_masks *k = masks ? masks : &no_masks;
+    fl_module *self_attn = fl_module_child(m, "self_attn"), *cross_attn = fl_module_child(m, "multihead_attn");
+    fl_scope scope = fl_scope_begin();
+    fl_variable *x = tgt, *h;
+    if (st->norm_first) {
+        h = apply(m, "norm1", x);
+        x = fl_v_add(x, apply(m, "dropout1",
+                              fl_nn_multihead_attention_forward(self_attn, h, h, h, k->tgt_key_padding_mask,
+                                                                k->tgt_mask, k->tgt_is_causal)));
+        h = apply(m, "norm2", x);
+        x = fl_v_add(x, apply(m, "dropout2",
+                              fl_nn_multihead_attention_forward(cross_attn, h, memory, memory,
+                                                                k->memory_key_padding_mask, k->memory_mask,
+                                                                k->memory_is_causal)));
+        x = fl_v_add(x, feedforward_block(m, apply(m, "norm3", x), "dropout3"));
+    } else {
+        x = apply(m, "norm1",
+                  fl_v_add(x, apply(m, "dropout1",
+                                    fl_nn_multihead_attention_forward(self_attn, x, x, x, k->tgt_key_padding_mask,
+                                                                      k->tgt_mask, k->tgt_is_causal))));
+        x = apply(m, "norm2",
+                  fl_v_add(x, apply(m, "dropout2",
+                                    fl_nn_multihead_attention_forward(cross_attn, x, memory, memory,
+                                                                      k->memory_key_padding_mask, k->memory_mask,
+                                                                      k->memory_is_causal))));
+        x = apply(m, "norm3", fl_v_add(x, feedforward_block(m, x, "dropout3")));
+    }
+    return fl_v_scope_return(scope, x);
+}
+
+static fl_variable *decoder_without_memory(fl_module *m, fl_variable *x)
+{
+    (void)x;
+    return fl_error(FL_ERR_VALUE, fl_module_type_of(m)->name,
+                    "a decoder needs a memory: call fl_nn_transformer_decoder%s_forward",
+                    fl_module_type_of(m) == &decoder_layer_type ? "_layer" : "");
+}
+
+fl_module *fl_nn_transformer_decoder(fl_module *layer, int num_layers, fl_module *norm)
+{
+    return stack("fl_nn_transformer_decoder", &decoder_type, &decoder_layer_type, layer, num_layers, norm);
+}
+
+fl_variable *fl_nn_transformer_decoder_forward(fl_module *m, fl_variable *tgt, fl_variable *memory,
+                                               const fl_transformer_decoder_masks *masks)
+{
+    const char *fn = "fl_nn_transformer_decoder_forward";
+    if (fl_null_args(fn, 3, m, tgt, memory))
+        return NULL;
+    if (fl_module_type_of(m) != &decoder_type)
+        return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerDecoder", fl_module_type_of(m)->name);
+    fl_scope scope = fl_scope_begin();
+    fl_module *layers = fl_module_child(m, "layers");
+    fl_variable *x = tgt;
+    for (int i = 0; x && i < fl_module_child_count(layers); i++)
+        x = fl_nn_transformer_decoder_layer_forward(fl_module_child_at(layers, i, NULL), x, memory, masks);
+    fl_module *norm = fl_module_child(m, "norm");
+    if (norm && x)
+        x = fl_module_forward(norm, x);
+    return fl_v_scope_return(scope, x);
 }
