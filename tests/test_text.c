@@ -149,6 +149,13 @@ static void byte_level_bpe_round_trips_any_bytes(void **state)
         }
         round_trip(tok, buf, size);
     }
+    /* One piece of 330,000 letters: merged in O(n log n), not a pass per merge. */
+    size_t long_size = 30000 * 11;
+    unsigned char *long_piece = malloc(long_size);
+    for (size_t i = 0; i < long_size; i += 11)
+        memcpy(long_piece + i, "thecomputer", 11);
+    round_trip(tok, long_piece, long_size);
+    free(long_piece);
     fl_tokenizer_free(tok);
 }
 

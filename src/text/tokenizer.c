@@ -357,24 +357,97 @@ static size_t gpt2_match(const chars *c, size_t i)
 
 /* ---- byte-level BPE ---------------------------------------------------------------- */
 
-/* Applies the merges to symbols[0..n), lowest rank first (leftmost among equals);
- * returns the new count. */
-static size_t bpe_merge(const fl_tokenizer *tok, int64_t *symbols, size_t n)
+/* A candidate merge of the symbols at pos and the next one, valid while they still
+ * hold a and b. */
+typedef struct candidate {
+    int64_t rank, a, b, merged;
+    size_t pos;
+} candidate;
+
+static bool candidate_before(const candidate *x, const candidate *y)
 {
-    for (;;) {
-        size_t best = n;
-        const pair_slot *bs = NULL;
-        for (size_t i = 0; i + 1 < n; i++) {
-            const pair_slot *s = pairs_find(&tok->merges, symbols[i], symbols[i + 1]);
-            if (s->a >= 0 && (!bs || s->value < bs->value))
-                best = i, bs = s;
-        }
-        if (!bs)
-            return n;
-        symbols[best] = bs->merged;
-        memmove(symbols + best + 1, symbols + best + 2, (n - best - 2) * sizeof *symbols);
-        n--;
+    return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(candidate *heap, size_t *n, candidate c)
+{
+    size_t i = (*n)++;
+    while (i > 0 && candidate_before(&c, &heap[(i - 1) / 2])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
     }
+    heap[i] = c;
+}
+
+static candidate heap_pop(candidate *heap, size_t *n)
+{
+    candidate top = heap[0], last = heap[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= *n)
+            break;
+        if (child + 1 < *n && candidate_before(&heap[child + 1], &heap[child]))
+            child++;
+        if (!candidate_before(&heap[child], &last))
+            break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (*n)
+        heap[i] = last;
+    return top;
+}
+
+static void push_pair(const fl_tokenizer *tok, candidate *heap, size_t *n, const int64_t *sym, size_t left,
+                      size_t right)
+{
+    const pair_slot *s = pairs_find(&tok->merges, sym[left], sym[right]);
+    if (s->a >= 0)
+        heap_push(heap, n, (candidate){s->value, s->a, s->b, s->merged, left});
+}
+
+/* Applies the merges to symbols[0..n), lowest rank first (leftmost among equals),
+ * in O(n log n): the symbols are a linked list, the adjacent pairs that have a merge
+ * a heap, and a pair whose symbols changed since it was pushed is skipped. Returns
+ * the new count, the symbols packed to the front; false if out of memory. */
+static bool bpe_merge(const fl_tokenizer *tok, int64_t *sym, size_t *count)
+{
+    size_t n = *count, nheap = 0;
+    if (n < 2)
+        return true;
+    size_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
+    /* Each merge pushes at most two pairs: n - 1 first, and 2 per merge after. */
+    candidate *heap = malloc(3 * n * sizeof *heap);
+    if (!next || !prev || !heap) {
+        free(next), free(prev), free(heap);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        next[i] = i + 1, prev[i] = i - 1; /* prev[0] wraps to SIZE_MAX: none */
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(tok, heap, &nheap, sym, i, i + 1);
+    while (nheap) {
+        candidate c = heap_pop(heap, &nheap);
+        size_t right = next[c.pos];
+        if (sym[c.pos] != c.a || right >= n || sym[right] != c.b)
+            continue;
+        sym[c.pos] = c.merged;
+        sym[right] = -1;
+        next[c.pos] = next[right];
+        if (next[right] < n)
+            prev[next[right]] = c.pos;
+        if (prev[c.pos] < n)
+            push_pair(tok, heap, &nheap, sym, prev[c.pos], c.pos);
+        if (next[c.pos] < n)
+            push_pair(tok, heap, &nheap, sym, c.pos, next[c.pos]);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i = next[i])
+        sym[k++] = sym[i];
+    *count = k;
+    free(next), free(prev), free(heap);
+    return true;
 }
 
 static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
@@ -411,7 +484,8 @@ static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t 
         } else {
             for (size_t b = 0; b < len; b++)
                 symbols[b] = tok->byte_id[piece[b]];
-            size_t n = bpe_merge(tok, symbols, len);
+            size_t n = len;
+            ok = bpe_merge(tok, symbols, &n);
             for (size_t k = 0; ok && k < n; k++)
                 ok = push_id(out, symbols[k]);
         }
