@@ -53,6 +53,7 @@ struct fl_tokenizer {
     char *prefix;
     size_t prefix_len;
     int64_t max_chars;
+    size_t longest; /* characters of the longest token: no longer piece is looked up */
     bool bert_normalizer, clean_text, chinese_chars, strip_accents, lowercase;
 };
 
@@ -586,7 +587,7 @@ static bool wordpiece_word(const fl_tokenizer *tok, const uint32_t *w, size_t n,
     size_t first = out->n;
     for (size_t start = 0; start < n;) {
         int64_t found = -1;
-        size_t end = n;
+        size_t end = n - start > tok->longest ? start + tok->longest : n;
         for (; end > start; end--) {
             scratch->n = 0;
             if (start > 0 && !push_bytes(scratch, tok->prefix, tok->prefix_len))
@@ -1077,6 +1078,14 @@ static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_
     memcpy(tok->prefix, p, tok->prefix_len + 1);
     const json_t *max = json_object_get(model, "max_input_chars_per_word");
     tok->max_chars = json_is_integer(max) ? json_integer_value(max) : 100;
+    for (int64_t id = 0; id < tok->count; id++) {
+        const token *t = &tok->tokens[id];
+        size_t width = 0;
+        for (size_t i = 0, len; t->text && i < t->len; i += len, width++)
+            text_utf8_next((const unsigned char *)t->text + i, t->len - i, &len);
+        if (width > tok->longest)
+            tok->longest = width;
+    }
     return FL_OK;
 }
 
