@@ -55,7 +55,11 @@ typedef struct fl_tokenizer fl_tokenizer;
  * of tokens seen most often within the pre-tokenized pieces (counted once per
  * occurrence), ties to the pair of smallest ids, becomes a new token with the next
  * id. Training stops early when no pair occurs min_frequency times (at least 1).
- * vocab_size must be at least 256. */
+ * vocab_size must be at least 256. These are the merges and ids of the tokenizers
+ * library's BpeTrainer with the ByteLevel alphabet given the text as one sequence
+ * (train_from_iterator([text]); its train(files) reads a file line by line, so no
+ * piece spans a newline there). Time about linear in the text and the merges: the
+ * pair counts are updated in the words a merge changes, not recounted. */
 fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_size, int64_t min_frequency,
                                  fl_tokenizer **out);
 

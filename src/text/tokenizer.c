@@ -811,6 +811,228 @@ typedef struct word {
     size_t first, n; /* its symbols */
 } word;
 
+/* The trainer's pairs: how often each adjacent pair occurs in the words (each word
+ * weighted by its count), and which words hold it (a word may be listed more than
+ * once, or no longer hold it: it is looked at again when the pair is merged). */
+typedef struct tpair {
+    int64_t a, b; /* a < 0: empty */
+    int64_t count;
+    size_t *words, nwords, cap;
+    uint64_t stamp; /* the merge that last raised the count */
+} tpair;
+
+typedef struct trainer {
+    tpair *slots;
+    size_t mask, used;
+    int64_t (*heap)[3]; /* count, a, b: a max-heap by count, then the smaller pair */
+    size_t nheap, heap_cap;
+} trainer;
+
+static tpair *tpair_find(const trainer *t, int64_t a, int64_t b)
+{
+    for (size_t i = hash_pair(a, b) & t->mask;; i = (i + 1) & t->mask) {
+        tpair *p = &t->slots[i];
+        if (p->a < 0 || (p->a == a && p->b == b))
+            return p;
+    }
+}
+
+/* The pair (a, b), added (count 0) if new; NULL if out of memory. */
+static tpair *tpair_get(trainer *t, int64_t a, int64_t b)
+{
+    tpair *p = tpair_find(t, a, b);
+    if (p->a >= 0)
+        return p;
+    if (2 * (t->used + 1) > t->mask + 1) {
+        size_t size = 2 * (t->mask + 1);
+        tpair *old = t->slots, *slots = malloc(size * sizeof *slots);
+        if (!slots)
+            return NULL;
+        for (size_t i = 0; i < size; i++)
+            slots[i].a = -1;
+        size_t old_size = t->mask + 1;
+        t->slots = slots, t->mask = size - 1;
+        for (size_t i = 0; i < old_size; i++)
+            if (old[i].a >= 0)
+                *tpair_find(t, old[i].a, old[i].b) = old[i];
+        free(old);
+        p = tpair_find(t, a, b);
+    }
+    *p = (tpair){a, b, 0, NULL, 0, 0, 0};
+    t->used++;
+    return p;
+}
+
+static bool heap_before(const int64_t *x, const int64_t *y)
+{
+    return x[0] > y[0] || (x[0] == y[0] && (x[1] < y[1] || (x[1] == y[1] && x[2] < y[2])));
+}
+
+static bool trainer_push(trainer *t, const tpair *p)
+{
+    if (t->nheap == t->heap_cap) {
+        size_t cap = t->heap_cap ? 2 * t->heap_cap : 1024;
+        int64_t(*heap)[3] = realloc(t->heap, cap * sizeof *heap);
+        if (!heap)
+            return false;
+        t->heap = heap, t->heap_cap = cap;
+    }
+    int64_t e[3] = {p->count, p->a, p->b};
+    size_t i = t->nheap++;
+    while (i > 0 && heap_before(e, t->heap[(i - 1) / 2])) {
+        memcpy(t->heap[i], t->heap[(i - 1) / 2], sizeof e);
+        i = (i - 1) / 2;
+    }
+    memcpy(t->heap[i], e, sizeof e);
+    return true;
+}
+
+static void trainer_pop(trainer *t, int64_t top[3])
+{
+    memcpy(top, t->heap[0], 3 * sizeof *top);
+    int64_t *last = t->heap[--t->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= t->nheap)
+            break;
+        if (child + 1 < t->nheap && heap_before(t->heap[child + 1], t->heap[child]))
+            child++;
+        if (!heap_before(t->heap[child], last))
+            break;
+        memcpy(t->heap[i], t->heap[child], 3 * sizeof *top);
+        i = child;
+    }
+    if (t->nheap)
+        memmove(t->heap[i], last, 3 * sizeof *top);
+}
+
+/* Adds sign * the word's count to each of its pairs; listing the word under each when
+ * adding, and stamping the pairs that hold the new token (to push once the merge is
+ * done). */
+static bool count_word(trainer *t, const int64_t *sym, const word *w, size_t index, int64_t sign, int64_t fresh,
+                       uint64_t stamp, int64_t **raised, size_t *nraised, size_t *raised_cap)
+{
+    for (size_t k = 0; k + 1 < w->n; k++) {
+        tpair *p = tpair_get(t, sym[k], sym[k + 1]);
+        if (!p)
+            return false;
+        p->count += sign * w->count;
+        if (sign < 0)
+            continue;
+        if (p->nwords == p->cap) {
+            size_t cap = p->cap ? 2 * p->cap : 4;
+            size_t *v = realloc(p->words, cap * sizeof *v);
+            if (!v)
+                return false;
+            p->words = v, p->cap = cap;
+        }
+        p->words[p->nwords++] = index;
+        if ((sym[k] == fresh || sym[k + 1] == fresh) && p->stamp != stamp) {
+            p->stamp = stamp;
+            if (*nraised == *raised_cap) {
+                size_t cap = *raised_cap ? 2 * *raised_cap : 64;
+                int64_t *v = realloc(*raised, 2 * cap * sizeof *v);
+                if (!v)
+                    return false;
+                *raised = v, *raised_cap = cap;
+            }
+            /* Slots move when the table grows: the pair is found again later. */
+            (*raised)[2 * *nraised] = sym[k], (*raised)[2 * *nraised + 1] = sym[k + 1];
+            ++*nraised;
+        }
+    }
+    return true;
+}
+
+/* Merges until vocab_size tokens: each time the pair of highest count (ties to the
+ * smaller ids), found on a heap whose stale entries are only ever too high (merging
+ * lowers the counts of existing pairs; only pairs with the new token rise, and those
+ * are pushed after the merge), so the first entry whose count is current wins. */
+static bool learn_merges(fl_tokenizer *tok, int64_t *symbols, word *words, size_t nwords, int64_t vocab_size,
+                         int64_t min_frequency)
+{
+    trainer t = {0};
+    size_t size = 1024, nraised = 0, raised_cap = 0;
+    int64_t *raised = NULL;
+    bool ok = (t.slots = malloc(size * sizeof *t.slots)) != NULL;
+    if (ok) {
+        t.mask = size - 1;
+        for (size_t i = 0; i < size; i++)
+            t.slots[i].a = -1;
+    }
+    for (size_t w = 0; ok && w < nwords; w++)
+        ok = count_word(&t, symbols + words[w].first, &words[w], w, 1, -1, 0, &raised, &nraised, &raised_cap);
+    for (size_t i = 0; ok && i <= t.mask; i++)
+        if (t.slots[i].a >= 0)
+            ok = trainer_push(&t, &t.slots[i]);
+    int64_t rank = 0;
+    uint64_t stamp = 0;
+    while (ok && tok->count < vocab_size && t.nheap) {
+        int64_t top[3];
+        trainer_pop(&t, top);
+        tpair *p = tpair_find(&t, top[1], top[2]);
+        if (top[0] != p->count) {
+            if (p->count > 0)
+                ok = trainer_push(&t, p);
+            continue;
+        }
+        if (p->count < min_frequency || p->count < 1)
+            break;
+        int64_t a = p->a, b = p->b, id = tok->count;
+        const token *ta = &tok->tokens[a], *tb = &tok->tokens[b];
+        token *nt = &tok->tokens[id];
+        nt->text = malloc(ta->len + tb->len + 1), nt->bytes = malloc(ta->nbytes + tb->nbytes);
+        tok->count++;
+        if (!(ok = nt->text && nt->bytes))
+            break;
+        memcpy(nt->text, ta->text, ta->len);
+        memcpy(nt->text + ta->len, tb->text, tb->len);
+        nt->len = ta->len + tb->len, nt->text[nt->len] = 0;
+        memcpy(nt->bytes, ta->bytes, ta->nbytes);
+        memcpy(nt->bytes + ta->nbytes, tb->bytes, tb->nbytes);
+        nt->nbytes = ta->nbytes + tb->nbytes;
+        *pairs_find(&tok->merges, a, b) = (pair_slot){a, b, rank++, id};
+        /* The words to change: taken from the pair, which counting may move. */
+        size_t *holders = p->words, nholders = p->nwords;
+        p->words = NULL, p->nwords = p->cap = 0;
+        stamp++;
+        nraised = 0;
+        for (size_t h = 0; ok && h < nholders; h++) {
+            word *w = &words[holders[h]];
+            int64_t *sym = symbols + w->first;
+            bool holds = false;
+            for (size_t k = 0; !holds && k + 1 < w->n; k++)
+                holds = sym[k] == a && sym[k + 1] == b;
+            if (!holds) /* listed twice, or merged away already */
+                continue;
+            ok = count_word(&t, sym, w, holders[h], -1, id, stamp, &raised, &nraised, &raised_cap);
+            size_t n = 0;
+            for (size_t k = 0; k < w->n; k++) {
+                if (k + 1 < w->n && sym[k] == a && sym[k + 1] == b) {
+                    sym[n++] = id;
+                    k++;
+                } else {
+                    sym[n++] = sym[k];
+                }
+            }
+            w->n = n;
+            ok = ok && count_word(&t, sym, w, holders[h], 1, id, stamp, &raised, &nraised, &raised_cap);
+        }
+        free(holders);
+        for (size_t r = 0; ok && r < nraised; r++) {
+            const tpair *q = tpair_find(&t, raised[2 * r], raised[2 * r + 1]);
+            if (q->count > 0)
+                ok = trainer_push(&t, q);
+        }
+    }
+    for (size_t i = 0; t.slots && i <= t.mask; i++)
+        if (t.slots[i].a >= 0)
+            free(t.slots[i].words);
+    free(t.slots), free(t.heap), free(raised);
+    return ok;
+}
+
 fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_size, int64_t min_frequency,
                                  fl_tokenizer **out)
 {
@@ -832,7 +1054,6 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
     word *words = NULL;
     size_t nwords = 0, *slots = NULL, mask = 0;
     int64_t *symbols = malloc((size + 1) * sizeof *symbols);
-    pair_table counts = {0};
     bool ok = tok && symbols && split_chars(s, size, &c) && pairs_init(&tok->merges, (size_t)vocab_size);
     if (ok) {
         size_t cap = 16;
@@ -862,59 +1083,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
         }
         i = end;
     }
-    ok = ok && pairs_init(&counts, nsymbols);
-    int64_t rank = 0;
-    while (ok && tok->count < vocab_size) {
-        for (size_t i = 0; i <= counts.mask; i++)
-            counts.slots[i].a = -1;
-        pair_slot *best = NULL;
-        for (size_t w = 0; w < nwords; w++) {
-            const int64_t *sym = symbols + words[w].first;
-            for (size_t k = 0; k + 1 < words[w].n; k++) {
-                pair_slot *p = pairs_find(&counts, sym[k], sym[k + 1]);
-                if (p->a < 0)
-                    *p = (pair_slot){sym[k], sym[k + 1], 0, 0};
-                p->value += words[w].count;
-            }
-        }
-        for (size_t i = 0; i <= counts.mask; i++) {
-            pair_slot *p = &counts.slots[i];
-            if (p->a >= 0 && (!best || p->value > best->value ||
-                              (p->value == best->value && (p->a < best->a || (p->a == best->a && p->b < best->b)))))
-                best = p;
-        }
-        if (!best || best->value < min_frequency)
-            break;
-        int64_t a = best->a, b = best->b, id = tok->count;
-        const token *ta = &tok->tokens[a], *tb = &tok->tokens[b];
-        token *t = &tok->tokens[id];
-        t->text = malloc(ta->len + tb->len + 1), t->bytes = malloc(ta->nbytes + tb->nbytes);
-        tok->count++;
-        if (!(ok = t->text && t->bytes))
-            break;
-        memcpy(t->text, ta->text, ta->len);
-        memcpy(t->text + ta->len, tb->text, tb->len);
-        t->len = ta->len + tb->len, t->text[t->len] = 0;
-        memcpy(t->bytes, ta->bytes, ta->nbytes);
-        memcpy(t->bytes + ta->nbytes, tb->bytes, tb->nbytes);
-        t->nbytes = ta->nbytes + tb->nbytes;
-        *pairs_find(&tok->merges, a, b) = (pair_slot){a, b, rank++, id};
-        for (size_t w = 0; w < nwords; w++) {
-            int64_t *sym = symbols + words[w].first;
-            size_t n = 0;
-            for (size_t k = 0; k < words[w].n; k++) {
-                if (k + 1 < words[w].n && sym[k] == a && sym[k + 1] == b) {
-                    sym[n++] = id;
-                    k++;
-                } else {
-                    sym[n++] = sym[k];
-                }
-            }
-            words[w].n = n;
-        }
-    }
+    ok = ok && learn_merges(tok, symbols, words, nwords, vocab_size, min_frequency);
     ok = ok && index_vocab(tok);
-    free(c.cp), free(c.at), free(words), free(slots), free(symbols), free(counts.slots);
+    free(c.cp), free(c.at), free(words), free(slots), free(symbols);
     if (!ok) {
         fl_tokenizer_free(tok);
         fl_error(FL_ERR_MEMORY, fn, "out of memory training on %zu bytes", size);
