@@ -80,6 +80,59 @@ static void byte_level_bpe_ids_match_tokenizers(void **state) { matches_tokenize
 
 static void wordpiece_ids_match_tokenizers(void **state) { matches_tokenizers("text_wordpiece.json", "wordpiece"); }
 
+static char tmp_path[] = "/tmp/flare_text_XXXXXX";
+
+/* text_bpe.json changed by edit, written to tmp_path and loaded. */
+static fl_tokenizer *load_edited(void (*edit)(json_t *root))
+{
+    json_error_t err;
+    json_t *root = json_load_file(FLARE_FIXTURES "/text_bpe.json", 0, &err);
+    assert_non_null(root);
+    edit(root);
+    assert_int_equal(json_dump_file(root, tmp_path, 0), 0);
+    json_decref(root);
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(tmp_path, &tok), FL_OK);
+    return tok;
+}
+
+static void merges_as_strings(json_t *root)
+{
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges"), *m;
+    size_t i;
+    json_array_foreach(merges, i, m) {
+        char both[256];
+        snprintf(both, sizeof both, "%s %s", json_string_value(json_array_get(m, 0)),
+                 json_string_value(json_array_get(m, 1)));
+        json_array_set_new(merges, i, json_string(both));
+    }
+}
+
+static void prefix_space(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "pre_tokenizer"), "add_prefix_space", json_true());
+}
+
+/* GPT-2's own file writes merges as "a b" strings; RoBERTa's puts a space first. */
+static void byte_level_bpe_layouts(void **state)
+{
+    fl_tokenizer *tok = load_edited(merges_as_strings);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases("bpe"), i, c) {
+        const json_t *text = json_object_get(c, "text");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+    }
+    fl_tokenizer_free(tok);
+    tok = load_edited(prefix_space);
+    json_array_foreach(cases("bpe_prefix_space"), i, c) {
+        const json_t *text = json_object_get(c, "text");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+    }
+    assert_true(i >= 20);
+    fl_tokenizer_free(tok);
+}
+
 static void byte_level_bpe_lookups(void **state)
 {
     fl_tokenizer *tok = load("text_bpe.json");
@@ -223,8 +276,6 @@ static void trainer_learns_the_merges_tokenizers_learns(void **state)
 }
 
 /* ---- bad input ---- */
-
-static char tmp_path[] = "/tmp/flare_text_XXXXXX";
 
 static const char *write_tmp(const char *text)
 {
@@ -370,6 +421,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         scoped_test(byte_level_bpe_ids_match_tokenizers),
+        scoped_test(byte_level_bpe_layouts),
         scoped_test(byte_level_bpe_lookups),
         scoped_test(byte_level_bpe_round_trips_any_bytes),
         scoped_test(trainer_learns_the_merges_tokenizers_learns),
