@@ -82,11 +82,13 @@ static void wordpiece_ids_match_tokenizers(void **state) { matches_tokenizers("t
 
 static char tmp_path[] = "/tmp/flare_text_XXXXXX";
 
-/* text_bpe.json changed by edit, written to tmp_path and loaded. */
-static fl_tokenizer *load_edited(void (*edit)(json_t *root))
+/* A fixture changed by edit, written to tmp_path and loaded. */
+static fl_tokenizer *load_edited(const char *file, void (*edit)(json_t *root))
 {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", FLARE_FIXTURES, file);
     json_error_t err;
-    json_t *root = json_load_file(FLARE_FIXTURES "/text_bpe.json", 0, &err);
+    json_t *root = json_load_file(path, 0, &err);
     assert_non_null(root);
     edit(root);
     assert_int_equal(json_dump_file(root, tmp_path, 0), 0);
@@ -116,7 +118,7 @@ static void prefix_space(json_t *root)
 /* GPT-2's own file writes merges as "a b" strings; RoBERTa's puts a space first. */
 static void byte_level_bpe_layouts(void **state)
 {
-    fl_tokenizer *tok = load_edited(merges_as_strings);
+    fl_tokenizer *tok = load_edited("text_bpe.json", merges_as_strings);
     size_t i;
     json_t *c;
     json_array_foreach(cases("bpe"), i, c) {
@@ -124,13 +126,42 @@ static void byte_level_bpe_layouts(void **state)
         assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
     }
     fl_tokenizer_free(tok);
-    tok = load_edited(prefix_space);
+    tok = load_edited("text_bpe.json", prefix_space);
     json_array_foreach(cases("bpe_prefix_space"), i, c) {
         const json_t *text = json_object_get(c, "text");
         assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
     }
     assert_true(i >= 20);
     fl_tokenizer_free(tok);
+}
+
+static void cased(json_t *root)
+{
+    json_t *norm = json_object_get(root, "normalizer");
+    json_object_set_new(norm, "lowercase", json_false());
+    json_object_set_new(norm, "strip_accents", json_null());
+}
+
+static void keep_accents(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "normalizer"), "strip_accents", json_false());
+}
+
+static void wordpiece_normalizer_options(void **state)
+{
+    void (*edits[])(json_t *) = {cased, keep_accents};
+    const char *sections[] = {"wordpiece_cased", "wordpiece_accents"};
+    for (int k = 0; k < 2; k++) {
+        fl_tokenizer *tok = load_edited("text_wordpiece.json", edits[k]);
+        size_t i;
+        json_t *c;
+        json_array_foreach(cases(sections[k]), i, c) {
+            const json_t *text = json_object_get(c, "text");
+            assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        }
+        assert_true(i >= 20);
+        fl_tokenizer_free(tok);
+    }
 }
 
 static void byte_level_bpe_lookups(void **state)
@@ -426,6 +457,7 @@ int main(void)
         scoped_test(byte_level_bpe_round_trips_any_bytes),
         scoped_test(trainer_learns_the_merges_tokenizers_learns),
         scoped_test(wordpiece_ids_match_tokenizers),
+        scoped_test(wordpiece_normalizer_options),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),
     };
