@@ -115,26 +115,20 @@ static uint32_t byte_char(unsigned b)
 {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
         return b;
-    uint32_t n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174))
-            n++;
-    return 256 + n;
+    if (b < 33)
+        return 256 + b;
+    return b <= 160 ? 256 + 33 + (b - 127) : 256 + 67; /* 127..160, then 173 */
 }
 
 /* The byte cp stands for, or -1. */
 static int char_byte(int32_t cp)
 {
-    static int table[324];
-    static bool ready;
-    if (!ready) { /* idempotent: racing threads write the same values */
-        for (int i = 0; i < 324; i++)
-            table[i] = -1;
-        for (unsigned b = 0; b < 256; b++)
-            table[byte_char(b)] = (int)b;
-        ready = true;
-    }
-    return cp >= 0 && cp < 324 ? table[cp] : -1;
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
+        return cp;
+    if (cp < 256 || cp > 256 + 67)
+        return -1;
+    int32_t n = cp - 256;
+    return n < 33 ? n : n < 67 ? 127 + (n - 33) : 173;
 }
 
 /* ---- the vocabulary ---------------------------------------------------------------- */
