@@ -348,7 +348,8 @@ static char *bpe_json(const char *extra_vocab, const char *merges, const char *p
 static void bad_tokenizer_files(void **state)
 {
     fl_tokenizer *tok = (fl_tokenizer *)1;
-    assert_fails_status(fl_tokenizer_load("/nonexistent/tokenizer.json", &tok), FL_ERR_IO, "/nonexistent/tokenizer.json");
+    assert_fails_status(fl_tokenizer_load("/nonexistent/tokenizer.json", &tok), FL_ERR_IO,
+                        "/nonexistent/tokenizer.json");
     assert_null(tok);
     assert_fails_status(fl_tokenizer_load(NULL, &tok), FL_ERR_NULL, "path");
     assert_fails_status(fl_tokenizer_load(tmp_path, NULL), FL_ERR_NULL, "out");
@@ -391,9 +392,8 @@ static void bad_tokenizer_files(void **state)
                       FL_ERR_VALUE, "normalizer NFKC");
 
     /* A well-formed minimal file loads: merges as pairs, as tokenizers 0.20 writes. */
-    assert_int_equal(fl_tokenizer_load(write_tmp(bpe_json(", \"ab\": 256", "[[\"a\", \"b\"]]", "{\"type\": \"ByteLevel\"}")),
-                                       &tok),
-                     FL_OK);
+    const char *pairs = bpe_json(", \"ab\": 256", "[[\"a\", \"b\"]]", "{\"type\": \"ByteLevel\"}");
+    assert_int_equal(fl_tokenizer_load(write_tmp(pairs), &tok), FL_OK);
     int64_t *ids;
     size_t n;
     assert_int_equal(fl_tokenizer_encode(tok, "abab", 4, &ids, &n), FL_OK);
@@ -429,7 +429,8 @@ static void bad_ids_and_arguments(void **state)
     assert_null(out);
     assert_fails(fl_tokenizer_encode_tensor(NULL, "a", 1), FL_ERR_NULL, "tokenizer");
     fl_tokenizer *t2;
-    assert_fails_status(fl_tokenizer_train_bpe("abc", 3, 100, 1, &t2), FL_ERR_VALUE, "vocab_size 100 must be at least 256");
+    assert_fails_status(fl_tokenizer_train_bpe("abc", 3, 100, 1, &t2), FL_ERR_VALUE,
+                        "vocab_size 100 must be at least 256");
     assert_fails_status(fl_tokenizer_train_bpe("abc", 3, 300, 0, &t2), FL_ERR_VALUE, "min_frequency 0");
     assert_fails_status(fl_tokenizer_train_bpe(NULL, 3, 300, 1, &t2), FL_ERR_NULL, "text");
     fl_tokenizer_free(NULL);

@@ -1216,7 +1216,8 @@ static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_
 {
     const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
     if (!json_is_object(pre) || strcmp(json_type_name(pre), "BertPreTokenizer") != 0)
-        return load_error(FL_ERR_VALUE, path, "WordPiece model with pre_tokenizer %s: only BertPreTokenizer is supported",
+        return load_error(FL_ERR_VALUE, path,
+                          "WordPiece model with pre_tokenizer %s: only BertPreTokenizer is supported",
                           json_is_object(pre) ? json_type_name(pre) : "null");
     tok->model = MODEL_WORDPIECE;
     if (norm && !json_is_null(norm)) {
@@ -1290,7 +1291,8 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
         if (!json_is_integer(id) || !json_is_string(content) || !json_string_length(content))
             return load_error(FL_ERR_VALUE, path, "added_tokens[%zu] lacks an integer id or a non-empty content", i);
         if (json_flag(v, "lstrip", false) || json_flag(v, "rstrip", false) || json_flag(v, "single_word", false))
-            return load_error(FL_ERR_VALUE, path, "added_tokens[%zu] '%s': lstrip, rstrip and single_word are not supported",
+            return load_error(FL_ERR_VALUE, path,
+                              "added_tokens[%zu] '%s': lstrip, rstrip and single_word are not supported",
                               i, json_string_value(content));
         if (json_integer_value(id) >= tok->count)
             tok->count = json_integer_value(id) + 1;
