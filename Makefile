@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
 FUZZ_SECONDS    ?= 60
-FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -110,7 +110,7 @@ install: build
 $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch numpy safetensors
+	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers
 
 venv: deps $(PYTHON)
 

@@ -119,6 +119,52 @@ def gz(data):
     return gzip.compress(data, mtime=0)
 
 
+def byte_chars():
+    """GPT-2's characters for the 256 bytes, in byte order."""
+    shown = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in shown:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def tokenizer_json(model, pre, normalizer=None, added=()):
+    return json.dumps({"version": "1.0", "added_tokens": list(added), "normalizer": normalizer,
+                       "pre_tokenizer": pre, "model": model}, ensure_ascii=False).encode()
+
+
+def tokenizers():
+    vocab = {c: i for i, c in enumerate(byte_chars())}
+    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    end = {"id": vocab["<|endoftext|>"], "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+           "rstrip": False, "normalized": False, "special": True}
+    bpe = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab, "merges": [list(m) for m in merges]}
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "##s", "cat", "##at", "a", ".", "\u4e2d"]
+    wp = {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+          "max_input_chars_per_word": 100, "vocab": {w: i for i, w in enumerate(words)}}
+    bert = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None,
+            "lowercase": True}
+    cls = dict(end, id=2, content="[CLS]")
+    return {
+        "bpe": tokenizer_json(bpe, level, added=[end]),
+        "bpe_string_merges": tokenizer_json(dict(bpe, merges=[a + " " + b for a, b in merges]),
+                                            dict(level, add_prefix_space=True)),
+        "bpe_unknown_merge": tokenizer_json(dict(bpe, merges=[["x", "yz"]]), level),
+        "wordpiece": tokenizer_json(wp, {"type": "BertPreTokenizer"}, bert, added=[cls]),
+        "wordpiece_no_normalizer": tokenizer_json(wp, {"type": "BertPreTokenizer"}),
+        "unigram": tokenizer_json({"type": "Unigram", "vocab": [["a", 0.0]]}, None),
+        "truncated": tokenizer_json(wp, {"type": "BertPreTokenizer"}, bert)[:150],
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -142,6 +188,7 @@ def main():
     files["bad_crc.gz"] = gz(IDX["i8"])[:-8] + b"\0\0\0\0" + gz(IDX["i8"])[-4:]
     write("idx", files)
     write("idx_gzip", IDX)  # the target gzips its input
+    write("tokenizer", tokenizers())
 
 
 if __name__ == "__main__":

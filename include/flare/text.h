@@ -1,0 +1,105 @@
+/*
+ * Flare's text layer: tokenizers that turn bytes into token ids for language models,
+ * and back.
+ *
+ * Two models, with the ids of the Hugging Face `tokenizers` library:
+ *
+ * - byte-level BPE (GPT-2, RoBERTa): text is split by GPT-2's pre-tokenization regex
+ *   ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+), each
+ *   piece's bytes become the 256 base tokens (written with GPT-2's byte-to-unicode
+ *   characters, as tokenizer.json spells them) and the learned merges are applied,
+ *   lowest rank first. Any bytes encode, invalid UTF-8 and NUL included (a byte that
+ *   is not part of a valid UTF-8 character counts as punctuation for the regex), and
+ *   decoding returns exactly the bytes encoded.
+ * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
+ *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
+ *   says so), BertPreTokenizer (split on whitespace and around each punctuation
+ *   character), then each word greedily as its longest vocabulary prefix and
+ *   "##"-continuations; a word that cannot be covered, or longer than
+ *   max_input_chars_per_word characters, is the unknown token's id. Decoding joins
+ *   the tokens as the WordPiece decoder does (continuations glued, " ." made ".",
+ *   ...): lowercased, accent-free text, not the original bytes. Input bytes that are
+ *   not valid UTF-8 read as U+FFFD, which the normalizer removes.
+ *
+ * Added tokens of tokenizer.json ("<|endoftext|>", "[CLS]", ...) are matched in the
+ * raw text first, leftmost and longest, and become their ids; the text between them
+ * is tokenized by the model. Encoding adds no template tokens ([CLS] ... [SEP]), as
+ * `tokenizer.encode(text, add_special_tokens=False)`; decoding skips nothing, as
+ * `tokenizer.decode(ids, skip_special_tokens=False)`.
+ *
+ * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
+ * the function. FL_ERR_IO: the file cannot be read; FL_ERR_VALUE: it is not JSON, or
+ * not a tokenizer this layer reads (the message names the file and the field: an
+ * unsupported model type, normalizer or pre-tokenizer, a merge of unknown tokens, an
+ * id given twice ...); FL_ERR_INDEX: an id to decode outside the vocabulary.
+ *
+ * A tokenizer is immutable once made: threads may share one.
+ */
+#ifndef FLARE_TEXT_H
+#define FLARE_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flare/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fl_tokenizer fl_tokenizer;
+
+/* Learns a byte-level BPE tokenizer from size bytes of text: the 256 byte tokens
+ * (ids in the order of their characters' code points, as the `tokenizers` trainer
+ * numbers them), then merges until vocab_size tokens: each time the adjacent pair
+ * of tokens seen most often within the pre-tokenized pieces (counted once per
+ * occurrence), ties to the pair of smallest ids, becomes a new token with the next
+ * id. Training stops early when no pair occurs min_frequency times (at least 1).
+ * vocab_size must be at least 256. These are the merges and ids of the tokenizers
+ * library's BpeTrainer with the ByteLevel alphabet given the text as one sequence
+ * (train_from_iterator([text]); its train(files) reads a file line by line, so no
+ * piece spans a newline there). Time about linear in the text and the merges: the
+ * pair counts are updated in the words a merge changes, not recounted. */
+fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_size, int64_t min_frequency,
+                                 fl_tokenizer **out);
+
+/* Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
+ * pre-tokenizer and no normalizer (GPT-2's layout; merges as "a b" strings or as
+ * pairs; add_prefix_space and ignore_merges honoured), or model.type "WordPiece" with
+ * a BertNormalizer (or none) and a BertPreTokenizer (bert-base-uncased's layout).
+ * Added tokens with lstrip, rstrip or single_word are refused. On error *out is NULL. */
+fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);
+
+void fl_tokenizer_free(fl_tokenizer *tok);
+
+/* The number of ids: one more than the largest id of the vocabulary and the added
+ * tokens. */
+int64_t fl_tokenizer_vocab_size(const fl_tokenizer *tok);
+
+/* The id of a token spelled as tokenizer.json spells it (byte-level tokens with
+ * GPT-2's characters: "Ġthe"), or -1 if there is none. */
+int64_t fl_tokenizer_token_to_id(const fl_tokenizer *tok, const char *token);
+
+/* The spelling of id, NUL-terminated, owned by tok; NULL if id names no token. */
+const char *fl_tokenizer_id_to_token(const fl_tokenizer *tok, int64_t id);
+
+/* Encodes size bytes of text into *ids (allocated with malloc; free() it; NULL when
+ * *count is 0) and *count. */
+fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t size, int64_t **ids,
+                              size_t *count);
+
+/* The same ids as a new 1-D FL_I64 tensor on the default backend (of 0 elements for
+ * empty text), ready for an embedding; NULL on error. */
+fl_tensor *fl_tokenizer_encode_tensor(const fl_tokenizer *tok, const void *text, size_t size);
+
+/* Decodes count ids into *text (allocated with malloc, followed by a NUL that *size
+ * does not count; free() it). An id outside [0, vocab size) or naming no token is an
+ * error (FL_ERR_INDEX) giving its position. */
+fl_status fl_tokenizer_decode(const fl_tokenizer *tok, const int64_t *ids, size_t count, char **text,
+                              size_t *size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

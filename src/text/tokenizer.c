@@ -1,0 +1,1351 @@
+/*
+ * Tokenizers (include/flare/text.h): the vocabulary and merge tables, GPT-2's
+ * pre-tokenization and byte-level BPE, BERT's normalizer and WordPiece, the BPE
+ * trainer, and tokenizer.json.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "flare/extension.h"
+#include "flare/text.h"
+#include "unicode.h"
+
+enum { MODEL_BPE, MODEL_WORDPIECE };
+
+typedef struct token {
+    char *text;           /* as tokenizer.json spells it; NULL for an id without a token */
+    size_t len;
+    unsigned char *bytes; /* what it decodes to (byte-level BPE) */
+    size_t nbytes;
+    bool added;
+} token;
+
+typedef struct pair_slot {
+    int64_t a, b;  /* a < 0: empty */
+    int64_t value; /* rank (merge table) or count (trainer) */
+    int64_t merged;
+} pair_slot;
+
+typedef struct pair_table {
+    pair_slot *slots;
+    size_t mask;
+} pair_table;
+
+struct fl_tokenizer {
+    int model;
+    token *tokens;
+    int64_t count;
+    int64_t *slots; /* open addressing on the spelling: id + 1, 0 empty */
+    size_t mask;
+    pair_table merges;
+    int64_t byte_id[256];
+    bool add_prefix_space, ignore_merges;
+    int64_t *added; /* ids of the added tokens, matched in the raw text */
+    size_t nadded;
+    /* WordPiece */
+    int64_t unk;
+    char *prefix;
+    size_t prefix_len;
+    int64_t max_chars;
+    size_t longest; /* characters of the longest token: no longer piece is looked up */
+    bool bert_normalizer, clean_text, chinese_chars, strip_accents, lowercase;
+};
+
+/* ---- growing buffers ------------------------------------------------------------- */
+
+typedef struct ids {
+    int64_t *v;
+    size_t n, cap;
+} ids;
+
+static bool push_id(ids *s, int64_t id)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        int64_t *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v, s->cap = cap;
+    }
+    s->v[s->n++] = id;
+    return true;
+}
+
+typedef struct bytes {
+    unsigned char *v;
+    size_t n, cap;
+} bytes;
+
+static bool push_bytes(bytes *s, const void *p, size_t n)
+{
+    if (s->n + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 64;
+        while (s->n + n + 1 > cap)
+            cap *= 2;
+        unsigned char *v = realloc(s->v, cap);
+        if (!v)
+            return false;
+        s->v = v, s->cap = cap;
+    }
+    if (n)
+        memcpy(s->v + s->n, p, n);
+    s->n += n;
+    s->v[s->n] = 0;
+    return true;
+}
+
+static bool push_cp(bytes *s, uint32_t cp)
+{
+    unsigned char u[4];
+    return push_bytes(s, u, text_utf8_put(cp, u));
+}
+
+/* ---- GPT-2's bytes as characters ---------------------------------------------------- */
+
+/* The printable Latin-1 bytes stand for themselves; the others (controls, space,
+ * DEL, NBSP, soft hyphen) take the code points from 256 up, in byte order, so every
+ * byte is a visible character in tokenizer.json. */
+static uint32_t byte_char(unsigned b)
+{
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
+        return b;
+    if (b < 33)
+        return 256 + b;
+    return b <= 160 ? 256 + 33 + (b - 127) : 256 + 67; /* 127..160, then 173 */
+}
+
+/* The byte cp stands for, or -1. */
+static int char_byte(int32_t cp)
+{
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
+        return cp;
+    if (cp < 256 || cp > 256 + 67)
+        return -1;
+    int32_t n = cp - 256;
+    return n < 33 ? n : n < 67 ? 127 + (n - 33) : 173;
+}
+
+/* ---- the vocabulary ---------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int64_t lookup(const fl_tokenizer *tok, const void *text, size_t len)
+{
+    if (!tok->slots)
+        return -1;
+    for (size_t i = hash_bytes(text, len) & tok->mask;; i = (i + 1) & tok->mask) {
+        int64_t s = tok->slots[i];
+        if (!s)
+            return -1;
+        const token *t = &tok->tokens[s - 1];
+        if (t->len == len && memcmp(t->text, text, len) == 0)
+            return s - 1;
+    }
+}
+
+/* Indexes every token by its spelling; false if out of memory. The first id of a
+ * spelling given twice wins (the loader refuses duplicates before). */
+static bool index_vocab(fl_tokenizer *tok)
+{
+    size_t size = 16;
+    while (size < 2 * (size_t)tok->count + 2)
+        size *= 2;
+    free(tok->slots);
+    tok->slots = calloc(size, sizeof *tok->slots);
+    if (!tok->slots)
+        return false;
+    tok->mask = size - 1;
+    for (int64_t id = 0; id < tok->count; id++) {
+        const token *t = &tok->tokens[id];
+        if (!t->text || lookup(tok, t->text, t->len) >= 0)
+            continue;
+        size_t i = hash_bytes(t->text, t->len) & tok->mask;
+        while (tok->slots[i])
+            i = (i + 1) & tok->mask;
+        tok->slots[i] = id + 1;
+    }
+    return true;
+}
+
+/* What a byte-level token decodes to: each character's byte; a character that
+ * stands for no byte (in an added token such as "<|endoftext|>" all do, but a file
+ * may hold others) decodes to its own UTF-8. */
+static bool set_token_bytes(token *t)
+{
+    bytes out = {0};
+    for (size_t i = 0; i < t->len;) {
+        size_t n;
+        int32_t cp = text_utf8_next((const unsigned char *)t->text + i, t->len - i, &n);
+        int b = t->added ? -1 : char_byte(cp);
+        unsigned char c = (unsigned char)b;
+        if (!(b >= 0 ? push_bytes(&out, &c, 1) : push_bytes(&out, t->text + i, n))) {
+            free(out.v);
+            return false;
+        }
+        i += n;
+    }
+    if (!out.v && !push_bytes(&out, "", 0))
+        return false;
+    t->bytes = out.v, t->nbytes = out.n;
+    return true;
+}
+
+/* ---- pair tables (merges, and the trainer's counts) ---------------------------------- */
+
+static size_t hash_pair(int64_t a, int64_t b)
+{
+    uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ull ^ ((uint64_t)b + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static bool pairs_init(pair_table *t, size_t capacity)
+{
+    size_t size = 16;
+    while (size < 2 * capacity + 2)
+        size *= 2;
+    t->slots = malloc(size * sizeof *t->slots);
+    if (!t->slots)
+        return false;
+    t->mask = size - 1;
+    for (size_t i = 0; i < size; i++)
+        t->slots[i].a = -1;
+    return true;
+}
+
+/* The slot of (a, b): the pair's, or the empty one where it would go. */
+static pair_slot *pairs_find(const pair_table *t, int64_t a, int64_t b)
+{
+    for (size_t i = hash_pair(a, b) & t->mask;; i = (i + 1) & t->mask) {
+        pair_slot *s = &t->slots[i];
+        if (s->a < 0 || (s->a == a && s->b == b))
+            return s;
+    }
+}
+
+/* ---- errors ---------------------------------------------------------------------- */
+
+static const char *const load_fn = "fl_tokenizer_load";
+
+static fl_status load_error(fl_status status, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static fl_status load_error(fl_status status, const char *path, const char *fmt, ...)
+{
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fl_error(status, load_fn, "'%s': %s", path, message);
+    return status;
+}
+
+void fl_tokenizer_free(fl_tokenizer *tok)
+{
+    if (!tok)
+        return;
+    for (int64_t i = 0; tok->tokens && i < tok->count; i++) {
+        free(tok->tokens[i].text);
+        free(tok->tokens[i].bytes);
+    }
+    free(tok->tokens);
+    free(tok->slots);
+    free(tok->merges.slots);
+    free(tok->added);
+    free(tok->prefix);
+    free(tok);
+}
+
+int64_t fl_tokenizer_vocab_size(const fl_tokenizer *tok) { return tok ? tok->count : 0; }
+
+int64_t fl_tokenizer_token_to_id(const fl_tokenizer *tok, const char *text)
+{
+    return tok && text ? lookup(tok, text, strlen(text)) : -1;
+}
+
+const char *fl_tokenizer_id_to_token(const fl_tokenizer *tok, int64_t id)
+{
+    return tok && id >= 0 && id < tok->count ? tok->tokens[id].text : NULL;
+}
+
+/* ---- GPT-2's pre-tokenization ------------------------------------------------------ */
+
+typedef struct chars {
+    int32_t *cp;   /* code point, -1 for a byte outside valid UTF-8 */
+    size_t *at;    /* byte offset of each character, and the end at [n] */
+    size_t n;
+} chars;
+
+static bool split_chars(const unsigned char *s, size_t size, chars *c)
+{
+    c->cp = malloc((size + 1) * sizeof *c->cp);
+    c->at = malloc((size + 1) * sizeof *c->at);
+    c->n = 0;
+    if (!c->cp || !c->at) {
+        free(c->cp), free(c->at);
+        return false;
+    }
+    for (size_t i = 0; i < size;) {
+        size_t len;
+        c->at[c->n] = i;
+        c->cp[c->n++] = text_utf8_next(s + i, size - i, &len);
+        i += len;
+    }
+    c->at[c->n] = size;
+    return true;
+}
+
+enum { CLASS_SPACE, CLASS_LETTER, CLASS_NUMBER, CLASS_OTHER };
+
+static int class_of(int32_t cp)
+{
+    if (text_is_whitespace(cp))
+        return CLASS_SPACE;
+    if (text_is_letter(cp))
+        return CLASS_LETTER;
+    if (text_is_number(cp))
+        return CLASS_NUMBER;
+    return CLASS_OTHER;
+}
+
+/* The end (a character index) of the regex's match at character i: the
+ * alternatives are tried in order, each as greedy as a backtracking engine makes it. */
+static size_t gpt2_match(const chars *c, size_t i)
+{
+    const int32_t *cp = c->cp;
+    size_t n = c->n;
+    if (cp[i] == '\'' && i + 1 < n) {
+        int32_t x = cp[i + 1], y = i + 2 < n ? cp[i + 2] : 0;
+        if (x == 's' || x == 't' || x == 'm' || x == 'd')
+            return i + 2;
+        if ((x == 'r' && y == 'e') || (x == 'v' && y == 'e') || (x == 'l' && y == 'l'))
+            return i + 3;
+    }
+    size_t j = i;
+    if (cp[i] == ' ' && i + 1 < n && class_of(cp[i + 1]) != CLASS_SPACE)
+        j = i + 1;
+    int k = class_of(cp[j]);
+    if (k != CLASS_SPACE) { /* ' ?\p{L}+', ' ?\p{N}+' or ' ?[^\s\p{L}\p{N}]+' */
+        while (j < n && class_of(cp[j]) == k)
+            j++;
+        return j;
+    }
+    size_t end = i;
+    while (end < n && class_of(cp[end]) == CLASS_SPACE)
+        end++;
+    if (end == n || end - i == 1) /* '\s+(?!\S)' to the end, or '\s+' */
+        return end;
+    return end - 1; /* '\s+(?!\S)' backs off one, leaving it to prefix the next piece */
+}
+
+/* ---- byte-level BPE ---------------------------------------------------------------- */
+
+/* A candidate merge of the symbols at pos and the next one, valid while they still
+ * hold a and b. */
+typedef struct candidate {
+    int64_t rank, a, b, merged;
+    size_t pos;
+} candidate;
+
+static bool candidate_before(const candidate *x, const candidate *y)
+{
+    return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(candidate *heap, size_t *n, candidate c)
+{
+    size_t i = (*n)++;
+    while (i > 0 && candidate_before(&c, &heap[(i - 1) / 2])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    heap[i] = c;
+}
+
+static candidate heap_pop(candidate *heap, size_t *n)
+{
+    candidate top = heap[0], last = heap[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= *n)
+            break;
+        if (child + 1 < *n && candidate_before(&heap[child + 1], &heap[child]))
+            child++;
+        if (!candidate_before(&heap[child], &last))
+            break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (*n)
+        heap[i] = last;
+    return top;
+}
+
+static void push_pair(const fl_tokenizer *tok, candidate *heap, size_t *n, const int64_t *sym, size_t left,
+                      size_t right)
+{
+    const pair_slot *s = pairs_find(&tok->merges, sym[left], sym[right]);
+    if (s->a >= 0)
+        heap_push(heap, n, (candidate){s->value, s->a, s->b, s->merged, left});
+}
+
+/* Applies the merges to symbols[0..n), lowest rank first (leftmost among equals),
+ * in O(n log n): the symbols are a linked list, the adjacent pairs that have a merge
+ * a heap, and a pair whose symbols changed since it was pushed is skipped. Returns
+ * the new count, the symbols packed to the front; false if out of memory. */
+static bool bpe_merge(const fl_tokenizer *tok, int64_t *sym, size_t *count)
+{
+    size_t n = *count, nheap = 0;
+    if (n < 2)
+        return true;
+    size_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
+    /* Each merge pushes at most two pairs: n - 1 first, and 2 per merge after. */
+    candidate *heap = malloc(3 * n * sizeof *heap);
+    if (!next || !prev || !heap) {
+        free(next), free(prev), free(heap);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        next[i] = i + 1, prev[i] = i - 1; /* prev[0] wraps to SIZE_MAX: none */
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(tok, heap, &nheap, sym, i, i + 1);
+    while (nheap) {
+        candidate c = heap_pop(heap, &nheap);
+        size_t right = next[c.pos];
+        if (sym[c.pos] != c.a || right >= n || sym[right] != c.b)
+            continue;
+        sym[c.pos] = c.merged;
+        sym[right] = -1;
+        next[c.pos] = next[right];
+        if (next[right] < n)
+            prev[next[right]] = c.pos;
+        if (prev[c.pos] < n)
+            push_pair(tok, heap, &nheap, sym, prev[c.pos], c.pos);
+        if (next[c.pos] < n)
+            push_pair(tok, heap, &nheap, sym, c.pos, next[c.pos]);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i = next[i])
+        sym[k++] = sym[i];
+    *count = k;
+    free(next), free(prev), free(heap);
+    return true;
+}
+
+static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+{
+    unsigned char *copy = NULL;
+    if (tok->add_prefix_space && size && s[0] != ' ') {
+        if (!(copy = malloc(size + 1)))
+            return false;
+        copy[0] = ' ';
+        memcpy(copy + 1, s, size);
+        s = copy, size++;
+    }
+    chars c;
+    int64_t *symbols = malloc((size + 1) * sizeof *symbols);
+    bytes spelled = {0};
+    bool ok = symbols && split_chars(s, size, &c);
+    if (!ok) {
+        free(copy), free(symbols);
+        return false;
+    }
+    for (size_t i = 0; ok && i < c.n;) {
+        size_t end = gpt2_match(&c, i);
+        const unsigned char *piece = s + c.at[i];
+        size_t len = c.at[end] - c.at[i];
+        int64_t whole = -1;
+        if (tok->ignore_merges) {
+            spelled.n = 0;
+            for (size_t b = 0; ok && b < len; b++)
+                ok = push_cp(&spelled, byte_char(piece[b]));
+            whole = ok ? lookup(tok, spelled.v, spelled.n) : -1;
+        }
+        if (whole >= 0) {
+            ok = push_id(out, whole);
+        } else {
+            for (size_t b = 0; b < len; b++)
+                symbols[b] = tok->byte_id[piece[b]];
+            size_t n = len;
+            ok = bpe_merge(tok, symbols, &n);
+            for (size_t k = 0; ok && k < n; k++)
+                ok = push_id(out, symbols[k]);
+        }
+        i = end;
+    }
+    free(c.cp), free(c.at), free(symbols), free(copy), free(spelled.v);
+    return ok;
+}
+
+/* ---- BERT's normalizer, pre-tokenizer and WordPiece --------------------------------- */
+
+static bool is_chinese(int32_t cp)
+{
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+static bool is_bert_punctuation(int32_t cp)
+{
+    return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126) ||
+           text_is_punctuation(cp);
+}
+
+typedef struct cps {
+    uint32_t *v;
+    size_t n, cap;
+} cps;
+
+static bool push_u(cps *s, uint32_t cp)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        uint32_t *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v, s->cap = cap;
+    }
+    s->v[s->n++] = cp;
+    return true;
+}
+
+/* BertNormalizer, in its order: clean the text, space out CJK ideographs, strip
+ * accents (decompose, drop nonspacing marks), lowercase. */
+static bool bert_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, cps *out)
+{
+    cps a = {0};
+    bool ok = true;
+    for (size_t i = 0; ok && i < size;) {
+        size_t len;
+        int32_t cp = text_utf8_next(s + i, size - i, &len);
+        i += len;
+        if (cp < 0)
+            cp = 0xFFFD;
+        if (!tok->bert_normalizer) {
+            ok = push_u(&a, (uint32_t)cp);
+            continue;
+        }
+        if (tok->clean_text) {
+            bool space = cp == '\t' || cp == '\n' || cp == '\r' || text_is_whitespace(cp);
+            if (cp == 0 || cp == 0xFFFD || (!space && text_is_other(cp)))
+                continue;
+            if (space)
+                cp = ' ';
+        }
+        if (tok->chinese_chars && is_chinese(cp))
+            ok = push_u(&a, ' ') && push_u(&a, (uint32_t)cp) && push_u(&a, ' ');
+        else
+            ok = push_u(&a, (uint32_t)cp);
+    }
+    for (size_t i = 0; ok && i < a.n; i++) {
+        uint32_t d[4], l[4];
+        int nd = 1;
+        d[0] = a.v[i];
+        if (tok->bert_normalizer && tok->strip_accents)
+            nd = text_decompose((int32_t)a.v[i], d);
+        for (int k = 0; ok && k < nd; k++) {
+            if (tok->bert_normalizer && tok->strip_accents && text_is_nonspacing_mark((int32_t)d[k]))
+                continue;
+            int nl = 1;
+            l[0] = d[k];
+            if (tok->bert_normalizer && tok->lowercase)
+                nl = text_lowercase_of((int32_t)d[k], l);
+            for (int m = 0; ok && m < nl; m++)
+                ok = push_u(out, l[m]);
+        }
+    }
+    free(a.v);
+    return ok;
+}
+
+/* One word (code points w[0..n)) by WordPiece: the longest vocabulary prefix, then
+ * the longest "##"-continuations; the unknown token if the word cannot be covered. */
+static bool wordpiece_word(const fl_tokenizer *tok, const uint32_t *w, size_t n, ids *out, bytes *scratch)
+{
+    if ((int64_t)n > tok->max_chars)
+        return push_id(out, tok->unk);
+    size_t first = out->n;
+    for (size_t start = 0; start < n;) {
+        int64_t found = -1;
+        size_t end = n - start > tok->longest ? start + tok->longest : n;
+        for (; end > start; end--) {
+            scratch->n = 0;
+            if (start > 0 && !push_bytes(scratch, tok->prefix, tok->prefix_len))
+                return false;
+            for (size_t k = start; k < end; k++)
+                if (!push_cp(scratch, w[k]))
+                    return false;
+            if ((found = lookup(tok, scratch->v, scratch->n)) >= 0)
+                break;
+        }
+        if (found < 0) {
+            out->n = first;
+            return push_id(out, tok->unk);
+        }
+        if (!push_id(out, found))
+            return false;
+        start = end;
+    }
+    return true;
+}
+
+static bool wordpiece_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+{
+    cps text = {0};
+    bytes scratch = {0};
+    bool ok = bert_normalize(tok, s, size, &text);
+    size_t start = 0;
+    for (size_t i = 0; ok && i <= text.n; i++) {
+        int32_t cp = i < text.n ? (int32_t)text.v[i] : ' ';
+        bool space = text_is_whitespace(cp), punct = !space && is_bert_punctuation(cp);
+        if (!space && !punct)
+            continue;
+        if (i > start)
+            ok = wordpiece_word(tok, text.v + start, i - start, out, &scratch);
+        if (ok && punct)
+            ok = wordpiece_word(tok, text.v + i, 1, out, &scratch);
+        start = i + 1;
+    }
+    free(text.v), free(scratch.v);
+    return ok;
+}
+
+/* ---- encode and decode ------------------------------------------------------------- */
+
+static bool encode_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+{
+    if (!size)
+        return true;
+    return tok->model == MODEL_BPE ? bpe_segment(tok, s, size, out) : wordpiece_segment(tok, s, size, out);
+}
+
+fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t size, int64_t **result,
+                              size_t *count)
+{
+    static const char *const fn = "fl_tokenizer_encode";
+    if (result)
+        *result = NULL;
+    if (count)
+        *count = 0;
+    if (!tok || (!text && size) || !result || !count) {
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", !tok ? "the tokenizer" : !result ? "ids" : !count ? "count" : "text");
+        return FL_ERR_NULL;
+    }
+    const unsigned char *s = text;
+    ids out = {0};
+    bool ok = true;
+    size_t from = 0;
+    for (size_t i = 0; ok && i < size;) {
+        int64_t best = -1;
+        for (size_t k = 0; k < tok->nadded; k++) {
+            const token *t = &tok->tokens[tok->added[k]];
+            if (t->len && t->len <= size - i && (best < 0 || t->len > tok->tokens[best].len) &&
+                memcmp(s + i, t->text, t->len) == 0)
+                best = tok->added[k];
+        }
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        ok = encode_segment(tok, s + from, i - from, &out) && push_id(&out, best);
+        i += tok->tokens[best].len;
+        from = i;
+    }
+    ok = ok && encode_segment(tok, s + from, size - from, &out);
+    if (!ok) {
+        free(out.v);
+        fl_error(FL_ERR_MEMORY, fn, "out of memory encoding %zu bytes", size);
+        return FL_ERR_MEMORY;
+    }
+    *result = out.n ? out.v : NULL;
+    if (!out.n)
+        free(out.v);
+    *count = out.n;
+    return FL_OK;
+}
+
+fl_tensor *fl_tokenizer_encode_tensor(const fl_tokenizer *tok, const void *text, size_t size)
+{
+    int64_t *v;
+    size_t n;
+    if (fl_tokenizer_encode(tok, text, size, &v, &n) != FL_OK)
+        return NULL;
+    int64_t shape[1] = {(int64_t)n}, none = 0;
+    fl_tensor *t = fl_from_data(n ? (const void *)v : (const void *)&none, FL_I64, 1, shape);
+    free(v);
+    return t;
+}
+
+/* The WordPiece decoder's cleanup of a token (with its leading space). */
+static bool cleanup_append(bytes *out, const char *t, size_t len)
+{
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " do not", " 's", " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
+    bytes cur = {0}, next = {0};
+    bool ok = push_bytes(&cur, t, len);
+    for (size_t r = 0; ok && r < sizeof from / sizeof *from; r++) {
+        size_t fl = strlen(from[r]);
+        next.n = 0;
+        ok = push_bytes(&next, "", 0);
+        for (size_t i = 0; ok && i < cur.n;) {
+            if (i + fl <= cur.n && memcmp(cur.v + i, from[r], fl) == 0) {
+                ok = push_bytes(&next, to[r], strlen(to[r]));
+                i += fl;
+            } else {
+                ok = push_bytes(&next, cur.v + i, 1);
+                i++;
+            }
+        }
+        bytes swap = cur;
+        cur = next, next = swap;
+    }
+    ok = ok && push_bytes(out, cur.v, cur.n);
+    free(cur.v), free(next.v);
+    return ok;
+}
+
+fl_status fl_tokenizer_decode(const fl_tokenizer *tok, const int64_t *id, size_t count, char **text, size_t *size)
+{
+    static const char *const fn = "fl_tokenizer_decode";
+    if (text)
+        *text = NULL;
+    if (size)
+        *size = 0;
+    if (!tok || (!id && count) || !text || !size) {
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", !tok ? "the tokenizer" : !text ? "text" : !size ? "size" : "ids");
+        return FL_ERR_NULL;
+    }
+    for (size_t i = 0; i < count; i++)
+        if (id[i] < 0 || id[i] >= tok->count || !tok->tokens[id[i]].text) {
+            fl_error(FL_ERR_INDEX, fn, "id %lld at position %zu %s (vocabulary size %lld)", (long long)id[i], i,
+                     id[i] < 0 || id[i] >= tok->count ? "is out of range" : "names no token", (long long)tok->count);
+            return FL_ERR_INDEX;
+        }
+    bytes out = {0};
+    bool ok = push_bytes(&out, "", 0);
+    for (size_t i = 0; ok && i < count; i++) {
+        const token *t = &tok->tokens[id[i]];
+        if (tok->model == MODEL_BPE) {
+            ok = push_bytes(&out, t->bytes, t->nbytes);
+            continue;
+        }
+        bytes piece = {0};
+        if (i > 0 && t->len >= tok->prefix_len && memcmp(t->text, tok->prefix, tok->prefix_len) == 0)
+            ok = push_bytes(&piece, t->text + tok->prefix_len, t->len - tok->prefix_len);
+        else
+            ok = (i == 0 || push_bytes(&piece, " ", 1)) && push_bytes(&piece, t->text, t->len);
+        ok = ok && cleanup_append(&out, (const char *)piece.v, piece.n);
+        free(piece.v);
+    }
+    if (!ok) {
+        free(out.v);
+        fl_error(FL_ERR_MEMORY, fn, "out of memory decoding %zu ids", count);
+        return FL_ERR_MEMORY;
+    }
+    *text = (char *)out.v;
+    *size = out.n;
+    return FL_OK;
+}
+
+/* ---- the trainer ------------------------------------------------------------------- */
+
+static fl_tokenizer *byte_level_base(int64_t capacity)
+{
+    fl_tokenizer *tok = calloc(1, sizeof *tok);
+    if (!tok || !(tok->tokens = calloc((size_t)capacity, sizeof *tok->tokens))) {
+        free(tok);
+        return NULL;
+    }
+    tok->model = MODEL_BPE;
+    /* Ids in the order of the bytes' characters, as the tokenizers trainer sorts its
+     * alphabet. */
+    unsigned order[256];
+    for (unsigned b = 0; b < 256; b++)
+        order[b] = b;
+    for (unsigned i = 1; i < 256; i++)
+        for (unsigned j = i; j > 0 && byte_char(order[j - 1]) > byte_char(order[j]); j--) {
+            unsigned t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    for (int64_t id = 0; id < 256; id++) {
+        unsigned char u[4], b = (unsigned char)order[id];
+        size_t n = text_utf8_put(byte_char(b), u);
+        token *t = &tok->tokens[id];
+        t->text = malloc(n + 1), t->bytes = malloc(1);
+        tok->count = id + 1;
+        if (!t->text || !t->bytes) {
+            fl_tokenizer_free(tok);
+            return NULL;
+        }
+        memcpy(t->text, u, n);
+        t->text[n] = 0, t->len = n;
+        t->bytes[0] = b, t->nbytes = 1;
+        tok->byte_id[b] = id;
+    }
+    return tok;
+}
+
+typedef struct word {
+    size_t at, len;  /* in the text */
+    int64_t count;
+    size_t first, n; /* its symbols */
+} word;
+
+/* The trainer's pairs: how often each adjacent pair occurs in the words (each word
+ * weighted by its count), and which words hold it (a word may be listed more than
+ * once, or no longer hold it: it is looked at again when the pair is merged). */
+typedef struct tpair {
+    int64_t a, b; /* a < 0: empty */
+    int64_t count;
+    size_t *words, nwords, cap;
+    uint64_t stamp; /* the merge that last raised the count */
+} tpair;
+
+typedef struct trainer {
+    tpair *slots;
+    size_t mask, used;
+    int64_t (*heap)[3]; /* count, a, b: a max-heap by count, then the smaller pair */
+    size_t nheap, heap_cap;
+} trainer;
+
+static tpair *tpair_find(const trainer *t, int64_t a, int64_t b)
+{
+    for (size_t i = hash_pair(a, b) & t->mask;; i = (i + 1) & t->mask) {
+        tpair *p = &t->slots[i];
+        if (p->a < 0 || (p->a == a && p->b == b))
+            return p;
+    }
+}
+
+/* The pair (a, b), added (count 0) if new; NULL if out of memory. */
+static tpair *tpair_get(trainer *t, int64_t a, int64_t b)
+{
+    tpair *p = tpair_find(t, a, b);
+    if (p->a >= 0)
+        return p;
+    if (2 * (t->used + 1) > t->mask + 1) {
+        size_t size = 2 * (t->mask + 1);
+        tpair *old = t->slots, *slots = malloc(size * sizeof *slots);
+        if (!slots)
+            return NULL;
+        for (size_t i = 0; i < size; i++)
+            slots[i].a = -1;
+        size_t old_size = t->mask + 1;
+        t->slots = slots, t->mask = size - 1;
+        for (size_t i = 0; i < old_size; i++)
+            if (old[i].a >= 0)
+                *tpair_find(t, old[i].a, old[i].b) = old[i];
+        free(old);
+        p = tpair_find(t, a, b);
+    }
+    *p = (tpair){a, b, 0, NULL, 0, 0, 0};
+    t->used++;
+    return p;
+}
+
+static bool heap_before(const int64_t *x, const int64_t *y)
+{
+    return x[0] > y[0] || (x[0] == y[0] && (x[1] < y[1] || (x[1] == y[1] && x[2] < y[2])));
+}
+
+static bool trainer_push(trainer *t, const tpair *p)
+{
+    if (t->nheap == t->heap_cap) {
+        size_t cap = t->heap_cap ? 2 * t->heap_cap : 1024;
+        int64_t(*heap)[3] = realloc(t->heap, cap * sizeof *heap);
+        if (!heap)
+            return false;
+        t->heap = heap, t->heap_cap = cap;
+    }
+    int64_t e[3] = {p->count, p->a, p->b};
+    size_t i = t->nheap++;
+    while (i > 0 && heap_before(e, t->heap[(i - 1) / 2])) {
+        memcpy(t->heap[i], t->heap[(i - 1) / 2], sizeof e);
+        i = (i - 1) / 2;
+    }
+    memcpy(t->heap[i], e, sizeof e);
+    return true;
+}
+
+static void trainer_pop(trainer *t, int64_t top[3])
+{
+    memcpy(top, t->heap[0], 3 * sizeof *top);
+    int64_t *last = t->heap[--t->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= t->nheap)
+            break;
+        if (child + 1 < t->nheap && heap_before(t->heap[child + 1], t->heap[child]))
+            child++;
+        if (!heap_before(t->heap[child], last))
+            break;
+        memcpy(t->heap[i], t->heap[child], 3 * sizeof *top);
+        i = child;
+    }
+    if (t->nheap)
+        memmove(t->heap[i], last, 3 * sizeof *top);
+}
+
+/* Adds sign * the word's count to each of its pairs; listing the word under each when
+ * adding, and stamping the pairs that hold the new token (to push once the merge is
+ * done). */
+static bool count_word(trainer *t, const int64_t *sym, const word *w, size_t index, int64_t sign, int64_t fresh,
+                       uint64_t stamp, int64_t **raised, size_t *nraised, size_t *raised_cap)
+{
+    for (size_t k = 0; k + 1 < w->n; k++) {
+        tpair *p = tpair_get(t, sym[k], sym[k + 1]);
+        if (!p)
+            return false;
+        p->count += sign * w->count;
+        if (sign < 0)
+            continue;
+        if (p->nwords == p->cap) {
+            size_t cap = p->cap ? 2 * p->cap : 4;
+            size_t *v = realloc(p->words, cap * sizeof *v);
+            if (!v)
+                return false;
+            p->words = v, p->cap = cap;
+        }
+        p->words[p->nwords++] = index;
+        if ((sym[k] == fresh || sym[k + 1] == fresh) && p->stamp != stamp) {
+            p->stamp = stamp;
+            if (*nraised == *raised_cap) {
+                size_t cap = *raised_cap ? 2 * *raised_cap : 64;
+                int64_t *v = realloc(*raised, 2 * cap * sizeof *v);
+                if (!v)
+                    return false;
+                *raised = v, *raised_cap = cap;
+            }
+            /* Slots move when the table grows: the pair is found again later. */
+            (*raised)[2 * *nraised] = sym[k], (*raised)[2 * *nraised + 1] = sym[k + 1];
+            ++*nraised;
+        }
+    }
+    return true;
+}
+
+/* Merges until vocab_size tokens: each time the pair of highest count (ties to the
+ * smaller ids), found on a heap whose stale entries are only ever too high (merging
+ * lowers the counts of existing pairs; only pairs with the new token rise, and those
+ * are pushed after the merge), so the first entry whose count is current wins. */
+static bool learn_merges(fl_tokenizer *tok, int64_t *symbols, word *words, size_t nwords, int64_t vocab_size,
+                         int64_t min_frequency)
+{
+    trainer t = {0};
+    size_t size = 1024, nraised = 0, raised_cap = 0;
+    int64_t *raised = NULL;
+    bool ok = (t.slots = malloc(size * sizeof *t.slots)) != NULL;
+    if (ok) {
+        t.mask = size - 1;
+        for (size_t i = 0; i < size; i++)
+            t.slots[i].a = -1;
+    }
+    for (size_t w = 0; ok && w < nwords; w++)
+        ok = count_word(&t, symbols + words[w].first, &words[w], w, 1, -1, 0, &raised, &nraised, &raised_cap);
+    for (size_t i = 0; ok && i <= t.mask; i++)
+        if (t.slots[i].a >= 0)
+            ok = trainer_push(&t, &t.slots[i]);
+    int64_t rank = 0;
+    uint64_t stamp = 0;
+    while (ok && tok->count < vocab_size && t.nheap) {
+        int64_t top[3];
+        trainer_pop(&t, top);
+        tpair *p = tpair_find(&t, top[1], top[2]);
+        if (top[0] != p->count) {
+            if (p->count > 0)
+                ok = trainer_push(&t, p);
+            continue;
+        }
+        if (p->count < min_frequency || p->count < 1)
+            break;
+        int64_t a = p->a, b = p->b, id = tok->count;
+        const token *ta = &tok->tokens[a], *tb = &tok->tokens[b];
+        token *nt = &tok->tokens[id];
+        nt->text = malloc(ta->len + tb->len + 1), nt->bytes = malloc(ta->nbytes + tb->nbytes);
+        tok->count++;
+        if (!(ok = nt->text && nt->bytes))
+            break;
+        memcpy(nt->text, ta->text, ta->len);
+        memcpy(nt->text + ta->len, tb->text, tb->len);
+        nt->len = ta->len + tb->len, nt->text[nt->len] = 0;
+        memcpy(nt->bytes, ta->bytes, ta->nbytes);
+        memcpy(nt->bytes + ta->nbytes, tb->bytes, tb->nbytes);
+        nt->nbytes = ta->nbytes + tb->nbytes;
+        *pairs_find(&tok->merges, a, b) = (pair_slot){a, b, rank++, id};
+        /* The words to change: taken from the pair, which counting may move. */
+        size_t *holders = p->words, nholders = p->nwords;
+        p->words = NULL, p->nwords = p->cap = 0;
+        stamp++;
+        nraised = 0;
+        for (size_t h = 0; ok && h < nholders; h++) {
+            word *w = &words[holders[h]];
+            int64_t *sym = symbols + w->first;
+            bool holds = false;
+            for (size_t k = 0; !holds && k + 1 < w->n; k++)
+                holds = sym[k] == a && sym[k + 1] == b;
+            if (!holds) /* listed twice, or merged away already */
+                continue;
+            ok = count_word(&t, sym, w, holders[h], -1, id, stamp, &raised, &nraised, &raised_cap);
+            size_t n = 0;
+            for (size_t k = 0; k < w->n; k++) {
+                if (k + 1 < w->n && sym[k] == a && sym[k + 1] == b) {
+                    sym[n++] = id;
+                    k++;
+                } else {
+                    sym[n++] = sym[k];
+                }
+            }
+            w->n = n;
+            ok = ok && count_word(&t, sym, w, holders[h], 1, id, stamp, &raised, &nraised, &raised_cap);
+        }
+        free(holders);
+        for (size_t r = 0; ok && r < nraised; r++) {
+            const tpair *q = tpair_find(&t, raised[2 * r], raised[2 * r + 1]);
+            if (q->count > 0)
+                ok = trainer_push(&t, q);
+        }
+    }
+    for (size_t i = 0; t.slots && i <= t.mask; i++)
+        if (t.slots[i].a >= 0)
+            free(t.slots[i].words);
+    free(t.slots), free(t.heap), free(raised);
+    return ok;
+}
+
+fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_size, int64_t min_frequency,
+                                 fl_tokenizer **out)
+{
+    static const char *const fn = "fl_tokenizer_train_bpe";
+    if (out)
+        *out = NULL;
+    if (!out || (!text && size)) {
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", out ? "text" : "out");
+        return FL_ERR_NULL;
+    }
+    if (vocab_size < 256 || min_frequency < 1) {
+        fl_error(FL_ERR_VALUE, fn, "vocab_size %lld must be at least 256 and min_frequency %lld at least 1",
+                 (long long)vocab_size, (long long)min_frequency);
+        return FL_ERR_VALUE;
+    }
+    const unsigned char *s = text;
+    fl_tokenizer *tok = byte_level_base(vocab_size);
+    chars c = {0};
+    word *words = NULL;
+    size_t nwords = 0, *slots = NULL, mask = 0;
+    int64_t *symbols = malloc((size + 1) * sizeof *symbols);
+    bool ok = tok && symbols && split_chars(s, size, &c) && pairs_init(&tok->merges, (size_t)vocab_size);
+    if (ok) {
+        size_t cap = 16;
+        while (cap < 2 * c.n + 2)
+            cap *= 2;
+        mask = cap - 1;
+        ok = (slots = calloc(cap, sizeof *slots)) && (words = malloc((c.n + 1) * sizeof *words));
+    }
+    /* The distinct pieces of the text and how often each occurs. */
+    size_t nsymbols = 0;
+    for (size_t i = 0; ok && i < c.n;) {
+        size_t end = gpt2_match(&c, i), at = c.at[i], len = c.at[end] - at;
+        size_t h = hash_bytes(s + at, len) & mask;
+        for (;; h = (h + 1) & mask) {
+            if (!slots[h]) {
+                words[nwords] = (word){at, len, 1, nsymbols, len};
+                for (size_t b = 0; b < len; b++)
+                    symbols[nsymbols++] = tok->byte_id[s[at + b]];
+                slots[h] = ++nwords;
+                break;
+            }
+            word *w = &words[slots[h] - 1];
+            if (w->len == len && memcmp(s + w->at, s + at, len) == 0) {
+                w->count++;
+                break;
+            }
+        }
+        i = end;
+    }
+    ok = ok && learn_merges(tok, symbols, words, nwords, vocab_size, min_frequency);
+    ok = ok && index_vocab(tok);
+    free(c.cp), free(c.at), free(words), free(slots), free(symbols);
+    if (!ok) {
+        fl_tokenizer_free(tok);
+        fl_error(FL_ERR_MEMORY, fn, "out of memory training on %zu bytes", size);
+        return FL_ERR_MEMORY;
+    }
+    *out = tok;
+    return FL_OK;
+}
+
+/* ---- tokenizer.json ---------------------------------------------------------------- */
+
+static bool json_flag(const json_t *object, const char *key, bool fallback)
+{
+    const json_t *v = json_object_get(object, key);
+    return json_is_boolean(v) ? json_is_true(v) : fallback;
+}
+
+static const char *json_type_name(const json_t *object)
+{
+    const char *t = json_string_value(json_object_get(object, "type"));
+    return t ? t : "(no type)";
+}
+
+/* Sets tokens[id] to text; the id must be free or hold the same text. */
+static fl_status place_token(fl_tokenizer *tok, const char *path, const char *where, int64_t id, const char *text,
+                             size_t len, bool added)
+{
+    if (id < 0 || id >= tok->count)
+        return load_error(FL_ERR_VALUE, path, "%s: id %lld of '%s' is outside [0, %lld)", where, (long long)id, text,
+                          (long long)tok->count);
+    token *t = &tok->tokens[id];
+    if (t->text) {
+        if (!added || t->len != len || memcmp(t->text, text, len) != 0)
+            return load_error(FL_ERR_VALUE, path, "%s: id %lld is given to both '%s' and '%s'", where, (long long)id,
+                              t->text, text);
+    } else {
+        if (!(t->text = malloc(len + 1)))
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+        memcpy(t->text, text, len);
+        t->text[len] = 0, t->len = len;
+    }
+    t->added = t->added || added;
+    return FL_OK;
+}
+
+static fl_status load_merges(fl_tokenizer *tok, const char *path, const json_t *merges)
+{
+    if (!json_is_array(merges))
+        return load_error(FL_ERR_VALUE, path, "model.merges is missing or not an array");
+    if (!pairs_init(&tok->merges, json_array_size(merges)))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    size_t i;
+    const json_t *m;
+    bytes both = {0};
+    json_array_foreach(merges, i, m) {
+        const char *a = NULL, *b = NULL;
+        size_t alen = 0, blen = 0;
+        const char *whole = json_string_value(m);
+        if (whole) { /* "a b" */
+            const char *space = strchr(whole, ' ');
+            if (space && !strchr(space + 1, ' '))
+                a = whole, alen = (size_t)(space - whole), b = space + 1, blen = strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0)), alen = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)), blen = json_string_length(json_array_get(m, 1));
+        }
+        if (!a) {
+            free(both.v);
+            return load_error(FL_ERR_VALUE, path, "model.merges[%zu] is not \"left right\" nor a pair of strings", i);
+        }
+        int64_t ia = lookup(tok, a, alen), ib = lookup(tok, b, blen), im = -1;
+        both.n = 0;
+        if (!push_bytes(&both, a, alen) || !push_bytes(&both, b, blen)) {
+            free(both.v);
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+        }
+        if (ia >= 0 && ib >= 0)
+            im = lookup(tok, both.v, both.n);
+        if (im < 0) {
+            fl_status st = load_error(FL_ERR_VALUE, path, "model.merges[%zu]: '%.*s' is not in the vocabulary", i,
+                                      (int)(ia < 0 ? alen : ib < 0 ? blen : both.n),
+                                      ia < 0 ? a : ib < 0 ? b : (const char *)both.v);
+            free(both.v);
+            return st;
+        }
+        pair_slot *s = pairs_find(&tok->merges, ia, ib);
+        if (s->a < 0) /* a pair listed twice keeps its first rank */
+            *s = (pair_slot){ia, ib, (int64_t)i, im};
+    }
+    free(both.v);
+    return FL_OK;
+}
+
+static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
+    if (!json_is_object(pre) || strcmp(json_type_name(pre), "ByteLevel") != 0)
+        return load_error(FL_ERR_VALUE, path, "BPE model with pre_tokenizer %s: only ByteLevel is supported",
+                          json_is_object(pre) ? json_type_name(pre) : "null");
+    if (norm && !json_is_null(norm))
+        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only none is supported",
+                          json_type_name(norm));
+    if (!json_flag(pre, "use_regex", true))
+        return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel without use_regex is not supported");
+    const json_t *dropout = json_object_get(model, "dropout");
+    if (json_is_number(dropout) && json_number_value(dropout) != 0)
+        return load_error(FL_ERR_VALUE, path, "model.dropout %g: BPE dropout is not supported",
+                          json_number_value(dropout));
+    const char *fixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = json_string_value(json_object_get(model, fixes[i]));
+        if (v && *v)
+            return load_error(FL_ERR_VALUE, path, "model.%s '%s' is not supported by byte-level BPE", fixes[i], v);
+    }
+    if (json_flag(model, "byte_fallback", false))
+        return load_error(FL_ERR_VALUE, path, "model.byte_fallback is not supported by byte-level BPE");
+    tok->model = MODEL_BPE;
+    tok->add_prefix_space = json_flag(pre, "add_prefix_space", false);
+    tok->ignore_merges = json_flag(model, "ignore_merges", false);
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned char u[5];
+        size_t n = text_utf8_put(byte_char(b), u);
+        if ((tok->byte_id[b] = lookup(tok, u, n)) < 0)
+            return load_error(FL_ERR_VALUE, path, "model.vocab lacks '%.*s', the token of byte 0x%02X", (int)n, u, b);
+    }
+    for (int64_t id = 0; id < tok->count; id++)
+        if (tok->tokens[id].text && !set_token_bytes(&tok->tokens[id]))
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+    return load_merges(tok, path, json_object_get(model, "merges"));
+}
+
+static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
+    if (!json_is_object(pre) || strcmp(json_type_name(pre), "BertPreTokenizer") != 0)
+        return load_error(FL_ERR_VALUE, path,
+                          "WordPiece model with pre_tokenizer %s: only BertPreTokenizer is supported",
+                          json_is_object(pre) ? json_type_name(pre) : "null");
+    tok->model = MODEL_WORDPIECE;
+    if (norm && !json_is_null(norm)) {
+        if (!json_is_object(norm) || strcmp(json_type_name(norm), "BertNormalizer") != 0)
+            return load_error(FL_ERR_VALUE, path,
+                              "WordPiece model with normalizer %s: only BertNormalizer or none is supported",
+                              json_is_object(norm) ? json_type_name(norm) : "(not an object)");
+        tok->bert_normalizer = true;
+        tok->clean_text = json_flag(norm, "clean_text", true);
+        tok->chinese_chars = json_flag(norm, "handle_chinese_chars", true);
+        tok->lowercase = json_flag(norm, "lowercase", true);
+        tok->strip_accents = json_flag(norm, "strip_accents", tok->lowercase);
+    }
+    const json_t *unk = json_object_get(model, "unk_token");
+    if (!json_is_string(unk) || (tok->unk = lookup(tok, json_string_value(unk), json_string_length(unk))) < 0)
+        return load_error(FL_ERR_VALUE, path, "model.unk_token %s%s%s is not in the vocabulary",
+                          json_is_string(unk) ? "'" : "", json_is_string(unk) ? json_string_value(unk) : "(missing)",
+                          json_is_string(unk) ? "'" : "");
+    const json_t *prefix = json_object_get(model, "continuing_subword_prefix");
+    const char *p = json_is_string(prefix) ? json_string_value(prefix) : "##";
+    tok->prefix_len = strlen(p);
+    if (!(tok->prefix = malloc(tok->prefix_len + 1)))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    memcpy(tok->prefix, p, tok->prefix_len + 1);
+    const json_t *max = json_object_get(model, "max_input_chars_per_word");
+    tok->max_chars = json_is_integer(max) ? json_integer_value(max) : 100;
+    for (int64_t id = 0; id < tok->count; id++) {
+        const token *t = &tok->tokens[id];
+        size_t width = 0;
+        for (size_t i = 0, len; t->text && i < t->len; i += len, width++)
+            text_utf8_next((const unsigned char *)t->text + i, t->len - i, &len);
+        if (width > tok->longest)
+            tok->longest = width;
+    }
+    return FL_OK;
+}
+
+static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *root)
+{
+    if (!json_is_object(root))
+        return load_error(FL_ERR_VALUE, path, "the top level is not a JSON object");
+    const json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model))
+        return load_error(FL_ERR_VALUE, path, "no \"model\" object: not a tokenizer.json");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    json_t *vocab = json_object_get(model, "vocab");
+    if (!type && json_is_array(json_object_get(model, "merges")))
+        type = "BPE"; /* older files leave the type out */
+    if (!type || (strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0))
+        return load_error(FL_ERR_VALUE, path, "model.type %s%s%s is not supported (only BPE and WordPiece)",
+                          type ? "'" : "", type ? type : "(missing)", type ? "'" : "");
+    if (!json_is_object(vocab))
+        return load_error(FL_ERR_VALUE, path, "model.vocab is missing or not an object");
+    const json_t *added = json_object_get(root, "added_tokens");
+    if (added && !json_is_null(added) && !json_is_array(added))
+        return load_error(FL_ERR_VALUE, path, "added_tokens is not an array");
+    /* Ids must be dense enough to index: below the number of tokens listed. */
+    size_t listed = json_object_size(vocab) + json_array_size(added);
+    tok->count = 0;
+    const char *key;
+    const json_t *v;
+    json_object_foreach(vocab, key, v) {
+        if (!json_is_integer(v))
+            return load_error(FL_ERR_VALUE, path, "model.vocab['%s'] is not an integer id", key);
+        if (json_integer_value(v) >= tok->count)
+            tok->count = json_integer_value(v) + 1;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id"), *content = json_object_get(v, "content");
+        if (!json_is_integer(id) || !json_is_string(content) || !json_string_length(content))
+            return load_error(FL_ERR_VALUE, path, "added_tokens[%zu] lacks an integer id or a non-empty content", i);
+        if (json_flag(v, "lstrip", false) || json_flag(v, "rstrip", false) || json_flag(v, "single_word", false))
+            return load_error(FL_ERR_VALUE, path,
+                              "added_tokens[%zu] '%s': lstrip, rstrip and single_word are not supported",
+                              i, json_string_value(content));
+        if (json_integer_value(id) >= tok->count)
+            tok->count = json_integer_value(id) + 1;
+    }
+    if (tok->count > (int64_t)listed)
+        return load_error(FL_ERR_VALUE, path, "id %lld is not below the number of tokens listed (%zu)",
+                          (long long)tok->count - 1, listed);
+    if (!(tok->tokens = calloc((size_t)tok->count + 1, sizeof *tok->tokens)) ||
+        !(tok->added = malloc((json_array_size(added) + 1) * sizeof *tok->added)))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    fl_status st;
+    json_object_foreach(vocab, key, v)
+        if ((st = place_token(tok, path, "model.vocab", json_integer_value(v), key, strlen(key), false)) != FL_OK)
+            return st;
+    json_array_foreach(added, i, v) {
+        const json_t *content = json_object_get(v, "content");
+        int64_t id = json_integer_value(json_object_get(v, "id"));
+        if ((st = place_token(tok, path, "added_tokens", id, json_string_value(content), json_string_length(content),
+                              true)) != FL_OK)
+            return st;
+        tok->added[tok->nadded++] = id;
+    }
+    if (!index_vocab(tok))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    return strcmp(type, "BPE") == 0 ? load_bpe(tok, path, root, model) : load_wordpiece(tok, path, root, model);
+}
+
+fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path || !out) {
+        fl_error(FL_ERR_NULL, load_fn, "%s is NULL", path ? "out" : "the path");
+        return FL_ERR_NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fl_error(FL_ERR_IO, load_fn, "'%s': cannot open: %s", path, strerror(errno));
+        return FL_ERR_IO;
+    }
+    json_error_t err;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    fclose(f);
+    if (!root)
+        return load_error(FL_ERR_VALUE, path, "not valid JSON at line %d, column %d (byte %d): %s", err.line,
+                          err.column, err.position, err.text);
+    fl_tokenizer *tok = calloc(1, sizeof *tok);
+    fl_status st = tok ? load_tree(tok, path, root) : load_error(FL_ERR_MEMORY, path, "out of memory");
+    json_decref(root);
+    if (st != FL_OK) {
+        fl_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return FL_OK;
+}

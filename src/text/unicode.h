@@ -1,0 +1,43 @@
+/* Unicode classes and mappings for the tokenizers (private to src/text). */
+#ifndef FLARE_TEXT_UNICODE_H
+#define FLARE_TEXT_UNICODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct text_range {
+    uint32_t first, last;
+} text_range;
+
+typedef struct text_mapping {
+    uint32_t code;
+    uint8_t count;
+    uint32_t to[4];
+} text_mapping;
+
+extern const text_range text_letters[], text_numbers[], text_punctuation[], text_other[], text_nonspacing_marks[];
+extern const size_t text_letters_count, text_numbers_count, text_punctuation_count, text_other_count,
+    text_nonspacing_marks_count;
+extern const text_mapping text_lowercase[], text_decomposition[];
+extern const size_t text_lowercase_count, text_decomposition_count;
+
+/* Decodes one UTF-8 character of s[0..n) (n > 0): its code point and length in *len.
+ * A byte that does not start a valid, shortest-form sequence (or a surrogate) is one
+ * character by itself, with code point -1, so any bytes split into characters. */
+int32_t text_utf8_next(const unsigned char *s, size_t n, size_t *len);
+/* Writes cp as UTF-8 into out (4 bytes at most); returns the length. */
+size_t text_utf8_put(uint32_t cp, unsigned char *out);
+
+bool text_is_letter(int32_t cp);      /* \p{L} */
+bool text_is_number(int32_t cp);      /* \p{N} */
+bool text_is_punctuation(int32_t cp); /* \p{P} */
+bool text_is_other(int32_t cp);       /* \p{C}: control, format, surrogate, private use, unassigned */
+bool text_is_nonspacing_mark(int32_t cp);
+bool text_is_whitespace(int32_t cp);  /* the White_Space property (regex \s, Rust's is_whitespace) */
+/* The per-character lowercase (or decomposition, NFD) of cp into out[4]; returns the
+ * count (1 and cp itself where it has none). Hangul syllables decompose by rule. */
+int text_lowercase_of(int32_t cp, uint32_t out[4]);
+int text_decompose(int32_t cp, uint32_t out[4]);
+
+#endif

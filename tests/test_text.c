@@ -1,0 +1,466 @@
+/* Tokenizers: ids identical to the Hugging Face tokenizers library on its own
+ * tokenizer.json files (byte-level BPE and WordPiece), the BPE trainer against its
+ * trainer, exact byte round trips, and bad files and ids.
+ * Fixtures: tests/fixtures/gen_tokenizers.py. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "flare/text.h"
+#include "support.h"
+
+static json_t *cases(const char *section)
+{
+    json_error_t err;
+    static json_t *root;
+    if (!root)
+        root = json_load_file(FLARE_FIXTURES "/text_cases.json", JSON_ALLOW_NUL, &err);
+    assert_non_null(root);
+    json_t *s = json_object_get(root, section);
+    assert_non_null(s);
+    return s;
+}
+
+static fl_tokenizer *load(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", FLARE_FIXTURES, name);
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(path, &tok), FL_OK);
+    assert_non_null(tok);
+    return tok;
+}
+
+static void assert_ids(const fl_tokenizer *tok, const char *text, size_t size, const json_t *expected)
+{
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(fl_tokenizer_encode(tok, text, size, &ids, &n), FL_OK);
+    if (n != json_array_size(expected))
+        fail_msg("'%.60s': %zu ids, tokenizers gives %zu", text, n, json_array_size(expected));
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != json_integer_value(json_array_get(expected, i)))
+            fail_msg("'%.60s': id %zu is %lld, tokenizers gives %lld", text, i, (long long)ids[i],
+                     (long long)json_integer_value(json_array_get(expected, i)));
+    free(ids);
+}
+
+static void assert_decodes(const fl_tokenizer *tok, const json_t *ids, const char *expected, size_t size)
+{
+    size_t n = json_array_size(ids), len;
+    int64_t *v = malloc((n + 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_integer_value(json_array_get(ids, i));
+    char *text;
+    assert_int_equal(fl_tokenizer_decode(tok, v, n, &text, &len), FL_OK);
+    if (len != size || memcmp(text, expected, size) != 0)
+        fail_msg("decoded '%.60s' (%zu bytes), tokenizers gives '%.60s' (%zu)", text, len, expected, size);
+    assert_int_equal(text[len], 0);
+    free(text), free(v);
+}
+
+static void matches_tokenizers(const char *file, const char *section)
+{
+    fl_tokenizer *tok = load(file);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases(section), i, c) {
+        const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        assert_decodes(tok, json_object_get(c, "ids"), json_string_value(decoded), json_string_length(decoded));
+    }
+    assert_true(i >= 20);
+    fl_tokenizer_free(tok);
+}
+
+static void byte_level_bpe_ids_match_tokenizers(void **state) { matches_tokenizers("text_bpe.json", "bpe"); }
+
+static void wordpiece_ids_match_tokenizers(void **state) { matches_tokenizers("text_wordpiece.json", "wordpiece"); }
+
+static char tmp_path[] = "/tmp/flare_text_XXXXXX";
+
+/* A fixture changed by edit, written to tmp_path and loaded. */
+static fl_tokenizer *load_edited(const char *file, void (*edit)(json_t *root))
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", FLARE_FIXTURES, file);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    assert_non_null(root);
+    edit(root);
+    assert_int_equal(json_dump_file(root, tmp_path, 0), 0);
+    json_decref(root);
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(tmp_path, &tok), FL_OK);
+    return tok;
+}
+
+static void merges_as_strings(json_t *root)
+{
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges"), *m;
+    size_t i;
+    json_array_foreach(merges, i, m) {
+        char both[256];
+        snprintf(both, sizeof both, "%s %s", json_string_value(json_array_get(m, 0)),
+                 json_string_value(json_array_get(m, 1)));
+        json_array_set_new(merges, i, json_string(both));
+    }
+}
+
+static void prefix_space(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "pre_tokenizer"), "add_prefix_space", json_true());
+}
+
+/* GPT-2's own file writes merges as "a b" strings; RoBERTa's puts a space first. */
+static void byte_level_bpe_layouts(void **state)
+{
+    fl_tokenizer *tok = load_edited("text_bpe.json", merges_as_strings);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases("bpe"), i, c) {
+        const json_t *text = json_object_get(c, "text");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+    }
+    fl_tokenizer_free(tok);
+    tok = load_edited("text_bpe.json", prefix_space);
+    json_array_foreach(cases("bpe_prefix_space"), i, c) {
+        const json_t *text = json_object_get(c, "text");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+    }
+    assert_true(i >= 20);
+    fl_tokenizer_free(tok);
+}
+
+static void cased(json_t *root)
+{
+    json_t *norm = json_object_get(root, "normalizer");
+    json_object_set_new(norm, "lowercase", json_false());
+    json_object_set_new(norm, "strip_accents", json_null());
+}
+
+static void keep_accents(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "normalizer"), "strip_accents", json_false());
+}
+
+static void wordpiece_normalizer_options(void **state)
+{
+    void (*edits[])(json_t *) = {cased, keep_accents};
+    const char *sections[] = {"wordpiece_cased", "wordpiece_accents"};
+    for (int k = 0; k < 2; k++) {
+        fl_tokenizer *tok = load_edited("text_wordpiece.json", edits[k]);
+        size_t i;
+        json_t *c;
+        json_array_foreach(cases(sections[k]), i, c) {
+            const json_t *text = json_object_get(c, "text");
+            assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        }
+        assert_true(i >= 20);
+        fl_tokenizer_free(tok);
+    }
+}
+
+static void byte_level_bpe_lookups(void **state)
+{
+    fl_tokenizer *tok = load("text_bpe.json");
+    assert_int_equal(fl_tokenizer_vocab_size(tok), 1000);
+    assert_int_equal(fl_tokenizer_token_to_id(tok, "<|endoftext|>"), 0);
+    assert_string_equal(fl_tokenizer_id_to_token(tok, 0), "<|endoftext|>");
+    int64_t the = fl_tokenizer_token_to_id(tok, "\xC4\xA0the"); /* "Ġthe" */
+    assert_true(the > 256);
+    assert_string_equal(fl_tokenizer_id_to_token(tok, the), "\xC4\xA0the");
+    assert_int_equal(fl_tokenizer_token_to_id(tok, "no such token"), -1);
+    assert_null(fl_tokenizer_id_to_token(tok, 1000));
+    assert_null(fl_tokenizer_id_to_token(tok, -1));
+
+    /* The same ids as a tensor, ready for an embedding. */
+    fl_tensor *t = fl_tokenizer_encode_tensor(tok, " the the", 8);
+    assert_non_null(t);
+    assert_int_equal(fl_dtype_of(t), FL_I64);
+    assert_int_equal(fl_numel(t), 2);
+    int64_t v[2];
+    assert_int_equal(fl_to_host(t, v, sizeof v), FL_OK);
+    assert_int_equal(v[0], the);
+    assert_int_equal(v[1], the);
+    fl_tensor *empty = fl_tokenizer_encode_tensor(tok, "", 0);
+    assert_non_null(empty);
+    assert_int_equal(fl_numel(empty), 0);
+    fl_tokenizer_free(tok);
+}
+
+/* Any bytes: NUL, invalid UTF-8 (lone continuation bytes, overlong forms, surrogates,
+ * truncated sequences), mixed with text. */
+static void round_trip(const fl_tokenizer *tok, const unsigned char *s, size_t size)
+{
+    int64_t *ids;
+    size_t n, len;
+    char *text;
+    assert_int_equal(fl_tokenizer_encode(tok, s, size, &ids, &n), FL_OK);
+    assert_true(n <= size);
+    assert_int_equal(fl_tokenizer_decode(tok, ids, n, &text, &len), FL_OK);
+    assert_int_equal(len, size);
+    assert_memory_equal(text, s, size);
+    free(ids), free(text);
+}
+
+static void byte_level_bpe_round_trips_any_bytes(void **state)
+{
+    fl_tokenizer *tok = load("text_bpe.json");
+    unsigned char all[256];
+    for (int b = 0; b < 256; b++) {
+        all[b] = (unsigned char)b;
+        round_trip(tok, all + b, 1);
+    }
+    round_trip(tok, all, sizeof all);
+    static const char *const odd[] = {"a\0b", "\x80\x80 x", "\xC0\xAF", "\xED\xA0\x80 \xF4\x90\x80\x80", "\xE2\x82",
+                                      "caf\xC3", "  \xFF\xFE  the", "it's\0's"};
+    static const size_t odd_len[] = {3, 4, 2, 9, 2, 4, 9, 8};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+        round_trip(tok, (const unsigned char *)odd[i], odd_len[i]);
+    unsigned char buf[2000];
+    unsigned seed = 12345;
+    for (int trial = 0; trial < 20; trial++) {
+        size_t size = (size_t)(trial * 97) % sizeof buf;
+        for (size_t i = 0; i < size; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned r = seed >> 16;
+            /* Half plain text, so merges apply; half any byte. */
+            buf[i] = r & 1 ? (unsigned char)(r >> 1) : (unsigned char)" etaoinshrdlu'.\n"[(r >> 1) % 16];
+        }
+        round_trip(tok, buf, size);
+    }
+    /* One piece of 330,000 letters: merged in O(n log n), not a pass per merge. */
+    size_t long_size = 30000 * 11;
+    unsigned char *long_piece = malloc(long_size);
+    for (size_t i = 0; i < long_size; i += 11)
+        memcpy(long_piece + i, "thecomputer", 11);
+    round_trip(tok, long_piece, long_size);
+    free(long_piece);
+    fl_tokenizer_free(tok);
+}
+
+static unsigned char *read_corpus(size_t *size)
+{
+    FILE *f = fopen(FLARE_FIXTURES "/text_corpus.txt", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *s = malloc(*size + 1);
+    assert_int_equal(fread(s, 1, *size, f), *size);
+    fclose(f);
+    return s;
+}
+
+static void trainer_learns_the_merges_tokenizers_learns(void **state)
+{
+    json_t *train = cases("train");
+    size_t size;
+    unsigned char *corpus = read_corpus(&size);
+    fl_tokenizer *tok = NULL;
+    int64_t vocab_size = json_integer_value(json_object_get(train, "vocab_size"));
+    assert_int_equal(fl_tokenizer_train_bpe(corpus, size, vocab_size,
+                                            json_integer_value(json_object_get(train, "min_frequency")), &tok),
+                     FL_OK);
+    assert_int_equal(fl_tokenizer_vocab_size(tok), vocab_size);
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(train, "vocab"), key, v) {
+        if (fl_tokenizer_token_to_id(tok, key) != json_integer_value(v))
+            fail_msg("'%s' has id %lld, tokenizers gives %lld", key, (long long)fl_tokenizer_token_to_id(tok, key),
+                     (long long)json_integer_value(v));
+    }
+    size_t i;
+    json_array_foreach(json_object_get(train, "merges"), i, v) {
+        char both[256];
+        snprintf(both, sizeof both, "%s%s", json_string_value(json_array_get(v, 0)),
+                 json_string_value(json_array_get(v, 1)));
+        assert_string_equal(fl_tokenizer_id_to_token(tok, 256 + (int64_t)i), both);
+    }
+    assert_int_equal(i, vocab_size - 256);
+    round_trip(tok, corpus, size);
+    /* Merges make the text shorter in tokens than in bytes. */
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(fl_tokenizer_encode(tok, corpus, size, &ids, &n), FL_OK);
+    assert_true(n < size * 3 / 4);
+    free(ids);
+    fl_tokenizer_free(tok);
+
+    /* A vocabulary of the bytes alone, and one that stops early: no pair occurs
+     * a million times. */
+    assert_int_equal(fl_tokenizer_train_bpe(corpus, size, 256, 1, &tok), FL_OK);
+    assert_int_equal(fl_tokenizer_vocab_size(tok), 256);
+    round_trip(tok, corpus, 100);
+    fl_tokenizer_free(tok);
+    assert_int_equal(fl_tokenizer_train_bpe(corpus, size, 1000, 1000000, &tok), FL_OK);
+    assert_int_equal(fl_tokenizer_vocab_size(tok), 256);
+    fl_tokenizer_free(tok);
+    assert_int_equal(fl_tokenizer_train_bpe("", 0, 300, 1, &tok), FL_OK);
+    assert_int_equal(fl_tokenizer_vocab_size(tok), 256);
+    fl_tokenizer_free(tok);
+    free(corpus);
+}
+
+/* ---- bad input ---- */
+
+static const char *write_tmp(const char *text)
+{
+    FILE *f = fopen(tmp_path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return tmp_path;
+}
+
+static void assert_load_fails(const char *json, fl_status status, const char *contains)
+{
+    fl_tokenizer *tok = (fl_tokenizer *)1;
+    assert_fails_status(fl_tokenizer_load(write_tmp(json), &tok), status, contains);
+    assert_null(tok);
+}
+
+
+/* A byte-level vocabulary: the 256 byte characters, then extra entries. */
+static char *bpe_json(const char *extra_vocab, const char *merges, const char *pre)
+{
+    static char buf[16384];
+    int n = snprintf(buf, sizeof buf, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    int id = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174 ? b : 0;
+        if (!cp) {
+            unsigned k = 0;
+            for (unsigned c = 0; c < b; c++)
+                k += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174);
+            cp = 256 + k;
+        }
+        n += snprintf(buf + n, sizeof buf - n, "%s\"\\u%04x\": %d", b ? ", " : "", cp, id++);
+    }
+    n += snprintf(buf + n, sizeof buf - n, "%s}, \"merges\": %s}, \"pre_tokenizer\": %s}", extra_vocab, merges, pre);
+    return buf;
+}
+
+static void bad_tokenizer_files(void **state)
+{
+    fl_tokenizer *tok = (fl_tokenizer *)1;
+    assert_fails_status(fl_tokenizer_load("/nonexistent/tokenizer.json", &tok), FL_ERR_IO,
+                        "/nonexistent/tokenizer.json");
+    assert_null(tok);
+    assert_fails_status(fl_tokenizer_load(NULL, &tok), FL_ERR_NULL, "path");
+    assert_fails_status(fl_tokenizer_load(tmp_path, NULL), FL_ERR_NULL, "out");
+
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", ", FL_ERR_VALUE, "not valid JSON at line 1");
+    assert_load_fails("", FL_ERR_VALUE, tmp_path);
+    assert_load_fails("[1, 2]", FL_ERR_VALUE, "not a JSON object");
+    assert_load_fails("{\"version\": \"1.0\"}", FL_ERR_VALUE, "no \"model\"");
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", FL_ERR_VALUE,
+                      "model.type 'Unigram' is not supported");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": [1]}}", FL_ERR_VALUE, "model.vocab");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}}}", FL_ERR_VALUE,
+                      "model.vocab['a'] is not an integer");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}}}", FL_ERR_VALUE,
+                      "id 0 is given to both");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 99999999999}}}", FL_ERR_VALUE,
+                      "not below the number of tokens");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}", FL_ERR_VALUE, "outside");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                      "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
+                      FL_ERR_VALUE, "pre_tokenizer Metaspace");
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                      "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                      FL_ERR_VALUE, "the token of byte 0x00");
+    assert_load_fails(bpe_json("", "[\"a b\", \"ab c\"]", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE,
+                      "model.merges[0]: 'ab' is not in the vocabulary");
+    assert_load_fails(bpe_json(", \"ab\": 256", "[\"a b\", \"ab q\"]", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE,
+                      "model.merges[1]: 'abq' is not in the vocabulary");
+    assert_load_fails(bpe_json(", \"ab\": 256", "[\"a b c\"]", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE,
+                      "model.merges[0] is not");
+    assert_load_fails(bpe_json("", "{}", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE, "model.merges is missing");
+    assert_load_fails("{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"lstrip\": true}], "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}",
+                      FL_ERR_VALUE, "added_tokens[0] '<s>': lstrip");
+    assert_load_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}, \"unk_token\": \"[UNK]\"}, "
+                      "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
+                      FL_ERR_VALUE, "model.unk_token '[UNK]' is not in the vocabulary");
+    assert_load_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}, "
+                      "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
+                      FL_ERR_VALUE, "normalizer NFKC");
+
+    /* A well-formed minimal file loads: merges as pairs, as tokenizers 0.20 writes. */
+    const char *pairs = bpe_json(", \"ab\": 256", "[[\"a\", \"b\"]]", "{\"type\": \"ByteLevel\"}");
+    assert_int_equal(fl_tokenizer_load(write_tmp(pairs), &tok), FL_OK);
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(fl_tokenizer_encode(tok, "abab", 4, &ids, &n), FL_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 256);
+    assert_int_equal(ids[1], 256);
+    free(ids);
+    fl_tokenizer_free(tok);
+}
+
+static void bad_ids_and_arguments(void **state)
+{
+    fl_tokenizer *tok = load("text_bpe.json");
+    char *text = (char *)1;
+    size_t size = 7;
+    int64_t ids[] = {40, 1000, 3};
+    assert_fails_status(fl_tokenizer_decode(tok, ids, 3, &text, &size), FL_ERR_INDEX,
+                        "id 1000 at position 1 is out of range (vocabulary size 1000)");
+    assert_null(text);
+    assert_int_equal(size, 0);
+    ids[1] = -5;
+    assert_fails_status(fl_tokenizer_decode(tok, ids, 3, &text, &size), FL_ERR_INDEX, "id -5 at position 1");
+    assert_int_equal(fl_tokenizer_decode(tok, NULL, 0, &text, &size), FL_OK);
+    assert_int_equal(size, 0);
+    assert_string_equal(text, "");
+    free(text);
+    int64_t *out;
+    size_t n;
+    assert_fails_status(fl_tokenizer_encode(NULL, "a", 1, &out, &n), FL_ERR_NULL, "tokenizer");
+    assert_fails_status(fl_tokenizer_encode(tok, NULL, 1, &out, &n), FL_ERR_NULL, "text");
+    assert_int_equal(fl_tokenizer_encode(tok, NULL, 0, &out, &n), FL_OK);
+    assert_int_equal(n, 0);
+    assert_null(out);
+    assert_fails(fl_tokenizer_encode_tensor(NULL, "a", 1), FL_ERR_NULL, "tokenizer");
+    fl_tokenizer *t2;
+    assert_fails_status(fl_tokenizer_train_bpe("abc", 3, 100, 1, &t2), FL_ERR_VALUE,
+                        "vocab_size 100 must be at least 256");
+    assert_fails_status(fl_tokenizer_train_bpe("abc", 3, 300, 0, &t2), FL_ERR_VALUE, "min_frequency 0");
+    assert_fails_status(fl_tokenizer_train_bpe(NULL, 3, 300, 1, &t2), FL_ERR_NULL, "text");
+    fl_tokenizer_free(NULL);
+    assert_int_equal(fl_tokenizer_vocab_size(NULL), 0);
+    fl_tokenizer_free(tok);
+}
+
+static int make_tmp(void **state)
+{
+    int fd = mkstemp(tmp_path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int remove_tmp(void **state) { return unlink(tmp_path); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(byte_level_bpe_ids_match_tokenizers),
+        scoped_test(byte_level_bpe_layouts),
+        scoped_test(byte_level_bpe_lookups),
+        scoped_test(byte_level_bpe_round_trips_any_bytes),
+        scoped_test(trainer_learns_the_merges_tokenizers_learns),
+        scoped_test(wordpiece_ids_match_tokenizers),
+        scoped_test(wordpiece_normalizer_options),
+        scoped_test(bad_tokenizer_files),
+        scoped_test(bad_ids_and_arguments),
+    };
+    return cmocka_run_group_tests_name("text", tests, make_tmp, remove_tmp);
+}
