@@ -349,3 +349,79 @@ fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tok
     gpt_cache_free(cache);
     return tensor_scope_return(outer, out);
 }
+
+/* ---- the benchmark model ----
+ *
+ * Next-token prediction on random text, as the paper trains on random data in memory.
+ * bench/torch/gpt.py is the same model in PyTorch with the same state_dict names. TINY
+ * is small for tests, CPU is six 512-wide blocks (the BERT-like model's size), PAPER
+ * is GPT-2 small's shape (124.4M parameters with the tied head). */
+
+typedef struct gpt_benchmark_config {
+    gpt_config model;
+    int64_t seq;
+} gpt_benchmark_config;
+
+static const gpt_benchmark_config benchmark_configs[MODEL_SIZES] = {
+    [MODEL_TINY] = {{.vocab = 96, .context = 16, .layers = 2, .heads = 4, .embed = 32, .dropout = 0.1}, .seq = 16},
+    [MODEL_CPU] = {{.vocab = 30000, .context = 512, .layers = 6, .heads = 8, .embed = 512, .dropout = 0.1},
+                   .seq = 128},
+    [MODEL_PAPER] = {{.vocab = 50257, .context = 1024, .layers = 12, .heads = 12, .embed = 768, .dropout = 0.1},
+                     .seq = 1024},
+};
+
+static fl_module *gpt_build(model_size size)
+{
+    return valid_size("gpt.build", size) ? gpt_new(&benchmark_configs[size].model) : NULL;
+}
+
+/* Random tokens [N, seq + 1]: the input is the first seq, the target the last seq. */
+static fl_status gpt_make_batch(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target)
+{
+    *input = *target = NULL;
+    if (!valid_size("gpt.make_batch", size))
+        return FL_ERR_VALUE;
+    if (batch < 1)
+        return fl_error(FL_ERR_VALUE, "gpt.make_batch", "batch must be positive, got %lld", (long long)batch),
+               FL_ERR_VALUE;
+    const gpt_benchmark_config *c = &benchmark_configs[size];
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *text = fl_randint(0, c->model.vocab, FL_I64, FL_SHAPE(batch, c->seq + 1));
+    return batch_return(scope, fl_index(text, FL_INDEX(FL_SPAN, FL_RANGE(0, c->seq))),
+                        fl_index(text, FL_INDEX(FL_SPAN, FL_RANGE(1, c->seq + 1))), input, target);
+}
+
+static fl_variable *gpt_loss(fl_module *model, const fl_tensor *input, const fl_tensor *target)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_variable *logits = fl_module_forward(model, fl_v_new(input, false));
+    const fl_tensor *value = fl_v_value(logits);
+    fl_variable *loss = NULL;
+    if (value)
+        loss = fl_nn_cross_entropy(fl_v_reshape(logits, FL_SHAPE(-1, fl_dim(value, -1))),
+                                   fl_reshape(target, FL_SHAPE(-1)), &FL_CLASS_LOSS_DEFAULTS);
+    return fl_v_scope_return(scope, loss);
+}
+
+/* Multiply-adds of the matrix products, 2 FLOPs each, forward and backward (3x); the
+ * causal attention is counted whole, as it is computed. */
+static double gpt_flops_per_sample(model_size size)
+{
+    if (!valid_size("gpt.flops_per_sample", size))
+        return NAN;
+    const gpt_benchmark_config *c = &benchmark_configs[size];
+    double s = (double)c->seq, d = (double)c->model.embed;
+    double projections = 4 * d * d + 2 * d * 4 * d; /* q, k, v, out; the MLP */
+    double attention = 2 * s * d;                   /* q k^T and weights v, per position */
+    double head = s * d * (double)c->model.vocab;
+    return 3 * 2 * ((double)c->model.layers * s * (projections + attention) + head);
+}
+
+const benchmark_model benchmark_gpt = {
+    .name = "gpt",
+    .batch = {[MODEL_TINY] = 4, [MODEL_CPU] = 8, [MODEL_PAPER] = 8},
+    .build = gpt_build,
+    .make_batch = gpt_make_batch,
+    .loss = gpt_loss,
+    .flops_per_sample = gpt_flops_per_sample,
+};

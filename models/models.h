@@ -39,7 +39,7 @@ typedef struct benchmark_model {
  * checkpoints. */
 fl_module *mnist_cnn(void);
 
-/* Every model, NULL-terminated, in the order of the paper's Table 3 (then MNIST). */
+/* Every model, NULL-terminated, in the order of the paper's Table 3 (then GPT, MNIST). */
 extern const benchmark_model *const benchmark_models[];
 const benchmark_model *benchmark_model_find(const char *name);
 

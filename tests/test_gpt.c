@@ -1,12 +1,17 @@
 /* The GPT-style language model of models/gpt.c: its forward and errors, the tied
- * output head, decoding with the key/value cache against full forwards, and the
- * sampling rules of gpt_generate. */
+ * output head, PyTorch's loss, logits and gradients for the same weights
+ * (tests/fixtures/gen_gpt.py), decoding with the key/value cache against full
+ * forwards, the sampling rules of gpt_generate, and its benchmark model. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "flare/io.h"
 #include "flare/optim.h"
 #include "models.h"
 #include "support.h"
+
+extern const benchmark_model benchmark_gpt;
 
 static const gpt_config tiny = {.vocab = 23, .context = 12, .layers = 2, .heads = 2, .embed = 16, .dropout = 0};
 
@@ -127,6 +132,54 @@ static void tied_embedding_gets_the_gradient_of_both_uses(void **state)
             fail_msg("column %lld: numeric %g, analytic %g", (long long)col, numeric, analytic);
     }
     fl_module_release(m);
+    assert_no_error();
+}
+
+/* The TINY benchmark GPT with PyTorch's weights, loaded by name, on PyTorch's batch,
+ * dropout off: the same logits, loss and gradient of every parameter, the tied
+ * embedding's included. The parameter counts are bench/torch/gpt.py's. */
+static void gpt_matches_pytorch(void **state)
+{
+    (void)state;
+    fl_module *model = benchmark_gpt.build(MODEL_TINY);
+    assert_non_null(model);
+    fl_tensor_map *weights;
+    assert_int_equal(fl_load_safetensors(FLARE_FIXTURES "/gpt_tiny.safetensors", &weights), FL_OK);
+    assert_int_equal(fl_module_load_state_dict(model, weights, true), FL_OK);
+    fl_tensor_map_free(weights);
+    fl_module_train(model, false);
+
+    fl_tensor *tokens = fixture("gpt.bin", "tokens"), *targets = fixture("gpt.bin", "targets");
+    fl_variable *logits = fl_module_forward(model, fl_v_new(tokens, false));
+    assert_non_null(logits);
+    assert_close(fl_v_value(logits), fixture("gpt.bin", "logits"), 1e-4, 1e-5);
+    fl_variable *loss = benchmark_gpt.loss(model, tokens, targets);
+    assert_non_null(loss);
+    assert_close(fl_v_value(loss), fixture("gpt.bin", "loss"), 1e-5, 0);
+    assert_int_equal(fl_v_backward(loss, NULL, false), FL_OK);
+    fl_parameters *p = fl_module_parameters(model);
+    assert_int_equal(p->count, 2 + 2 * 12 + 2); /* embeddings, 2 blocks of 12, ln_f */
+    for (size_t i = 0; i < p->count; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "grad.%s", p->names[i]);
+        assert_close(fl_v_grad(p->items[i]), fixture("gpt.bin", name), 1e-4, 1e-6);
+    }
+    fl_parameters_free(p);
+    assert_int_equal(fl_module_parameter_count(model), 29056);
+    fl_module_release(model);
+    fl_module *cpu = benchmark_gpt.build(MODEL_CPU);
+    assert_non_null(cpu);
+    assert_int_equal(fl_module_parameter_count(cpu), 34537472);
+    fl_module_release(cpu);
+
+    fl_tensor *input, *target;
+    assert_int_equal(benchmark_gpt.make_batch(MODEL_TINY, 3, &input, &target), FL_OK);
+    assert_shape(input, 3, 16);
+    assert_shape(target, 3, 16);
+    assert_close(fl_index(input, FL_INDEX(FL_SPAN, FL_RANGE(1, 16))),
+                 fl_index(target, FL_INDEX(FL_SPAN, FL_RANGE(0, 15))), 0, 0);
+    assert_true(benchmark_gpt.flops_per_sample(MODEL_TINY) > 0);
+    assert_fails(benchmark_gpt.build(MODEL_SIZES), FL_ERR_VALUE, "MODEL_TINY");
     assert_no_error();
 }
 
@@ -274,6 +327,7 @@ int main(void)
         scoped_test(forward_gives_logits_and_refuses_bad_tokens),
         scoped_test(output_head_is_tied_to_the_embedding),
         scoped_test(tied_embedding_gets_the_gradient_of_both_uses),
+        scoped_test(gpt_matches_pytorch),
         scoped_test(cached_logits_equal_full_forward),
         scoped_test(greedy_generation_equals_repeated_argmax),
         scoped_test(sampling_follows_its_seed_and_limits),
