@@ -41,8 +41,8 @@ static bool valid_tokens(const char *fn, const gpt_config *c, const fl_tensor *i
     char d[FL_DESC_SIZE];
     if (fl_null_args(fn, 1, ids))
         return false;
-    if (fl_dtype_of(ids) != FL_I64 || fl_ndim(ids) != 2 || fl_dim(ids, 1) < 1) {
-        fl_error(FL_ERR_SHAPE, fn, "expects token ids i64 [N, L] with L >= 1, got %s", fl_describe(ids, d));
+    if (fl_dtype_of(ids) != FL_I64 || fl_ndim(ids) != 2 || fl_dim(ids, 0) < 1 || fl_dim(ids, 1) < 1) {
+        fl_error(FL_ERR_SHAPE, fn, "expects token ids i64 [N, L] with N, L >= 1, got %s", fl_describe(ids, d));
         return false;
     }
     if (offset + fl_dim(ids, 1) > c->context) {

@@ -52,6 +52,7 @@ static void forward_gives_logits_and_refuses_bad_tokens(void **state)
                  "must lie in [0, 23)");
     assert_fails(fl_module_forward(m, fl_v_new(T_I64(FL_SHAPE(1, 2), -1, 2), false)), FL_ERR_VALUE, "from -1 to 2");
     assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_F32, FL_SHAPE(1, 2)), false)), FL_ERR_SHAPE, "i64 [N, L]");
+    assert_fails(fl_module_forward(m, fl_v_new(fl_zeros(FL_I64, FL_SHAPE(0, 2)), false)), FL_ERR_SHAPE, "i64[0, 2]");
     assert_fails(gpt_new(&(gpt_config){.vocab = 5, .context = 4, .layers = 1, .heads = 3, .embed = 8}), FL_ERR_VALUE,
                  "divisible by heads");
     gpt_cache *cache = gpt_cache_new(m, 1);
