@@ -39,8 +39,63 @@ typedef struct benchmark_model {
  * checkpoints. */
 fl_module *mnist_cnn(void);
 
-/* Every model, NULL-terminated, in the order of the paper's Table 3 (then MNIST). */
+/* Every model, NULL-terminated, in the order of the paper's Table 3 (then GPT, MNIST). */
 extern const benchmark_model *const benchmark_models[];
 const benchmark_model *benchmark_model_find(const char *name);
+
+/* ---- a GPT-style causal language model (models/gpt.c) ---------------------------- */
+
+/* vocab token ids; at most context positions; layers pre-LayerNorm Transformer blocks
+ * of embed features in heads heads (embed divisible by heads), a GELU MLP of 4 embed;
+ * dropout after the embeddings, in attention and in the MLP (training only). */
+typedef struct gpt_config {
+    int64_t vocab, context, layers, heads, embed;
+    double dropout;
+} gpt_config;
+
+/* Token embedding ("tok_embed", nn.Embedding) plus a learned position embedding
+ * ("pos_embed"), dropout, the blocks ("blocks.layers.N", pre-norm causal GELU
+ * TransformerEncoderLayers), a final LayerNorm ("ln_f") and an output head tied to the
+ * token embedding: logits = h tok_embed.weight^T, the same parameter (it appears once
+ * among the parameters and gets the gradient of both uses). Both embeddings start as
+ * N(0, 0.02), as GPT-2's. The module forward takes token ids i64 [N, L] (L <= context,
+ * every id in [0, vocab)) to logits [N, L, vocab]; a longer sequence or an id out of
+ * the vocabulary is an error (FL_ERR_SHAPE, FL_ERR_VALUE). */
+fl_module *gpt_new(const gpt_config *config);
+
+/* Incremental decoding: the keys and values of every block for the positions fed so
+ * far, of one model and batch size. gpt_cache_feed runs tokens i64 [N, T] as the next
+ * T positions (attending to the cached ones and causally among themselves), appends
+ * their keys and values, and returns the logits of the last of them, [N, vocab] (f32,
+ * owned by the innermost scope, else the caller's). It runs without recording
+ * gradients and with dropout off, whatever the model's mode; positions past the
+ * context are an error (FL_ERR_SHAPE). Its logits equal those of the module forward
+ * in evaluation mode over the whole sequence fed, at its last position. */
+typedef struct gpt_cache gpt_cache;
+gpt_cache *gpt_cache_new(fl_module *gpt, int64_t batch);
+void gpt_cache_free(gpt_cache *cache);
+int64_t gpt_cache_length(const gpt_cache *cache);
+fl_tensor *gpt_cache_feed(gpt_cache *cache, const fl_tensor *tokens);
+
+/* How gpt_generate picks each token from the logits: temperature <= 0 is greedy (the
+ * first argmax); otherwise it samples from softmax(logits / temperature), restricted to
+ * the top_k most likely tokens (top_k > 0; 0 for all) and then to the smallest set of
+ * most likely tokens whose probability reaches top_p (nucleus sampling, for 0 < top_p < 1;
+ * 0 or 1 and more for all; the most likely token is always kept). A zeroed struct is
+ * greedy. Draws come from the
+ * library's Philox generator keyed by seed (fl_random_stream), so the same seed gives
+ * the same tokens and the global generator (fl_manual_seed) is left as it was. */
+typedef struct gpt_sampling {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+    uint64_t seed;
+} gpt_sampling;
+
+/* The prompt i64 [N, P] (P >= 1) followed by new_tokens generated ones, [N, P +
+ * new_tokens], decoded with a KV cache (the prompt fed at once, then one token per
+ * step); P + new_tokens - 1 must not exceed the context (FL_ERR_SHAPE). The result
+ * belongs to the innermost scope, else to the caller. */
+fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tokens, const gpt_sampling *sampling);
 
 #endif

@@ -1,10 +1,11 @@
-/* The table of benchmark models (models/models.h), in the order of the paper's Table 3. */
+/* The table of benchmark models (models/models.h), in the order of the paper's Table 3,
+ * then the GPT-style language model and MNIST. */
 #include <string.h>
 
 #include "models.h"
 
 extern const benchmark_model benchmark_alexnet, benchmark_vgg16, benchmark_resnet50, benchmark_bert, benchmark_asr,
-    benchmark_vit, benchmark_mnist;
+    benchmark_vit, benchmark_gpt, benchmark_mnist;
 
 const benchmark_model *const benchmark_models[] = {
     &benchmark_alexnet,
@@ -13,6 +14,7 @@ const benchmark_model *const benchmark_models[] = {
     &benchmark_bert,
     &benchmark_asr,
     &benchmark_vit,
+    &benchmark_gpt,
     &benchmark_mnist,
     NULL,
 };
