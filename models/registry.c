@@ -5,7 +5,7 @@
 #include "models.h"
 
 extern const benchmark_model benchmark_alexnet, benchmark_vgg16, benchmark_resnet50, benchmark_bert, benchmark_asr,
-    benchmark_vit, benchmark_gpt, benchmark_mnist;
+    benchmark_vit, benchmark_lstm, benchmark_gpt, benchmark_mnist;
 
 const benchmark_model *const benchmark_models[] = {
     &benchmark_alexnet,
@@ -14,6 +14,7 @@ const benchmark_model *const benchmark_models[] = {
     &benchmark_bert,
     &benchmark_asr,
     &benchmark_vit,
+    &benchmark_lstm,
     &benchmark_gpt,
     &benchmark_mnist,
     NULL,

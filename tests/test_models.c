@@ -28,6 +28,7 @@ static const struct {
     {"alexnet", 119858, 61100840, true},
     {"vgg16", 163054, 138357544, true},
     {"resnet50", 34606, 25557032, false},
+    {"lstm", 17298, 2078672, false},
     {"mnist", 3274634, 3274634, false},
 };
 
@@ -89,7 +90,10 @@ static void test_tiny_training_step(void **state)
 
 /* Memorizing one fixed batch: within a few dozen steps, the mean loss of the last five
  * steps of every tiny model falls under three quarters of the first (AlexNet, with
- * its two dropouts of 0.5 and PyTorch's default initialization, is the slowest). */
+ * its two dropouts of 0.5 and PyTorch's default initialization, is the slowest). The
+ * LSTM language model, whose gradients through the saturating gates are small, learns
+ * at the larger rates LSTM LMs train with (PyTorch's twin likewise barely moves at 0.02
+ * in 60 steps and reaches a fifth of its first loss at 0.5). */
 static void test_tiny_models_learn(void **state)
 {
     enum { STEPS = 60 };
@@ -98,7 +102,8 @@ static void test_tiny_models_learn(void **state)
         fl_manual_seed(3);
         fl_module *model = bm->build(MODEL_TINY);
         fl_parameters *params = fl_module_parameters(model);
-        fl_optimizer *opt = fl_sgd(params->items, params->count, &(fl_sgd_options){.lr = 0.02, .momentum = 0.9});
+        double lr = strcmp(bm->name, "lstm") == 0 ? 0.5 : 0.02;
+        fl_optimizer *opt = fl_sgd(params->items, params->count, &(fl_sgd_options){.lr = lr, .momentum = 0.9});
         fl_tensor *input, *target;
         assert_int_equal(bm->make_batch(MODEL_TINY, bm->batch[MODEL_TINY], &input, &target), FL_OK);
         double first = NAN, last = 0;
