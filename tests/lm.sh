@@ -2,11 +2,15 @@
 # The language-model example (apps/lm) on a slice of the fortunes: a tiny GPT trained
 # for three epochs lowers its training and validation loss; --json is valid JSON with
 # every field; a checkpoint saved after training, loaded again, generates the same
-# text from the same seed, and resumes with the same validation loss; bad input (a
-# missing file, an empty corpus, a prompt longer than the context, a checkpoint of
-# another tokenizer, a truncated one) is refused with a message and status 1.
+# text from the same seed and reports the same validation loss; a run stopped after
+# one epoch and resumed ends with a byte-identical checkpoint and the same loss as one
+# that never stopped; a tokenizer.json (tests/fixtures/text_bpe.json) serves as well;
+# bad input (a missing file, an empty corpus, a corpus shorter than two windows, a
+# prompt longer than the context, a checkpoint of another tokenizer, a truncated one)
+# is refused with a message and a non-zero status.
 set -eu
 lm=$1
+fixtures=$2/tests/fixtures
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 if [ ! -e /usr/share/games/fortunes/fortunes ]; then
@@ -47,6 +51,23 @@ val=$("$lm" --data "$dir/text" --vocab 300 --threads 2 --load "$dir/lm.safetenso
 expected=$(python3 -c 'import json, sys; print("%.4f" % json.load(open(sys.argv[1]))["epochs"][-1]["val_loss"])' "$dir/run.json")
 [ "$val" = "$expected" ] || { echo "validation loss after loading: $val, after training: $expected"; exit 1; }
 
+# Stopped after epoch 1 and resumed: as if it had not stopped (dropout, shuffles, AdamW).
+# shellcheck disable=SC2086
+"$lm" $tiny --epochs 2 --seed 5 --json "$dir/straight.json" --save "$dir/straight.safetensors"
+# shellcheck disable=SC2086
+"$lm" $tiny --epochs 2 --stop-after 1 --seed 5 --save "$dir/first.safetensors"
+# shellcheck disable=SC2086
+"$lm" $tiny --epochs 2 --load "$dir/first.safetensors" --json "$dir/resumed.json" --save "$dir/resumed.safetensors"
+cmp "$dir/straight.safetensors" "$dir/resumed.safetensors"
+straight=$(grep '"epoch": 2' "$dir/straight.json" | sed 's/.*"train_loss": \([0-9.]*\).*/\1/')
+resumed=$(grep '"epoch": 2' "$dir/resumed.json" | sed 's/.*"train_loss": \([0-9.]*\).*/\1/')
+[ "$straight" = "$resumed" ] || { echo "epoch 2 loss: straight $straight, resumed $resumed"; exit 1; }
+
+# A Hugging Face tokenizer.json instead of one learned from the text.
+"$lm" --data "$dir/text" --tokenizer "$fixtures/text_bpe.json" --context 16 --layers 1 --heads 2 --embed 16 \
+    --train-limit 32 --threads 2 --quiet --json "$dir/hf.json" --generate "Time is" --tokens 4 > /dev/null
+grep -q '"train_loss"' "$dir/hf.json"
+
 # Bad input: a message naming the problem and status 1, never a crash.
 refused() {
     pattern=$1
@@ -54,11 +75,14 @@ refused() {
     if "$lm" --quiet --threads 2 "$@" > "$dir/out" 2> "$dir/err"; then
         echo "accepted: $*"; exit 1
     fi
-    grep -q "$pattern" "$dir/err" || { echo "for $*, expected '$pattern' in:"; cat "$dir/err"; exit 1; }
+    grep -q -e "$pattern" "$dir/err" || { echo "for $*, expected '$pattern' in:"; cat "$dir/err"; exit 1; }
 }
 refused "cannot read $dir/missing" --data "$dir/missing"
 : > "$dir/empty"
 refused "the corpus is empty" --data "$dir/empty"
+head -c 100 "$dir/text" > "$dir/short"
+refused "too short for a training and a validation window" --data "$dir/short" --context 64
+refused "--vocab sizes a tokenizer learned" --data "$dir/text" --vocab 300 --tokenizer "$fixtures/text_bpe.json"
 refused "the prompt is .* tokens; it must be 1 to the context's 4" --data "$dir/text" --vocab 300 --context 4 \
     --generate "a prompt of many more tokens than four"
 refused "another tokenizer" --data "$dir/text" --vocab 301 --load "$dir/lm.safetensors" --generate "Time"

@@ -5,8 +5,8 @@
  * separate the fortunes removed), or any text file given with --data.
  *
  *     lm [--data FILE] [--vocab N | --tokenizer tokenizer.json] [--context N] [--layers N]
- *        [--heads N] [--embed N] [--dropout P] [--epochs N] [--batch B] [--lr LR]
- *        [--train-limit N] [--seed S] [--threads T] [--json FILE] [--save FILE]
+ *        [--heads N] [--embed N] [--dropout P] [--epochs N] [--stop-after N] [--batch B]
+ *        [--lr LR] [--train-limit N] [--seed S] [--threads T] [--json FILE] [--save FILE]
  *        [--load FILE] [--generate PROMPT] [--tokens N] [--temperature T] [--top-k K]
  *        [--top-p P] [--quiet] [--backend NAME]
  *
@@ -21,7 +21,9 @@
  * fingerprint of the tokenizer in its metadata; --load resumes from one (its shape
  * replaces --context, --layers, --heads, --embed and --dropout) and trains on to
  * --epochs, or trains nothing when --epochs is not given, on the split of the seed it
- * was saved with (--seed then seeds the sampling alone). The tokenizer is not stored:
+ * was saved with (--seed then seeds the sampling alone), continuing exactly as if the
+ * run had not stopped; --stop-after N ends a run after epoch N of --epochs, as an
+ * interruption would. The tokenizer is not stored:
  * the same --data and --vocab learn it again (BPE training is deterministic), or the
  * same --tokenizer reads it; another one is refused. --generate PROMPT prints the
  * prompt continued by --tokens tokens (fewer if the context ends first), sampled with
@@ -55,7 +57,7 @@
 
 typedef struct options {
     const char *data, *tokenizer, *json, *save, *load, *prompt;
-    int epochs, threads;
+    int epochs, stop_after, threads;
     bool epochs_given, quiet;
     int64_t vocab, batch, train_limit, tokens, top_k;
     gpt_config model;
@@ -67,7 +69,7 @@ static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.vocab = 512, .epochs = 1, .batch = 16, .lr = 3e-3, .seed = 1, .tokens = 64, .temperature = 0.8,
                    .model = {.context = 64, .layers = 2, .heads = 4, .embed = 128, .dropout = 0.1}};
-    enum { DATA = 256, TOKENIZER, VOCAB, CONTEXT, LAYERS, HEADS, EMBED, DROPOUT, EPOCHS, BATCH, LR, TRAIN_LIMIT,
+    enum { DATA = 256, TOKENIZER, VOCAB, CONTEXT, LAYERS, HEADS, EMBED, DROPOUT, EPOCHS, STOP_AFTER, BATCH, LR, TRAIN_LIMIT,
            SEED, THREADS, JSON, SAVE, LOAD, GENERATE, TOKENS, TEMPERATURE, TOP_K, TOP_P, QUIET, BACKEND };
     static const struct option long_options[] = {
         {"data", required_argument, NULL, DATA},
@@ -79,6 +81,7 @@ static void parse_args(int argc, char **argv, options *o)
         {"embed", required_argument, NULL, EMBED},
         {"dropout", required_argument, NULL, DROPOUT},
         {"epochs", required_argument, NULL, EPOCHS},
+        {"stop-after", required_argument, NULL, STOP_AFTER},
         {"batch", required_argument, NULL, BATCH},
         {"lr", required_argument, NULL, LR},
         {"train-limit", required_argument, NULL, TRAIN_LIMIT},
@@ -98,13 +101,14 @@ static void parse_args(int argc, char **argv, options *o)
     };
     cli c = {.program = "lm",
              .usage = "lm [--data FILE] [--vocab N | --tokenizer tokenizer.json] [--context N] [--layers N]\n"
-                      "          [--heads N] [--embed N] [--dropout P] [--epochs N] [--batch B] [--lr LR]\n"
-                      "          [--train-limit N] [--seed S] [--threads T] [--json FILE] [--save FILE]\n"
+                      "          [--heads N] [--embed N] [--dropout P] [--epochs N] [--stop-after N] [--batch B]\n"
+                      "          [--lr LR] [--train-limit N] [--seed S] [--threads T] [--json FILE] [--save FILE]\n"
                       "          [--load FILE] [--generate PROMPT] [--tokens N] [--temperature T] [--top-k K]\n"
                       "          [--top-p P] [--quiet] [--backend NAME]\n"
                       "       --data FILE: the text to learn (default: the fortunes in " FORTUNES_DIR ")\n"
                       "       --train-limit N: train on at most N windows of --context tokens per epoch\n"
                       "       --load FILE: resume from a checkpoint; without --epochs, train nothing\n"
+                      "       --stop-after N: end the run after epoch N of --epochs, as an interruption would\n"
                       "       " CLI_BACKEND_HELP,
              .options = long_options};
     bool vocab_given = false;
@@ -119,6 +123,7 @@ static void parse_args(int argc, char **argv, options *o)
         case EMBED: o->model.embed = cli_integer(&c, 1, 1 << 16); break;
         case DROPOUT: o->model.dropout = cli_number(&c, 0, 0.99); break;
         case EPOCHS: o->epochs = (int)cli_integer(&c, 0, 100000), o->epochs_given = true; break;
+        case STOP_AFTER: o->stop_after = (int)cli_integer(&c, 1, 100000); break;
         case BATCH: o->batch = cli_integer(&c, 1, 1 << 20); break;
         case LR: o->lr = cli_number(&c, 0, 100); break;
         case TRAIN_LIMIT: o->train_limit = cli_integer(&c, 1, (long long)1e12); break;
@@ -567,7 +572,8 @@ int main(int argc, char **argv)
             printf("resumed from %s after epoch %d\n", o.load, first_epoch);
     }
 
-    for (int epoch = first_epoch; epoch < o.epochs && status == 0; epoch++, done++) {
+    int last_epoch = o.stop_after && o.stop_after < o.epochs ? o.stop_after : o.epochs;
+    for (int epoch = first_epoch; epoch < last_epoch && status == 0; epoch++, done++) {
         fl_dataset_set_epoch(train, epoch);
         fl_average_meter train_loss = {0};
         fl_timer_meter epoch_timer = {0};
