@@ -1,8 +1,9 @@
 #!/bin/sh
 # The language-model example (apps/lm) on a slice of the fortunes: a tiny GPT trained
 # for three epochs lowers its training and validation loss; --json is valid JSON with
-# every field; a checkpoint saved after training, loaded again, generates the same
-# text from the same seed and reports the same validation loss; a run stopped after
+# every field (valid UTF-8 whatever the bytes sampled); a checkpoint saved after
+# training, loaded again, generates the same text from the same seed and reports the
+# same validation loss; a run stopped after
 # one epoch and resumed ends with a byte-identical checkpoint and the same loss as one
 # that never stopped; a tokenizer.json (tests/fixtures/text_bpe.json) serves as well;
 # bad input (a missing file, an empty corpus, a corpus shorter than two windows, a
@@ -50,6 +51,13 @@ cmp "$dir/trained.txt" "$dir/loaded.txt"
 val=$("$lm" --data "$dir/text" --vocab 300 --threads 2 --load "$dir/lm.safetensors" | sed -n 's/^validation loss \([0-9.]*\).*/\1/p')
 expected=$(python3 -c 'import json, sys; print("%.4f" % json.load(open(sys.argv[1]))["epochs"][-1]["val_loss"])' "$dir/run.json")
 [ "$val" = "$expected" ] || { echo "validation loss after loading: $val, after training: $expected"; exit 1; }
+
+# A prompt that is not UTF-8 still gives valid JSON (its byte as U+FFFD).
+# shellcheck disable=SC2086
+"$lm" $tiny --seed 5 --load "$dir/lm.safetensors" --generate "$(printf 'Time \377')" --tokens 4 \
+    --json "$dir/bytes.json" > /dev/null
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1], encoding="utf-8"))["prompt"] == "Time \ufffd"' \
+    "$dir/bytes.json"
 
 # Stopped after epoch 1 and resumed: as if it had not stopped (dropout, shuffles, AdamW).
 # shellcheck disable=SC2086

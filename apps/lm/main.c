@@ -360,16 +360,37 @@ typedef struct epoch_result {
     double seconds, train_loss, val_loss, tokens_per_second;
 } epoch_result;
 
+/* The length of the valid UTF-8 character at c (1 to 4), or 0 if it is not one. */
+static int utf8_length(const unsigned char *c)
+{
+    int n = *c < 0x80 ? 1 : *c >= 0xc2 && *c <= 0xdf ? 2 : *c >= 0xe0 && *c <= 0xef ? 3 : *c >= 0xf0 && *c <= 0xf4 ? 4 : 0;
+    /* Overlong forms, surrogates and code points past U+10FFFF. */
+    if ((*c == 0xe0 && c[1] < 0xa0) || (*c == 0xed && c[1] >= 0xa0) || (*c == 0xf0 && c[1] < 0x90) ||
+        (*c == 0xf4 && c[1] >= 0x90))
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((c[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* s as a JSON string. A sampled text may hold bytes that are not UTF-8 (a character
+ * cut between tokens); each becomes U+FFFD, so that the file stays valid JSON. */
 static void json_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
-        if (*c == '"' || *c == '\\')
+    for (const unsigned char *c = (const unsigned char *)s; *c;) {
+        int n = utf8_length(c);
+        if (n == 0)
+            fputs("\\ufffd", f);
+        else if (*c == '"' || *c == '\\')
             fprintf(f, "\\%c", *c);
         else if (*c < 0x20)
             fprintf(f, "\\u%04x", *c);
         else
-            fputc(*c, f);
+            fwrite(c, 1, (size_t)n, f);
+        c += n ? n : 1;
+    }
     fputc('"', f);
 }
 
