@@ -12,7 +12,7 @@ PYTHON     := $(VENV)/bin/python
 THREADS    ?= 2
 
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
-                   zlib1g-dev libjansson-dev dataset-fashion-mnist python3-venv ninja-build openmpi-bin libopenmpi-dev \
+                   zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes python3-venv ninja-build openmpi-bin libopenmpi-dev \
                    ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
 
 # What `make fuzz` needs besides: clang and its libFuzzer runtime.
