@@ -47,10 +47,14 @@ const benchmark_model *benchmark_model_find(const char *name);
 
 /* vocab token ids; at most context positions; layers pre-LayerNorm Transformer blocks
  * of embed features in heads heads (embed divisible by heads), a GELU MLP of 4 embed;
- * dropout after the embeddings, in attention and in the MLP (training only). */
+ * dropout after the embeddings, in attention and in the MLP (training only).
+ * layer_norm_eps: every LayerNorm's (0: 1e-5); gelu_tanh: the MLP's GELU is the tanh
+ * approximation (GPT-2's "gelu_new") instead of the exact erf form. */
 typedef struct gpt_config {
     int64_t vocab, context, layers, heads, embed;
     double dropout;
+    double layer_norm_eps;
+    bool gelu_tanh;
 } gpt_config;
 
 /* Token embedding ("tok_embed", nn.Embedding) plus a learned position embedding
@@ -97,5 +101,22 @@ typedef struct gpt_sampling {
  * step); P + new_tokens - 1 must not exceed the context (FL_ERR_SHAPE). The result
  * belongs to the innermost scope, else to the caller. */
 fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tokens, const gpt_sampling *sampling);
+
+/* ---- Hugging Face checkpoints (models/hf.c) ---------------------------------------- */
+
+/* Loads a directory written by transformers' GPT2LMHeadModel.save_pretrained (or
+ * GPT2Model's): config.json and model.safetensors (f32, f16, bf16 or f64 weights, read as
+ * f32), into a new GPT of gpt_new (*model, in evaluation mode; release it with
+ * fl_module_release) and its configuration (*config, may be NULL). GPT-2's Conv1D
+ * weights [in, out] are transposed into Flare's [out, in]; c_attn's packed q, k, v
+ * become the attention's in_proj; the head is tied to wte as in GPT-2 (a saved
+ * lm_head.weight must equal wte.weight). Names may carry the "transformer." prefix or
+ * not. The configuration must be one Flare's model computes: model_type "gpt2",
+ * activation_function "gelu_new" (or "gelu_pytorch_tanh", "gelu"), n_inner null or
+ * 4 n_embd, scaled attention without GPT-2's per-layer scaling, upcasting or cross
+ * attention; anything else, a missing or extra tensor, or a tensor of the wrong shape
+ * is an error (FL_ERR_VALUE, FL_ERR_SHAPE; FL_ERR_IO for a missing file) naming the
+ * file and the key. Nothing is returned on error. */
+fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
 
 #endif
