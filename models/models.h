@@ -119,4 +119,33 @@ fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tok
  * file and the key. Nothing is returned on error. */
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
 
+/* transformers' BertModel (the encoder; its pooler is not loaded): vocab token ids,
+ * max_positions positions, type_vocab token types, layers post-norm blocks of hidden
+ * features in heads heads with an exact-GELU MLP of intermediate features. */
+typedef struct hf_bert_config {
+    int64_t vocab, max_positions, type_vocab, layers, heads, hidden, intermediate;
+    double layer_norm_eps;
+} hf_bert_config;
+
+/* Loads a directory written by BertModel.save_pretrained (config.json with model_type
+ * "bert", hidden_act "gelu", absolute positions, not a decoder; model.safetensors, names
+ * with or without "bert.") into a new encoder (*model, in evaluation mode) and its
+ * configuration (*config, may be NULL). query, key and value are stacked into the
+ * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
+ * naming the file and the key. The module forward takes token ids i64 [N, S] to the
+ * last hidden states [N, S, hidden]. */
+fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config);
+
+/* The last hidden states [N, S, hidden] of ids i64 [N, S] (S <= max_positions), with
+ * token_types i64 [N, S] (NULL: all 0) and attention_mask i64 [N, S] of 0 and 1 (NULL:
+ * all 1; 0 is a padding token no other attends to), as BertModel's last_hidden_state;
+ * padding positions get values too, as there. */
+fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_tensor *token_types,
+                             const fl_tensor *attention_mask);
+
+/* The mean of hidden [N, S, H] over the positions attention_mask [N, S] (NULL: all)
+ * marks with 1, [N, H]: sentence-transformers' mean pooling. Owned by the innermost
+ * scope, else the caller. */
+fl_tensor *hf_bert_mean_pool(const fl_tensor *hidden, const fl_tensor *attention_mask);
+
 #endif

@@ -1,7 +1,8 @@
 /* Hugging Face checkpoints (models/hf.c): a tiny random GPT-2 saved by transformers'
  * save_pretrained gives transformers' logits and greedy continuation
  * (tests/fixtures/gen_hf.py), and a configuration or tensor Flare's model cannot take
- * is refused naming the file and the key. */
+ * is refused naming the file and the key; a tiny random BertModel gives transformers'
+ * last hidden states and mean-pooled embeddings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,11 +142,93 @@ static void refuses_what_it_cannot_compute(void **state)
     assert_no_error();
 }
 
+#define BERT_DIR FLARE_FIXTURES "/hf_bert"
+
+static void bert_matches_transformers(void **state)
+{
+    (void)state;
+    fl_module *m = NULL;
+    hf_bert_config c;
+    assert_int_equal(hf_load_bert(BERT_DIR, &m, &c), FL_OK);
+    assert_int_equal(c.hidden, 24);
+    assert_int_equal(c.intermediate, 40);
+    assert_true(c.layer_norm_eps == 1e-6);
+    fl_tensor *ids = fixture("hf_bert.bin", "ids"), *mask = fixture("hf_bert.bin", "mask");
+    fl_variable *hidden = hf_bert_forward(m, ids, fixture("hf_bert.bin", "types"), mask);
+    assert_non_null(hidden);
+    assert_close(fl_v_value(hidden), fixture("hf_bert.bin", "hidden"), 1e-4, 1e-4);
+    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture("hf_bert.bin", "pooled"), 1e-4, 1e-4);
+    fl_variable *plain = fl_module_forward(m, fl_v_new(ids, false));
+    assert_non_null(plain);
+    assert_close(fl_v_value(plain), fixture("hf_bert.bin", "plain"), 1e-4, 1e-4);
+    assert_fails(hf_bert_forward(m, ids, NULL, T_I64(FL_SHAPE(1, 2), 1, 0)), FL_ERR_SHAPE, "like the ids");
+    assert_fails(hf_bert_forward(m, T_I64(FL_SHAPE(1, 2), 1, 40), NULL, NULL), FL_ERR_VALUE,
+                 "token ids must lie in [0, 40)");
+    assert_fails(hf_bert_forward(m, fl_zeros(FL_I64, FL_SHAPE(1, 17)), NULL, NULL), FL_ERR_SHAPE,
+                 "17 positions exceed the 16");
+    fl_module_release(m);
+    assert_no_error();
+}
+
+static void bert_refuses_what_it_cannot_compute(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_module *m = NULL;
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "config.json: cannot be opened");
+#define BERT_CONFIG                                                                                                    \
+    "{\"model_type\": \"bert\", \"vocab_size\": 40, \"hidden_size\": 24, \"num_hidden_layers\": 2, "                   \
+    "\"num_attention_heads\": 3, \"intermediate_size\": 40, \"max_position_embeddings\": 16, "                         \
+    "\"type_vocab_size\": 2, \"layer_norm_eps\": 1e-6%s}"
+    char text[512];
+    snprintf(text, sizeof text, BERT_CONFIG, ", \"hidden_act\": \"relu\"");
+    write_text(dir, "config.json", text);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"hidden_act\" must be \"gelu\", got relu");
+    snprintf(text, sizeof text, BERT_CONFIG, ", \"position_embedding_type\": \"relative_key\"");
+    write_text(dir, "config.json", text);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"position_embedding_type\" must be \"absolute\"");
+    snprintf(text, sizeof text, BERT_CONFIG, ", \"is_decoder\": true");
+    write_text(dir, "config.json", text);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"is_decoder\" must be false");
+    write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"model_type\" must be \"bert\", got gpt2");
+    snprintf(text, sizeof text, BERT_CONFIG, "");
+    write_text(dir, "config.json", text);
+    fl_tensor_map *file = NULL, *out = NULL;
+    assert_int_equal(fl_load_safetensors(BERT_DIR "/model.safetensors", &file), FL_OK);
+    char path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const char *name = "encoder.layer.1.attention.self.key.bias";
+    out = fl_tensor_map_create();
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++)
+        if (strcmp(fl_tensor_map_name_at(file, i), name) != 0)
+            fl_tensor_map_set(out, fl_tensor_map_name_at(file, i), fl_tensor_map_tensor_at(file, i));
+    assert_int_equal(fl_save_safetensors(path, out), FL_OK);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "model.safetensors: the tensor \"encoder.layer.1.attention.self.key.bias\" is missing");
+    fl_tensor_map_set(out, name, fl_zeros(FL_F32, FL_SHAPE(25)));
+    assert_int_equal(fl_save_safetensors(path, out), FL_OK);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_SHAPE, "has shape f32[25], expected [24]");
+    fl_tensor_map_set(out, name, fl_tensor_map_get(file, name));
+    fl_tensor_map_set(out, "encoder.layer.0.crossattention.self.key.bias", fl_zeros(FL_F32, FL_SHAPE(24)));
+    assert_int_equal(fl_save_safetensors(path, out), FL_OK);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"encoder.layer.0.crossattention.self.key.bias\" is not part of the BertModel");
+    assert_null(m);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_scratch(dir);
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         scoped_test(gpt2_matches_transformers),
         scoped_test(refuses_what_it_cannot_compute),
+        scoped_test(bert_matches_transformers),
+        scoped_test(bert_refuses_what_it_cannot_compute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
