@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "flare/io.h"
+#include "flare/text.h"
 #include "models.h"
 #include "support.h"
 
@@ -20,7 +21,7 @@ static void gpt2_matches_transformers(void **state)
     fl_module *m = NULL;
     gpt_config c;
     assert_int_equal(hf_load_gpt2(GPT2_DIR, &m, &c), FL_OK);
-    assert_int_equal(c.vocab, 50);
+    assert_int_equal(c.vocab, 280);
     assert_int_equal(c.context, 16);
     assert_int_equal(c.layers, 2);
     assert_int_equal(c.heads, 3);
@@ -33,6 +34,25 @@ static void gpt2_matches_transformers(void **state)
     fl_tensor *generated = gpt_generate(m, fixture("hf_gpt2.bin", "prompt"), 10, &(gpt_sampling){0});
     assert_non_null(generated);
     assert_close(generated, fixture("hf_gpt2.bin", "generated"), 0, 0);
+    /* Text in, text out, with the checkpoint's tokenizer.json. */
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(GPT2_DIR "/tokenizer.json", &tok), FL_OK);
+    const char *prompt = "the lazy fox";
+    fl_tensor *ids = fl_tokenizer_encode_tensor(tok, prompt, strlen(prompt));
+    assert_non_null(ids);
+    ids = fl_reshape(ids, FL_SHAPE(1, fl_dim(ids, 0)));
+    assert_close(ids, fixture("hf_gpt2.bin", "text_ids"), 0, 0);
+    fl_tensor *continued = gpt_generate(m, ids, 8, &(gpt_sampling){0});
+    assert_close(continued, fixture("hf_gpt2.bin", "text_generated"), 0, 0);
+    int64_t out[32];
+    size_t count = (size_t)fl_dim(continued, 1), size = 0;
+    assert_true(count <= 32);
+    assert_int_equal(fl_to_host(continued, out, count * sizeof *out), FL_OK);
+    char *text = NULL;
+    assert_int_equal(fl_tokenizer_decode(tok, out, count, &text, &size), FL_OK);
+    assert_close(fl_from_data(text, FL_U8, 1, (const int64_t[]){(int64_t)size}), fixture("hf_gpt2.bin", "text"), 0, 0);
+    free(text);
+    fl_tokenizer_free(tok);
     fl_module_release(m);
     assert_no_error();
 }
@@ -54,7 +74,7 @@ static void write_text(const char *dir, const char *name, const char *text)
 }
 
 static const char *const good_config =
-    "{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, \"n_embd\": 24, \"n_layer\": 2, "
+    "{\"model_type\": \"gpt2\", \"vocab_size\": 280, \"n_positions\": 16, \"n_embd\": 24, \"n_layer\": 2, "
     "\"n_head\": 3, \"activation_function\": \"%s\", \"n_inner\": null, \"layer_norm_epsilon\": 1e-4%s}";
 
 /* config.json from good_config with the activation and extra keys given. */
@@ -127,7 +147,7 @@ static void refuses_what_it_cannot_compute(void **state)
     write_weights(dir, "transformer.h.2.ln_1.weight", fl_ones(FL_F32, FL_SHAPE(24)));
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
                         "\"transformer.h.2.ln_1.weight\" is not part of the GPT-2 of config.json");
-    write_weights(dir, "lm_head.weight", fl_zeros(FL_F32, FL_SHAPE(50, 24)));
+    write_weights(dir, "lm_head.weight", fl_zeros(FL_F32, FL_SHAPE(280, 24)));
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
                         "\"lm_head.weight\" differs from transformer.wte.weight");
     assert_null(m);
