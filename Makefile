@@ -110,7 +110,7 @@ install: build
 $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers
+	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers
 
 venv: deps $(PYTHON)
 

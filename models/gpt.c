@@ -9,7 +9,7 @@
 
 #include "sequence_build.h"
 
-#define LAYER_NORM_EPS 1e-5
+#define LAYER_NORM_EPS 1e-5 /* when gpt_config's is 0 */
 #define EMBED_INIT_STD 0.02
 
 static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
@@ -95,18 +95,22 @@ fl_module *gpt_new(const gpt_config *config)
                         "in [0, 1), got vocab %lld, context %lld, layers %lld, heads %lld, embed %lld, dropout %g",
                         (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
                         (long long)c->embed, c->dropout);
+    if (!(c->layer_norm_eps >= 0))
+        return fl_error(FL_ERR_VALUE, fn, "layer_norm_eps must be positive (or 0 for %g), got %g", LAYER_NORM_EPS,
+                        c->layer_norm_eps);
     if (c->layers > 4096)
         return fl_error(FL_ERR_VALUE, fn, "%lld layers are too many", (long long)c->layers);
     const int64_t features[] = {c->embed};
-    fl_module *block = fl_nn_transformer_encoder_layer(c->embed, c->heads, 4 * c->embed, c->dropout, "gelu",
-                                                       LAYER_NORM_EPS, true, true);
-    fl_module *m = with_children(module_with_config(&gpt_type, c, sizeof *c),
-                                 NAMED_CHILDREN({"tok_embed", fl_nn_embedding(c->vocab, c->embed, -1)},
-                                                {"pos_embed", fl_nn_learned_positional_embedding(c->context, c->embed,
-                                                                                                 true)},
-                                                {"drop", fl_nn_dropout(c->dropout)},
-                                                {"blocks", fl_nn_transformer_encoder(block, (int)c->layers, NULL)},
-                                                {"ln_f", fl_nn_layer_norm(1, features, LAYER_NORM_EPS, true)}));
+    const double eps = c->layer_norm_eps > 0 ? c->layer_norm_eps : LAYER_NORM_EPS;
+    fl_module *block = fl_nn_transformer_encoder_layer(c->embed, c->heads, 4 * c->embed, c->dropout,
+                                                       c->gelu_tanh ? "gelu_tanh" : "gelu", eps, true, true);
+    fl_module *m =
+        with_children(module_with_config(&gpt_type, c, sizeof *c),
+                      NAMED_CHILDREN({"tok_embed", fl_nn_embedding(c->vocab, c->embed, -1)},
+                                     {"pos_embed", fl_nn_learned_positional_embedding(c->context, c->embed, true)},
+                                     {"drop", fl_nn_dropout(c->dropout)},
+                                     {"blocks", fl_nn_transformer_encoder(block, (int)c->layers, NULL)},
+                                     {"ln_f", fl_nn_layer_norm(1, features, eps, true)}));
     if (!m)
         return NULL;
     if (fl_init_normal(fl_module_parameter(fl_module_child(m, "tok_embed"), "weight"), 0, EMBED_INIT_STD) != FL_OK ||
@@ -219,7 +223,7 @@ static fl_variable *cached_block(gpt_cache *cache, int64_t layer, fl_module *blo
         return NULL;
     out = fl_v_reshape(fl_v_transpose(out, 1, 2), FL_SHAPE(fl_dim(o, 0), fl_dim(o, 2), c->embed));
     x = fl_v_add(x, apply(attn, "out_proj", out));
-    fl_variable *h = fl_v_gelu(apply(block, "linear1", apply(block, "norm2", x)), false);
+    fl_variable *h = fl_v_gelu(apply(block, "linear1", apply(block, "norm2", x)), c->gelu_tanh);
     return fl_v_add(x, apply(block, "linear2", h));
 }
 

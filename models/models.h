@@ -47,10 +47,14 @@ const benchmark_model *benchmark_model_find(const char *name);
 
 /* vocab token ids; at most context positions; layers pre-LayerNorm Transformer blocks
  * of embed features in heads heads (embed divisible by heads), a GELU MLP of 4 embed;
- * dropout after the embeddings, in attention and in the MLP (training only). */
+ * dropout after the embeddings, in attention and in the MLP (training only).
+ * layer_norm_eps: every LayerNorm's (0: 1e-5); gelu_tanh: the MLP's GELU is the tanh
+ * approximation (GPT-2's "gelu_new") instead of the exact erf form. */
 typedef struct gpt_config {
     int64_t vocab, context, layers, heads, embed;
     double dropout;
+    double layer_norm_eps;
+    bool gelu_tanh;
 } gpt_config;
 
 /* Token embedding ("tok_embed", nn.Embedding) plus a learned position embedding
@@ -97,5 +101,51 @@ typedef struct gpt_sampling {
  * step); P + new_tokens - 1 must not exceed the context (FL_ERR_SHAPE). The result
  * belongs to the innermost scope, else to the caller. */
 fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tokens, const gpt_sampling *sampling);
+
+/* ---- Hugging Face checkpoints (models/hf.c) ---------------------------------------- */
+
+/* Loads a directory written by transformers' GPT2LMHeadModel.save_pretrained (or
+ * GPT2Model's): config.json and model.safetensors (f32, f16, bf16 or f64 weights, read as
+ * f32), into a new GPT of gpt_new (*model, in evaluation mode; release it with
+ * fl_module_release) and its configuration (*config, may be NULL). GPT-2's Conv1D
+ * weights [in, out] are transposed into Flare's [out, in]; c_attn's packed q, k, v
+ * become the attention's in_proj; the head is tied to wte as in GPT-2 (a saved
+ * lm_head.weight must equal wte.weight). Names may carry the "transformer." prefix or
+ * not. The configuration must be one Flare's model computes: model_type "gpt2",
+ * activation_function "gelu_new" (or "gelu_pytorch_tanh", "gelu"), n_inner null or
+ * 4 n_embd, scaled attention without GPT-2's per-layer scaling, upcasting or cross
+ * attention; anything else, a missing or extra tensor, or a tensor of the wrong shape
+ * is an error (FL_ERR_VALUE, FL_ERR_SHAPE; FL_ERR_IO for a missing file) naming the
+ * file and the key. Nothing is returned on error. */
+fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
+
+/* transformers' BertModel (the encoder; its pooler is not loaded): vocab token ids,
+ * max_positions positions, type_vocab token types, layers post-norm blocks of hidden
+ * features in heads heads with an exact-GELU MLP of intermediate features. */
+typedef struct hf_bert_config {
+    int64_t vocab, max_positions, type_vocab, layers, heads, hidden, intermediate;
+    double layer_norm_eps;
+} hf_bert_config;
+
+/* Loads a directory written by BertModel.save_pretrained (config.json with model_type
+ * "bert", hidden_act "gelu", absolute positions, not a decoder; model.safetensors, names
+ * with or without "bert.") into a new encoder (*model, in evaluation mode) and its
+ * configuration (*config, may be NULL). query, key and value are stacked into the
+ * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
+ * naming the file and the key. The module forward takes token ids i64 [N, S] to the
+ * last hidden states [N, S, hidden]. */
+fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config);
+
+/* The last hidden states [N, S, hidden] of ids i64 [N, S] (S <= max_positions), with
+ * token_types i64 [N, S] (NULL: all 0) and attention_mask i64 [N, S] of 0 and 1 (NULL:
+ * all 1; 0 is a padding token no other attends to), as BertModel's last_hidden_state;
+ * padding positions get values too, as there. */
+fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_tensor *token_types,
+                             const fl_tensor *attention_mask);
+
+/* The mean of hidden [N, S, H] over the positions attention_mask [N, S] (NULL: all)
+ * marks with 1, [N, H]: sentence-transformers' mean pooling. Owned by the innermost
+ * scope, else the caller. */
+fl_tensor *hf_bert_mean_pool(const fl_tensor *hidden, const fl_tensor *attention_mask);
 
 #endif

@@ -311,10 +311,11 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
 
 /* PyTorch's nn.TransformerEncoderLayer (children self_attn, linear1, dropout, linear2,
  * norm1, norm2, dropout1, dropout2; layer-norm eps, bias on every layer). activation:
- * "relu" or "gelu". norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of
- * post-norm (norm1(x + attn(x))). The module forward is the layer without masks; the
- * full form takes the masks of fl_nn_multihead_attention_forward (bool true forbids,
- * as everywhere) and is_causal, applied to the self-attention; is_causal makes it a
+ * "relu", "gelu" (exact) or "gelu_tanh" (the tanh approximation, GPT-2's).
+ * norm_first: pre-norm (x + attn(norm1(x)), as ViT) instead of post-norm
+ * (norm1(x + attn(x))). The module forward is the layer without masks; the full form
+ * takes the masks of fl_nn_multihead_attention_forward (bool true forbids, as
+ * everywhere) and is_causal, applied to the self-attention; is_causal makes it a
  * decoder-only (GPT-style) block. */
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,

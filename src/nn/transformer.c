@@ -10,8 +10,21 @@
 typedef struct layer_state {
     int64_t d_model, nhead, dim_feedforward;
     double dropout, eps;
-    bool gelu, batch_first, norm_first;
+    int activation; /* an index into activations */
+    bool batch_first, norm_first;
 } layer_state;
+
+/* "gelu_tanh" is GPT-2's tanh approximation ("gelu_new" in Hugging Face's configs),
+ * which PyTorch's layers take as a callable. */
+static const char *const activations[] = {"relu", "gelu", "gelu_tanh"};
+
+static int activation_index(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, activations[i]) == 0)
+            return i;
+    return -1;
+}
 
 static fl_variable *layer_module_forward(fl_module *m, fl_variable *x);
 static fl_variable *encoder_module_forward(fl_module *m, fl_variable *x);
@@ -43,7 +56,7 @@ static fl_variable *feedforward_block(fl_module *m, fl_variable *x, const char *
 {
     const layer_state *st = fl_module_state(m);
     fl_variable *h = apply(m, "linear1", x);
-    h = st->gelu ? fl_v_gelu(h, false) : fl_v_relu(h);
+    h = st->activation == 0 ? fl_v_relu(h) : fl_v_gelu(h, st->activation == 2);
     return apply(m, dropout_name, apply(m, "linear2", apply(m, "dropout", h)));
 }
 
@@ -78,8 +91,10 @@ static bool layer_arguments_fit(const char *fn, int64_t dim_feedforward, const c
 {
     if (fl_null_args(fn, 1, activation))
         return false;
-    if (strcmp(activation, "relu") != 0 && strcmp(activation, "gelu") != 0)
-        return fl_error(FL_ERR_VALUE, fn, "activation must be \"relu\" or \"gelu\", got \"%s\"", activation), false;
+    if (activation_index(activation) < 0)
+        return fl_error(FL_ERR_VALUE, fn, "activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"%s\"",
+                        activation),
+               false;
     if (dim_feedforward < 1 || !(layer_norm_eps > 0))
         return fl_error(FL_ERR_VALUE, fn, "dim_feedforward (%lld) and layer_norm_eps (%g) must be positive",
                         (long long)dim_feedforward, layer_norm_eps),
@@ -102,8 +117,8 @@ fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64
         fl_module_release(attention);
         return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
-    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation[0] == 'g', batch_first,
-                        norm_first};
+    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation_index(activation),
+                        batch_first, norm_first};
     fl_module *m = fl_module_new(&layer_type, st);
     const int64_t features[] = {d_model};
     /* PyTorch's registration order, so state_dict names and order match. */
@@ -138,7 +153,7 @@ static fl_module *clone_layer(const fl_module *layer)
     const layer_state *st = fl_module_state(layer);
     fl_module *(*make)(int64_t, int64_t, int64_t, double, const char *, double, bool, bool) =
         fl_module_type_of(layer) == &layer_type ? fl_nn_transformer_encoder_layer : fl_nn_transformer_decoder_layer;
-    fl_module *copy = make(st->d_model, st->nhead, st->dim_feedforward, st->dropout, st->gelu ? "gelu" : "relu",
+    fl_module *copy = make(st->d_model, st->nhead, st->dim_feedforward, st->dropout, activations[st->activation],
                            st->eps, st->batch_first, st->norm_first);
     fl_tensor_map *values = fl_tensor_map_create();
     fl_status status = copy && values ? fl_module_state_dict(layer, values) : FL_ERR_MEMORY;
@@ -233,8 +248,8 @@ fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64
         fl_module_release(self_attention);
         return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
-    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation[0] == 'g', batch_first,
-                        norm_first};
+    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation_index(activation),
+                        batch_first, norm_first};
     fl_module *m = fl_module_new(&decoder_layer_type, st);
     const int64_t features[] = {d_model};
     /* PyTorch's registration order, so state_dict names and order match. */

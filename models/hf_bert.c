@@ -1,0 +1,370 @@
+/*
+ * BERT checkpoints in the Hugging Face layout (models.h): transformers' BertModel is a
+ * post-norm GELU Transformer encoder, so its weights map onto Flare's own layers; the
+ * separate query, key and value projections are stacked into the attention's in_proj.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flare/io.h"
+#include "sequence_build.h"
+
+#define FN "hf_load_bert"
+/* Records the error; the message names the file and the key. */
+#define fail(status, ...) ((void)fl_error((status), FN, __VA_ARGS__))
+
+static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
+{
+    return fl_module_forward(fl_module_child(m, child), x);
+}
+
+/* ---- the model ---- */
+
+static bool valid_ids(const char *fn, const char *what, const fl_tensor *t, const fl_tensor *like, int64_t limit)
+{
+    char d[FL_DESC_SIZE], e[FL_DESC_SIZE];
+    if (fl_dtype_of(t) != FL_I64 || fl_ndim(t) != 2 || fl_dim(t, 0) < 1 || fl_dim(t, 1) < 1 ||
+        (like && (fl_dim(t, 0) != fl_dim(like, 0) || fl_dim(t, 1) != fl_dim(like, 1)))) {
+        fl_error(FL_ERR_SHAPE, fn, "expects %s i64 [N, S]%s%s, got %s", what, like ? " like the ids " : "",
+                 like ? fl_describe(like, e) : "", fl_describe(t, d));
+        return false;
+    }
+    fl_scope scope = fl_scope_begin();
+    double lo = fl_item(fl_min(t, FL_ALL_AXES, false)), hi = fl_item(fl_max(t, FL_ALL_AXES, false));
+    fl_scope_end(scope);
+    if (!(lo >= 0 && hi < (double)limit)) {
+        fl_error(FL_ERR_VALUE, fn, "%s must lie in [0, %lld), got %.0f to %.0f", what, (long long)limit, lo, hi);
+        return false;
+    }
+    return true;
+}
+
+fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_tensor *token_types,
+                             const fl_tensor *attention_mask)
+{
+    const char *fn = "hf_bert_forward";
+    if (fl_null_args(fn, 2, bert, ids))
+        return NULL;
+    const hf_bert_config *c = fl_module_state(bert);
+    if (!valid_ids(fn, "token ids", ids, NULL, c->vocab) ||
+        (token_types && !valid_ids(fn, "token types", token_types, ids, c->type_vocab)) ||
+        (attention_mask && !valid_ids(fn, "the attention mask", attention_mask, ids, 2)))
+        return NULL;
+    int64_t n = fl_dim(ids, 0), s = fl_dim(ids, 1);
+    if (s > c->max_positions)
+        return fl_error(FL_ERR_SHAPE, fn, "%lld positions exceed the %lld of the model", (long long)s,
+                        (long long)c->max_positions);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *types = token_types ? fl_reshape(token_types, FL_SHAPE(n, s)) : fl_zeros(FL_I64, FL_SHAPE(n, s));
+    fl_tensor *positions = fl_reshape(fl_arange(0, (double)s, 1, FL_I64), FL_SHAPE(1, s));
+    fl_variable *h = fl_v_add(fl_v_add(apply(bert, "word_embeddings", fl_v_new(ids, false)),
+                                       apply(bert, "position_embeddings", fl_v_new(positions, false))),
+                              apply(bert, "token_type_embeddings", fl_v_new(types, false)));
+    h = apply(bert, "dropout", apply(bert, "embed_norm", h));
+    /* Hugging Face's mask is 1 for a token to attend to; Flare's padding mask is true
+     * for a key to ignore. */
+    fl_tensor *padding = attention_mask ? fl_eq(attention_mask, fl_scalar(0, FL_I64)) : NULL;
+    h = fl_nn_transformer_encoder_forward(fl_module_child(bert, "encoder"), h, padding, NULL, false);
+    return fl_v_scope_return(scope, h);
+}
+
+static void release_tensor_object(void *t) { fl_release(t); }
+
+fl_tensor *hf_bert_mean_pool(const fl_tensor *hidden, const fl_tensor *attention_mask)
+{
+    const char *fn = "hf_bert_mean_pool";
+    if (fl_null_args(fn, 1, hidden))
+        return NULL;
+    char d[FL_DESC_SIZE], e[FL_DESC_SIZE];
+    if (fl_ndim(hidden) != 3 ||
+        (attention_mask && (fl_ndim(attention_mask) != 2 || fl_dim(attention_mask, 0) != fl_dim(hidden, 0) ||
+                            fl_dim(attention_mask, 1) != fl_dim(hidden, 1))))
+        return fl_error(FL_ERR_SHAPE, fn, "expects hidden states [N, S, H] and a mask [N, S], got %s and %s",
+                        fl_describe(hidden, d), attention_mask ? fl_describe(attention_mask, e) : "none");
+    if (!attention_mask)
+        return fl_mean(hidden, (const int[]){1}, 1, false);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *w =
+        fl_reshape(fl_cast(attention_mask, fl_dtype_of(hidden)), FL_SHAPE(fl_dim(hidden, 0), fl_dim(hidden, 1), 1));
+    fl_tensor *pooled =
+        fl_div(fl_sum(fl_mul(hidden, w), (const int[]){1}, 1, false), fl_sum(w, (const int[]){1}, 1, false));
+    pooled = fl_keep(pooled);
+    fl_scope_end(scope);
+    return pooled ? fl_scope_own(pooled, release_tensor_object) : NULL;
+}
+
+static fl_variable *bert_module_forward(fl_module *m, fl_variable *ids)
+{
+    return fl_null_args("HFBert", 1, ids) ? NULL : hf_bert_forward(m, fl_v_value(ids), NULL, NULL);
+}
+
+static const fl_module_type bert_type = {.name = "HFBert", .forward = bert_module_forward};
+
+static fl_module *bert_new(const hf_bert_config *c)
+{
+    const int64_t features[] = {c->hidden};
+    fl_module *layer = fl_nn_transformer_encoder_layer(c->hidden, c->heads, c->intermediate, 0.0, "gelu",
+                                                       c->layer_norm_eps, true, false);
+    return with_children(module_with_config(&bert_type, c, sizeof *c),
+                         NAMED_CHILDREN({"word_embeddings", fl_nn_embedding(c->vocab, c->hidden, -1)},
+                                        {"position_embeddings", fl_nn_embedding(c->max_positions, c->hidden, -1)},
+                                        {"token_type_embeddings", fl_nn_embedding(c->type_vocab, c->hidden, -1)},
+                                        {"embed_norm", fl_nn_layer_norm(1, features, c->layer_norm_eps, true)},
+                                        {"dropout", fl_nn_dropout(0.0)},
+                                        {"encoder", fl_nn_transformer_encoder(layer, (int)c->layers, NULL)}));
+}
+
+/* ---- config.json ---- */
+
+static bool config_int(json_t *config, const char *path, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(config, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        fail(FL_ERR_VALUE, "%s: \"%s\" must be a positive integer%s", path, key, v ? "" : ", and it is missing");
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+/* An optional string key that must have the value Flare computes. */
+static bool config_string(json_t *config, const char *path, const char *key, const char *required)
+{
+    json_t *v = json_object_get(config, key);
+    if (!v || (json_is_string(v) && strcmp(json_string_value(v), required) == 0))
+        return true;
+    fail(FL_ERR_VALUE, "%s: \"%s\" must be \"%s\", got %s", path, key, required,
+         json_is_string(v) ? json_string_value(v) : "no string");
+    return false;
+}
+
+static bool config_false(json_t *config, const char *path, const char *key)
+{
+    json_t *v = json_object_get(config, key);
+    if (!v || json_is_false(v))
+        return true;
+    fail(FL_ERR_VALUE, "%s: \"%s\" must be false: Flare's BERT encoder computes no other", path, key);
+    return false;
+}
+
+static bool read_config(const char *path, hf_bert_config *c)
+{
+    json_error_t error;
+    json_t *config = json_load_file(path, 0, &error);
+    if (!config) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return fail(FL_ERR_IO, "%s: cannot be opened", path), false;
+        fclose(f);
+        return fail(FL_ERR_VALUE, "%s: not valid JSON at line %d, column %d: %s", path, error.line, error.column,
+                    error.text),
+               false;
+    }
+    *c = (hf_bert_config){.layer_norm_eps = 1e-12};
+    json_t *type = json_object_get(config, "model_type");
+    bool ok = json_is_object(config);
+    if (ok && !(json_is_string(type) && strcmp(json_string_value(type), "bert") == 0)) {
+        ok = false;
+        fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", got %s", path,
+             json_is_string(type) ? json_string_value(type) : "no string");
+    }
+    ok = ok && config_int(config, path, "vocab_size", &c->vocab) &&
+         config_int(config, path, "max_position_embeddings", &c->max_positions) &&
+         config_int(config, path, "type_vocab_size", &c->type_vocab) &&
+         config_int(config, path, "num_hidden_layers", &c->layers) &&
+         config_int(config, path, "num_attention_heads", &c->heads) &&
+         config_int(config, path, "hidden_size", &c->hidden) &&
+         config_int(config, path, "intermediate_size", &c->intermediate) &&
+         config_string(config, path, "hidden_act", "gelu") &&
+         config_string(config, path, "position_embedding_type", "absolute") &&
+         config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
+    json_t *eps = json_object_get(config, "layer_norm_eps");
+    if (ok && eps) {
+        if (!json_is_number(eps) || !(json_number_value(eps) > 0))
+            ok = false, fail(FL_ERR_VALUE, "%s: \"layer_norm_eps\" must be a positive number", path);
+        else
+            c->layer_norm_eps = json_number_value(eps);
+    }
+    if (ok && (c->hidden % c->heads || c->layers > 4096)) {
+        ok = false;
+        fail(FL_ERR_VALUE,
+             "%s: \"num_attention_heads\" (%lld) must divide \"hidden_size\" (%lld), with at most 4096 layers", path,
+             (long long)c->heads, (long long)c->hidden);
+    }
+    json_decref(config);
+    return ok;
+}
+
+/* ---- the weights ---- */
+
+typedef struct name_pair {
+    const char *hf, *flare;
+} name_pair;
+
+static const name_pair top_names[] = {
+    {"embeddings.word_embeddings.weight", "word_embeddings.weight"},
+    {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
+    {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"},
+    {"embeddings.LayerNorm.weight", "embed_norm.weight"},
+    {"embeddings.LayerNorm.bias", "embed_norm.bias"},
+};
+
+static const name_pair layer_names[] = {
+    {"attention.output.dense.weight", "self_attn.out_proj.weight"},
+    {"attention.output.dense.bias", "self_attn.out_proj.bias"},
+    {"attention.output.LayerNorm.weight", "norm1.weight"},
+    {"attention.output.LayerNorm.bias", "norm1.bias"},
+    {"intermediate.dense.weight", "linear1.weight"},
+    {"intermediate.dense.bias", "linear1.bias"},
+    {"output.dense.weight", "linear2.weight"},
+    {"output.dense.bias", "linear2.bias"},
+    {"output.LayerNorm.weight", "norm2.weight"},
+    {"output.LayerNorm.bias", "norm2.bias"},
+};
+
+static const char *const qkv[] = {"query", "key", "value"};
+
+/* file[hf], which must have shape `shape` (ndim 1 or 2), as f32; NULL after an error. */
+static fl_tensor *get(const char *path, const fl_tensor_map *file, const char *hf, int ndim, const int64_t *shape)
+{
+    fl_tensor *t = fl_tensor_map_contains(file, hf) ? fl_tensor_map_get(file, hf) : NULL;
+    if (!t)
+        return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is missing", path, hf), NULL;
+    fl_dtype dtype = fl_dtype_of(t);
+    if (dtype != FL_F32 && dtype != FL_F64 && dtype != FL_F16 && dtype != FL_BF16)
+        return fail(FL_ERR_DTYPE, "%s: the tensor \"%s\" is not floating point (%s)", path, hf, fl_dtype_name(dtype)),
+               NULL;
+    bool fits = fl_ndim(t) == ndim;
+    for (int i = 0; fits && i < ndim; i++)
+        fits = fl_dim(t, i) == shape[i];
+    if (!fits) {
+        char d[FL_DESC_SIZE], want[64];
+        if (ndim == 2)
+            snprintf(want, sizeof want, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
+        else
+            snprintf(want, sizeof want, "[%lld]", (long long)shape[0]);
+        return fail(FL_ERR_SHAPE, "%s: the tensor \"%s\" has shape %s, expected %s", path, hf, fl_describe(t, d), want),
+               NULL;
+    }
+    return dtype == FL_F32 ? t : fl_cast(t, FL_F32);
+}
+
+static bool known_name(const char *name, const char *prefix, int64_t layers)
+{
+    if (strncmp(name, prefix, strlen(prefix)) != 0)
+        return false;
+    name += strlen(prefix);
+    /* The pooler (dense and tanh on the first token) is not part of the encoder's
+     * output; position_ids is a buffer of the positions 0, 1, ... */
+    if (strncmp(name, "pooler.", 7) == 0 || strcmp(name, "embeddings.position_ids") == 0)
+        return true;
+    for (size_t j = 0; j < sizeof top_names / sizeof *top_names; j++)
+        if (strcmp(name, top_names[j].hf) == 0)
+            return true;
+    long long layer = -1;
+    int consumed = 0;
+    if (sscanf(name, "encoder.layer.%lld.%n", &layer, &consumed) != 1 || consumed == 0 || layer < 0 || layer >= layers)
+        return false;
+    const char *rest = name + consumed;
+    for (size_t j = 0; j < sizeof layer_names / sizeof *layer_names; j++)
+        if (strcmp(rest, layer_names[j].hf) == 0)
+            return true;
+    for (int j = 0; j < 3; j++) {
+        char full[64];
+        snprintf(full, sizeof full, "attention.self.%s.weight", qkv[j]);
+        if (strcmp(rest, full) == 0)
+            return true;
+        snprintf(full, sizeof full, "attention.self.%s.bias", qkv[j]);
+        if (strcmp(rest, full) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool map_weights(const char *path, const fl_tensor_map *file, const hf_bert_config *c,
+                        const fl_tensor_map *expected, fl_tensor_map *values)
+{
+    const char *prefix = fl_tensor_map_contains(file, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    char hf[256], flare[256];
+    for (size_t i = 0;
+         i < sizeof top_names / sizeof *top_names + c->layers * (sizeof layer_names / sizeof *layer_names); i++) {
+        size_t top = sizeof top_names / sizeof *top_names, per = sizeof layer_names / sizeof *layer_names;
+        if (i < top) {
+            snprintf(hf, sizeof hf, "%s%s", prefix, top_names[i].hf);
+            snprintf(flare, sizeof flare, "%s", top_names[i].flare);
+        } else {
+            size_t layer = (i - top) / per, j = (i - top) % per;
+            snprintf(hf, sizeof hf, "%sencoder.layer.%zu.%s", prefix, layer, layer_names[j].hf);
+            snprintf(flare, sizeof flare, "encoder.layers.%zu.%s", layer, layer_names[j].flare);
+        }
+        const fl_tensor *want = fl_tensor_map_get(expected, flare);
+        fl_tensor *t = get(path, file, hf, fl_ndim(want), fl_shape(want));
+        if (!t || fl_tensor_map_set(values, flare, t) != FL_OK)
+            return false;
+    }
+    const int64_t square[] = {c->hidden, c->hidden};
+    for (int64_t layer = 0; layer < c->layers; layer++) {
+        fl_tensor *weights[3], *biases[3];
+        for (int j = 0; j < 3; j++) {
+            snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.weight", prefix, (long long)layer, qkv[j]);
+            if (!(weights[j] = get(path, file, hf, 2, square)))
+                return false;
+            snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.bias", prefix, (long long)layer, qkv[j]);
+            if (!(biases[j] = get(path, file, hf, 1, square)))
+                return false;
+        }
+        snprintf(flare, sizeof flare, "encoder.layers.%lld.self_attn.in_proj_weight", (long long)layer);
+        if (fl_tensor_map_set(values, flare, fl_concat(weights, 3, 0)) != FL_OK)
+            return false;
+        snprintf(flare, sizeof flare, "encoder.layers.%lld.self_attn.in_proj_bias", (long long)layer);
+        if (fl_tensor_map_set(values, flare, fl_concat(biases, 3, 0)) != FL_OK)
+            return false;
+    }
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++)
+        if (!known_name(fl_tensor_map_name_at(file, i), prefix, c->layers))
+            return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is not part of the BertModel of config.json", path,
+                        fl_tensor_map_name_at(file, i)),
+                   false;
+    return true;
+}
+
+fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config)
+{
+    if (fl_null_args(FN, 2, dir, model))
+        return fl_last_status();
+    *model = NULL;
+    char path[4096];
+    hf_bert_config c;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!read_config(path, &c))
+        return fl_last_status();
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fl_tensor_map *file = NULL;
+    if (fl_load_safetensors(path, &file) != FL_OK)
+        return fl_last_status();
+    /* A stream of its own for the initial values, all overwritten, so that loading
+     * leaves the global generator as it was. */
+    fl_random_stream previous = fl_random_stream_begin(0);
+    fl_module *m = bert_new(&c);
+    fl_random_stream_end(previous);
+    fl_tensor_map *expected = fl_tensor_map_create(), *values = fl_tensor_map_create();
+    fl_scope scope = fl_scope_begin();
+    bool ok = m && expected && values && fl_module_state_dict(m, expected) == FL_OK &&
+              map_weights(path, file, &c, expected, values) && fl_module_load_state_dict(m, values, true) == FL_OK;
+    fl_scope_end(scope);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(expected);
+    fl_tensor_map_free(values);
+    if (!ok) {
+        fl_module_release(m);
+        if (fl_last_status() == FL_OK)
+            fl_error(FL_ERR_MEMORY, FN, "out of memory");
+        return fl_last_status();
+    }
+    fl_module_train(m, false);
+    *model = m;
+    if (config)
+        *config = c;
+    return FL_OK;
+}
