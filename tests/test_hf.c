@@ -73,15 +73,15 @@ static void write_text(const char *dir, const char *name, const char *text)
     fclose(f);
 }
 
-static const char *const good_config =
-    "{\"model_type\": \"gpt2\", \"vocab_size\": 280, \"n_positions\": 16, \"n_embd\": 24, \"n_layer\": 2, "
-    "\"n_head\": 3, \"activation_function\": \"%s\", \"n_inner\": null, \"layer_norm_epsilon\": 1e-4%s}";
+#define GOOD_CONFIG                                                                                          \
+    "{\"model_type\": \"gpt2\", \"vocab_size\": 280, \"n_positions\": 16, \"n_embd\": 24, \"n_layer\": 2, "     \
+    "\"n_head\": 3, \"activation_function\": \"%s\", \"n_inner\": null, \"layer_norm_epsilon\": 1e-4%s}"
 
-/* config.json from good_config with the activation and extra keys given. */
+/* config.json from GOOD_CONFIG with the activation and extra keys given. */
 static void write_config(const char *dir, const char *activation, const char *extra)
 {
     char text[512];
-    snprintf(text, sizeof text, good_config, activation, extra);
+    snprintf(text, sizeof text, GOOD_CONFIG, activation, extra);
     write_text(dir, "config.json", text);
 }
 
