@@ -131,6 +131,34 @@ static bool time_chain(const char *backend, fl_dtype dtype, const options *o, ch
     return ok;
 }
 
+/* ---- Flare: a whole-tensor sum, the reduction with the fewest outputs ---- */
+
+#define SUM_ELEMENTS 10000000
+
+/* Seconds of one fl_sum over SUM_ELEMENTS f32 ones, read back: the median of --repeats
+ * after one to warm up; negative on an error or a wrong sum. */
+static double time_sum(const char *backend, const options *o)
+{
+    int64_t n = SUM_ELEMENTS;
+    fl_tensor *ones = fl_ones(FL_F32, 1, &n);
+    fl_tensor *x = ones ? fl_to_backend(ones, backend) : NULL;
+    fl_release(ones);
+    double *seconds = calloc((size_t)o->repeats + 1, sizeof *seconds);
+    bool ok = x && seconds && fl_eval(x) == FL_OK;
+    for (int i = 0; ok && i <= o->repeats; i++) {
+        double start = bench_now();
+        fl_tensor *total = fl_sum(x, FL_ALL_AXES, false);
+        double value = total ? fl_item(total) : -1;
+        seconds[i] = bench_now() - start;
+        fl_release(total);
+        ok = value == (double)n;
+    }
+    double median = ok ? bench_median(seconds + 1, o->repeats) : -1;
+    free(seconds);
+    fl_release(x);
+    return median;
+}
+
 /* ---- OpenCL: bare launches on the backend's queue ---- */
 
 static const char bare_source[] =
@@ -212,6 +240,9 @@ int main(int argc, char **argv)
         return fail("i32 adds on opencl");
     if (!time_chain("cpu", FL_F32, &o, &cpu))
         return fail("f32 adds on cpu");
+    double sum_opencl = time_sum("opencl", &o), sum_cpu = time_sum("cpu", &o);
+    if (sum_opencl < 0 || sum_cpu < 0)
+        return fail("summing 10^7 ones");
 
     cl_kernel empty = ocl_kernel(bare_source, "empty"), add = empty ? ocl_kernel(bare_source, "add") : NULL;
     if (!add)
@@ -245,6 +276,8 @@ int main(int argc, char **argv)
     printf(",\n  \"bare_empty_kernel\": {\"us_per_launch\": %.3f}", 1e6 * bare_empty);
     printf(",\n  \"bare_add_kernel\": {\"us_per_launch\": %.3f}", 1e6 * bare_add);
     print_chain("cpu_add_f32", &cpu, &o, false);
+    printf(",\n  \"sum_f32\": {\"elements\": %d, \"opencl_ms\": %.3f, \"cpu_ms\": %.3f}", SUM_ELEMENTS,
+           1e3 * sum_opencl, 1e3 * sum_cpu);
     /* What Flare adds to each launch: its unfused adds against the bare add. */
     printf(",\n  \"flare_over_bare_add_us\": %.3f", 1e6 * (i32.seconds - bare_add));
     printf(",\n  \"note\": \"%s\"}\n",
