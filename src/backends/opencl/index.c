@@ -111,12 +111,6 @@ static cl_kernel copy_kernel(const char *name, fl_dtype dtype)
     return ocl_kernel_for(copy_kernels, name, bits_of(dtype));
 }
 
-static cl_long element_offset(const fl_tensor *t)
-{
-    const ocl_tensor *o = ocl_impl(t);
-    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
-}
-
 static cl_long8 pack(int ndim, const int64_t *values)
 {
     cl_long8 v = {{0}};
@@ -139,7 +133,7 @@ static cl_long8 strides_of(const fl_tensor *t)
 static int copy_into(const char *operation, cl_kernel kernel, const fl_tensor *x, fl_tensor *out, int64_t yo,
                      const int64_t *ys)
 {
-    cl_long n = x->numel, xo = element_offset(x), at = element_offset(out) + yo;
+    cl_long n = x->numel, xo = ocl_element_offset(x), at = ocl_element_offset(out) + yo;
     cl_int ndim = x->ndim;
     cl_long8 shape = pack(x->ndim, x->shape), xs = strides_of(x), ysv = pack(x->ndim, ys);
     ocl_arg args[] = {OCL_VALUE(n),  OCL_VALUE(ndim), OCL_VALUE(shape), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo),
@@ -231,8 +225,8 @@ static int ocl_where(const fl_backend *self, fl_tensor *out, const fl_tensor *co
         return rc;
     if (!ocl_value(cond) || !ocl_value(a) || !ocl_value(b))
         return FL_ERR_BACKEND;
-    cl_long n = out->numel, co = element_offset(cond), ao = element_offset(a), bo = element_offset(b);
-    cl_long yo = element_offset(out);
+    cl_long n = out->numel, co = ocl_element_offset(cond), ao = ocl_element_offset(a), bo = ocl_element_offset(b);
+    cl_long yo = ocl_element_offset(out);
     cl_int ndim = out->ndim;
     cl_long8 shape = pack(out->ndim, out->shape), cs = strides_of(cond), as = strides_of(a), bs = strides_of(b);
     ocl_arg args[] = {OCL_VALUE(n),  OCL_VALUE(ndim), OCL_VALUE(shape), OCL_MEM(ocl_impl(cond)->buffer),
@@ -252,7 +246,7 @@ static int take(const char *operation, fl_tensor *out, const fl_tensor *a, int a
     cl_kernel kernel = copy_kernel("take", out->dtype);
     if (!kernel)
         return FL_ERR_BACKEND;
-    cl_long n = out->numel, ao = element_offset(a), io = element_offset(index), yo = element_offset(out);
+    cl_long n = out->numel, ao = ocl_element_offset(a), io = ocl_element_offset(index), yo = ocl_element_offset(out);
     cl_int ndim = out->ndim, ax = axis;
     cl_long8 shape = pack(out->ndim, out->shape), as = pack(a->ndim, ocl_impl(a)->strides);
     ocl_arg args[] = {OCL_VALUE(n),  OCL_VALUE(ndim), OCL_VALUE(ax), OCL_VALUE(shape), OCL_MEM(ocl_impl(a)->buffer),
@@ -327,7 +321,7 @@ static int ocl_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tens
     int64_t dense[FL_MAX_DIMS];
     ocl_dense_strides(out->ndim, out->shape, dense);
     cl_long lines = index->numel / index->shape[axis];
-    cl_long io = element_offset(index), so = element_offset(src), yo = element_offset(out);
+    cl_long io = ocl_element_offset(index), so = ocl_element_offset(src), yo = ocl_element_offset(out);
     cl_int ndim = index->ndim, ax = axis;
     cl_long8 shape = pack(index->ndim, index->shape), is = strides_of(index), ss = strides_of(src);
     cl_long8 ys = pack(out->ndim, dense);

@@ -39,12 +39,6 @@ static int check_dtype(const char *operation, fl_dtype dtype)
     return 0;
 }
 
-/* The element offset of a value's first element in its buffer's cl_mem. */
-static int64_t mem_offset(const fl_tensor *t)
-{
-    const ocl_tensor *o = ocl_impl(t);
-    return (int64_t)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
-}
 
 static int64_t buffer_offset(const ocl_buffer *b, fl_dtype dtype)
 {
@@ -276,7 +270,7 @@ static int mm_prepare(mm_operand *op, const fl_tensor *t)
                                 &m->transposed, &m->ld))
         return fl_backend_error(FL_ERR_BACKEND, "matmul: a dense copy of an operand has no BLAS layout");
     m->mem = o->buffer->mem;
-    m->offset = mem_offset(op->held);
+    m->offset = ocl_element_offset(op->held);
     m->stride = 0;
     for (int i = 0; i < n - 2; i++)
         op->batch_strides[i] = t->shape[i] > 1 ? o->strides[i] : 0;
@@ -335,7 +329,7 @@ static int mm_run(fl_tensor *out, const mm_operand *a, const mm_operand *b, int6
     gemm_call g = {.m = M, .n = N, .k = K, .batch = strided < 0 ? 1 : batch.size[strided]};
     g.a = a->matrix;
     g.b = b->matrix;
-    g.c = (gemm_matrix){ocl_impl(out)->buffer->mem, mem_offset(out), N, 0, false};
+    g.c = (gemm_matrix){ocl_impl(out)->buffer->mem, ocl_element_offset(out), N, 0, false};
     if (strided >= 0) {
         g.a.stride = batch.stride[0][strided];
         g.b.stride = batch.stride[1][strided];
@@ -470,7 +464,7 @@ static int conv_columns(const conv_run *r, bool to_x, int64_t n0, int64_t images
     const conv_geometry *g = &r->g;
     const fl_conv2d_desc *d = &g->d;
     cl_long total = to_x ? images * g->C * g->H * g->W : g->C * g->R * g->S * images * g->cols;
-    cl_long xo = mem_offset(r->x) + n0 * g->C * g->H * g->W, co = buffer_offset(r->col, r->dtype);
+    cl_long xo = ocl_element_offset(r->x) + n0 * g->C * g->H * g->W, co = buffer_offset(r->col, r->dtype);
     cl_long v[14] = {g->C, g->H, g->W, g->R, g->S, g->P, g->Q, images, d->stride[0], d->stride[1],
                      d->padding[0], d->padding[1], d->dilation[0], d->dilation[1]};
     const ocl_buffer *xb = ocl_impl(r->x)->buffer;
@@ -493,7 +487,7 @@ static int conv_swap(const conv_run *r, bool to_y, int64_t n0, int64_t images)
     const conv_geometry *g = &r->g;
     const ocl_buffer *yb = ocl_impl(r->y)->buffer;
     cl_long total = images * g->K * g->cols, E = g->cols;
-    cl_long y_offset = mem_offset(r->y) + n0 * g->K * g->cols, ch_offset = buffer_offset(r->channels, r->dtype);
+    cl_long y_offset = ocl_element_offset(r->y) + n0 * g->K * g->cols, ch_offset = buffer_offset(r->channels, r->dtype);
     cl_long A = to_y ? g->K : images, B = to_y ? images : g->K;
     ocl_arg args[] = {OCL_VALUE(total),
                       to_y ? OCL_MEM(r->channels) : OCL_MEM(yb),
@@ -513,10 +507,10 @@ static int conv_chunk(const conv_run *r, int64_t n0, int64_t images)
     const char *operation = conv_names[r->pass];
     int64_t columns = images * g->cols;
     gemm_matrix col = {r->col->mem, buffer_offset(r->col, r->dtype), columns, g->rows * columns, false};
-    gemm_matrix w = {ocl_impl(r->w)->buffer->mem, mem_offset(r->w), g->rows, g->Kg * g->rows, false};
+    gemm_matrix w = {ocl_impl(r->w)->buffer->mem, ocl_element_offset(r->w), g->rows, g->Kg * g->rows, false};
     /* One image's y already has the channels' layout. */
     gemm_matrix channels = images == 1
-                               ? (gemm_matrix){ocl_impl(r->y)->buffer->mem, mem_offset(r->y) + n0 * g->K * g->cols,
+                               ? (gemm_matrix){ocl_impl(r->y)->buffer->mem, ocl_element_offset(r->y) + n0 * g->K * g->cols,
                                                columns, g->Kg * columns, false}
                                : (gemm_matrix){r->channels->mem, buffer_offset(r->channels, r->dtype), columns,
                                                g->Kg * columns, false};
@@ -769,7 +763,7 @@ static int ocl_pool2d(const fl_backend *self, fl_tensor *y, const fl_tensor *x, 
     if (!dense)
         return FL_ERR_BACKEND;
     pool_params pp = pool_params_of(x->shape, y->shape, d);
-    cl_long total = y->numel, xo = mem_offset(dense), yo = mem_offset(y);
+    cl_long total = y->numel, xo = ocl_element_offset(dense), yo = ocl_element_offset(y);
     cl_int is_max = d->kind == FL_POOL_MAX;
     ocl_arg args[18];
     int nargs = 0;
@@ -798,7 +792,7 @@ static int pool_backward_max(fl_tensor *dx, const fl_tensor *dy, const fl_tensor
     if (!indices)
         return FL_ERR_MEMORY;
     cl_long windows = dy->numel, total = dx->numel, ao = (cl_long)(indices->offset / sizeof(cl_int));
-    cl_long xo = mem_offset(x), dyo = mem_offset(dy), dxo = mem_offset(dx);
+    cl_long xo = ocl_element_offset(x), dyo = ocl_element_offset(dy), dxo = ocl_element_offset(dx);
     ocl_arg args[18];
     int nargs = 0;
     args[nargs++] = OCL_VALUE(windows);
@@ -829,7 +823,7 @@ static int pool_backward_avg(fl_tensor *dx, const fl_tensor *dy, const pool_para
     cl_kernel k = ocl_kernel_for(pool_source, "pool_backward_avg", dx->dtype);
     if (!k)
         return FL_ERR_BACKEND;
-    cl_long total = dx->numel, dyo = mem_offset(dy), dxo = mem_offset(dx);
+    cl_long total = dx->numel, dyo = ocl_element_offset(dy), dxo = ocl_element_offset(dx);
     ocl_arg args[16];
     int nargs = 0;
     args[nargs++] = OCL_VALUE(total);

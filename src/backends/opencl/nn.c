@@ -58,13 +58,6 @@ static int check_float(const char *operation, fl_dtype dtype)
     return 0;
 }
 
-/* The element offset of a value's first element in its buffer's cl_mem. */
-static cl_long element_offset(const fl_tensor *t)
-{
-    const ocl_tensor *o = ocl_impl(t);
-    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
-}
-
 /* The work-group size of a reduction over rows of n: a power of two that covers n,
  * from 16 (fewer idle work items than that cost nothing) to the device's launch size. */
 static int group_size(int64_t n)
@@ -200,7 +193,7 @@ static int ocl_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *
         fl_release(x);
         return FL_ERR_BACKEND;
     }
-    cl_long xo = element_offset(x), yo = element_offset(out);
+    cl_long xo = ocl_element_offset(x), yo = ocl_element_offset(out);
     cl_int log_flag = logarithm;
     ocl_arg args[] = {OCL_VALUE(n), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo), OCL_MEM(ocl_impl(out)->buffer),
                       OCL_VALUE(yo), OCL_VALUE(log_flag)};
@@ -318,7 +311,7 @@ static bn_shape shape_of(const fl_tensor *x)
 static void optional_arg(const fl_tensor *t, const fl_tensor *stand, ocl_arg *mem, cl_long *offset)
 {
     *mem = OCL_MEM(ocl_impl(t ? t : stand)->buffer);
-    *offset = t ? element_offset(t) : 0;
+    *offset = t ? ocl_element_offset(t) : 0;
 }
 
 /* Allocates each of count outputs that is not NULL. */
@@ -362,7 +355,7 @@ static int ocl_batch_norm(const fl_backend *self, fl_tensor *y, fl_tensor *save_
             release_all(INPUTS, d);
             return FL_ERR_BACKEND;
         }
-        cl_long xo = element_offset(d[X]), mo = element_offset(mean), vo = element_offset(var);
+        cl_long xo = ocl_element_offset(d[X]), mo = ocl_element_offset(mean), vo = ocl_element_offset(var);
         ocl_arg args[] = {OCL_VALUE(g.n), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[X])->buffer),
                           OCL_VALUE(xo), OCL_MEM(ocl_impl(mean)->buffer), OCL_VALUE(mo),
                           OCL_MEM(ocl_impl(var)->buffer), OCL_VALUE(vo)};
@@ -377,8 +370,8 @@ static int ocl_batch_norm(const fl_backend *self, fl_tensor *y, fl_tensor *save_
         release_all(INPUTS, d);
         return FL_ERR_BACKEND;
     }
-    cl_long total = x->numel, xo = element_offset(d[X]), yo = element_offset(y), mo = element_offset(mean),
-            vo = element_offset(var), wo, bo;
+    cl_long total = x->numel, xo = ocl_element_offset(d[X]), yo = ocl_element_offset(y), mo = ocl_element_offset(mean),
+            vo = ocl_element_offset(var), wo, bo;
     ocl_arg w_mem, b_mem;
     optional_arg(d[WEIGHT], d[X], &w_mem, &wo);
     optional_arg(d[BIAS], d[X], &b_mem, &bo);
@@ -413,8 +406,8 @@ static int ocl_batch_norm_backward(const fl_backend *self, fl_tensor *dx, fl_ten
     }
     fl_dtype dtype = x->dtype;
     bn_shape g = shape_of(x);
-    cl_long dyo = element_offset(d[DY]), xo = element_offset(d[X]), mo = element_offset(d[MEAN]),
-            io = element_offset(d[INVSTD]);
+    cl_long dyo = ocl_element_offset(d[DY]), xo = ocl_element_offset(d[X]), mo = ocl_element_offset(d[MEAN]),
+            io = ocl_element_offset(d[INVSTD]);
     /* The per-channel sums, which dx needs in training and dweight and dbias are. */
     ocl_buffer *sums = NULL;
     cl_long so = 0;
@@ -431,7 +424,7 @@ static int ocl_batch_norm_backward(const fl_backend *self, fl_tensor *dx, fl_ten
             rc = FL_ERR_BACKEND;
             goto done;
         }
-        cl_long dwo = dweight ? element_offset(dweight) : 0, dbo = dbias ? element_offset(dbias) : 0;
+        cl_long dwo = dweight ? ocl_element_offset(dweight) : 0, dbo = dbias ? ocl_element_offset(dbias) : 0;
         cl_int want = (dweight ? 1 : 0) | (dbias ? 2 : 0);
         ocl_arg args[] = {OCL_VALUE(g.n), OCL_VALUE(g.c), OCL_VALUE(g.s), OCL_MEM(ocl_impl(d[DY])->buffer),
                           OCL_VALUE(dyo), OCL_MEM(ocl_impl(d[X])->buffer), OCL_VALUE(xo),
@@ -449,7 +442,7 @@ static int ocl_batch_norm_backward(const fl_backend *self, fl_tensor *dx, fl_ten
             rc = FL_ERR_BACKEND;
             goto done;
         }
-        cl_long total = x->numel, wo, dxo = element_offset(dx);
+        cl_long total = x->numel, wo, dxo = ocl_element_offset(dx);
         ocl_arg w_mem;
         optional_arg(d[WEIGHT], d[X], &w_mem, &wo);
         cl_int has_weight = d[WEIGHT] != NULL, train = training;

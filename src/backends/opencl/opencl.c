@@ -272,7 +272,7 @@ int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor 
     args[nargs++] = OCL_VALUE(shape);
     for (int k = 0; k < p->nleaves; k++) {
         const ocl_tensor *o = ocl_impl(leaves[k]);
-        offsets[k] = (cl_long)(o->buffer->offset / ocl_element_size(leaves[k]->dtype)) + o->offset;
+        offsets[k] = ocl_element_offset(leaves[k]);
         args[nargs++] = OCL_MEM(o->buffer);
         args[nargs++] = OCL_VALUE(offsets[k]);
         if (p->leaves[k].strided) {
@@ -295,7 +295,7 @@ int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor 
     }
     for (int k = 0; k < p->noutputs; k++) {
         const ocl_tensor *o = ocl_impl(outputs[k]);
-        offsets[KG_MAX_LEAVES + k] = (cl_long)(o->buffer->offset / ocl_element_size(outputs[k]->dtype)) + o->offset;
+        offsets[KG_MAX_LEAVES + k] = ocl_element_offset(outputs[k]);
         args[nargs++] = OCL_MEM(o->buffer);
         args[nargs++] = OCL_VALUE(offsets[KG_MAX_LEAVES + k]);
     }
@@ -385,7 +385,7 @@ int ocl_fill_value(fl_tensor *out, double value)
     if (!k)
         return FL_ERR_BACKEND;
     ocl_tensor *o = ocl_impl(out);
-    cl_long n = out->numel, yo = (cl_long)(o->buffer->offset / ocl_element_size(out->dtype));
+    cl_long n = out->numel, yo = ocl_element_offset(out);
     cl_ulong bits;
     encode(out->dtype, value, &bits);
     ocl_arg args[] = {OCL_VALUE(n), OCL_MEM(o->buffer), OCL_VALUE(yo), {&bits, ocl_element_size(out->dtype)}};
@@ -432,7 +432,7 @@ static int ocl_arange(const fl_backend *self, fl_tensor *out, double start, doub
     if (!k)
         return FL_ERR_BACKEND;
     ocl_tensor *o = ocl_impl(out);
-    cl_long n = out->numel, yo = (cl_long)(o->buffer->offset / ocl_element_size(out->dtype));
+    cl_long n = out->numel, yo = ocl_element_offset(out);
     float fs = (float)start, ft = (float)step;
     ocl_arg args[] = {OCL_VALUE(n), OCL_MEM(o->buffer), OCL_VALUE(yo),
                       fp64 ? OCL_VALUE(start) : OCL_VALUE(fs), fp64 ? OCL_VALUE(step) : OCL_VALUE(ft)};

@@ -50,6 +50,15 @@ static inline size_t ocl_element_size(fl_dtype d)
     return sizes[d];
 }
 
+/* Where a value's first element is, counted in elements from the start of its
+ * buffer's cl_mem: what kernels and CLBlast take as an offset. (A buffer's own offset
+ * is in bytes; blocks are 512-byte aligned, so it divides by any element size.) */
+static inline cl_long ocl_element_offset(const fl_tensor *t)
+{
+    const ocl_tensor *o = ocl_impl(t);
+    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
+}
+
 /* A graph holds at most this many pending operations; past it an operand runs first,
  * so that a loop that never reads its values keeps memory bounded and kernels small. */
 #define OCL_MAX_NODES 32

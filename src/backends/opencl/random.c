@@ -90,7 +90,7 @@ static int ocl_random(const fl_backend *self, fl_tensor *out, fl_random_kind kin
     if (!k)
         return FL_ERR_BACKEND;
     const ocl_tensor *o = ocl_impl(out);
-    cl_long n = out->numel, yo = (cl_long)(o->buffer->offset / ocl_element_size(out->dtype)) + o->offset;
+    cl_long n = out->numel, yo = ocl_element_offset(out);
     cl_ulong key = seed, counter = offset;
     cl_int normal = kind == FL_RANDOM_NORMAL;
     ocl_arg args[] = {OCL_VALUE(n), OCL_MEM(o->buffer), OCL_VALUE(yo), OCL_VALUE(key), OCL_VALUE(counter),

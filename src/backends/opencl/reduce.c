@@ -153,19 +153,13 @@ static int dense_lines(fl_tensor **x, lines *v)
     return 0;
 }
 
-static cl_long element_offset(const fl_tensor *t)
-{
-    const ocl_tensor *o = ocl_impl(t);
-    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
-}
-
 /* Launches kernel, one of the generator's strided ones (kernelgen.h), on the lines v
  * of x into out: a work item per output or line, or a work-group of local (groups). */
 static int launch_lines(const char *operation, cl_kernel kernel, const lines *v, const fl_tensor *x, fl_tensor *out,
                         bool groups, int local)
 {
     cl_long outer = v->outer, k = v->k, inner = v->inner, so = v->so, sk = v->sk, si = v->si;
-    cl_long xo = element_offset(x), yo = element_offset(out);
+    cl_long xo = ocl_element_offset(x), yo = ocl_element_offset(out);
     ocl_arg args[] = {OCL_VALUE(outer), OCL_VALUE(k),  OCL_VALUE(inner), OCL_MEM(ocl_impl(x)->buffer), OCL_VALUE(xo),
                       OCL_VALUE(so),    OCL_VALUE(sk), OCL_VALUE(si),    OCL_MEM(ocl_impl(out)->buffer), OCL_VALUE(yo)};
     if (!groups)
@@ -225,17 +219,17 @@ static int reduce_rows(const char *name, cl_kernel kernel, int local, const fl_t
     int64_t chunks = rows >= 64 ? 1 : k / CHUNK_MIN;
     chunks = chunks < 1 ? 1 : chunks > CHUNKS_MAX ? CHUNKS_MAX : chunks;
     if (chunks == 1)
-        return launch_rows(name, kernel, local, x, element_offset(x), rows, k, 1, out, element_offset(out));
+        return launch_rows(name, kernel, local, x, ocl_element_offset(x), rows, k, 1, out, ocl_element_offset(out));
     int64_t shape[1] = {rows * chunks};
     fl_tensor *partial = fl_tensor_alloc(out->backend, out->dtype, 1, shape);
     if (!partial)
         return fl_backend_error(FL_ERR_MEMORY, "out of host memory");
     int rc = ocl_alloc(partial);
     if (!rc)
-        rc = launch_rows(name, kernel, local, x, element_offset(x), rows, k, chunks, partial, element_offset(partial));
+        rc = launch_rows(name, kernel, local, x, ocl_element_offset(x), rows, k, chunks, partial, ocl_element_offset(partial));
     if (!rc)
-        rc = launch_rows(name, kernel, local, partial, element_offset(partial), rows, chunks, 1, out,
-                         element_offset(out));
+        rc = launch_rows(name, kernel, local, partial, ocl_element_offset(partial), rows, chunks, 1, out,
+                         ocl_element_offset(out));
     fl_release(partial);
     return rc;
 }

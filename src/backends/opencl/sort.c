@@ -134,12 +134,6 @@ static fl_dtype bits_dtype(fl_dtype dtype)
     return dtype == FL_F32 ? FL_I32 : dtype == FL_F64 ? FL_I64 : dtype;
 }
 
-static cl_long element_offset(const fl_tensor *t)
-{
-    const ocl_tensor *o = ocl_impl(t);
-    return (cl_long)(o->buffer->offset / ocl_element_size(t->dtype)) + o->offset;
-}
-
 int ocl_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, const fl_tensor *a, int axis,
              bool descending)
 {
@@ -178,7 +172,7 @@ int ocl_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, cons
     cl_long blocks = (length + (cl_long)group - 1) / (cl_long)group;
     cl_int final = blocks == 1;
     cl_ulong flip = descending ? ~(cl_ulong)0 : 0;
-    cl_long xo = element_offset(x), vo = element_offset(values), io = element_offset(indices);
+    cl_long xo = ocl_element_offset(x), vo = ocl_element_offset(values), io = ocl_element_offset(indices);
     const ocl_tensor *xt = ocl_impl(x), *vt = ocl_impl(values), *it = ocl_impl(indices);
     /* Scratch: keys and positions, twice, for the merge passes to move between. */
     size_t n = (size_t)a->numel;
