@@ -283,8 +283,24 @@ static int ocl_index_select(const fl_backend *self, fl_tensor *out, const fl_ten
 
 /* ---- scatter_add ---- */
 
-/* Room for the reduction's definitions. */
-#define SOURCE_MAX 1024
+/* The prelude, the definitions of the reduction that accumulates dtype (a sum; on bool
+ * a logical or, which is its max), then the kernel. */
+static bool write_scatter(char *source, size_t size, const void *arg)
+{
+    fl_dtype dtype = *(const fl_dtype *)arg;
+    size_t used = (size_t)snprintf(source, size, "%s\n", kg_opencl.prelude);
+    if (used >= size || !kg_reduction_defines(dtype == FL_BOOL ? LAZY_MAX : LAZY_SUM, dtype, source + used, size - used)) {
+        fl_backend_error(FL_ERR_DTYPE, "scatter_add has no %s kernel", fl_dtype_name(dtype));
+        return false;
+    }
+    used += strlen(source + used);
+    int n = snprintf(source + used, size - used, "%s", scatter_kernel);
+    if (n < 0 || (size_t)n >= size - used) {
+        fl_backend_error(FL_ERR_BACKEND, "scatter_add's source is longer than %zu bytes", size);
+        return false;
+    }
+    return true;
+}
 
 /* out = base, then out[index[p] along axis, p elsewhere] += src[p] for every p of
  * index's shape; bool adds as a logical or (the cpu backend's rule), which is its max. */
@@ -295,20 +311,8 @@ static int ocl_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tens
     int rc = check_dtypes("scatter_add", out->dtype, 2, (const fl_tensor *[]){base, src});
     if (rc || (rc = check_dtypes("scatter_add", FL_I64, 1, &index)))
         return rc;
-    /* the prelude, the reduction's definitions, then the kernel */
-    size_t size = strlen(kg_opencl.prelude) + sizeof scatter_kernel + SOURCE_MAX;
-    char *source = malloc(size);
-    if (!source)
-        return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-    size_t used = (size_t)snprintf(source, size, "%s\n", kg_opencl.prelude);
-    if (!kg_reduction_defines(out->dtype == FL_BOOL ? LAZY_MAX : LAZY_SUM, out->dtype, source + used, SOURCE_MAX)) {
-        free(source);
-        return fl_backend_error(FL_ERR_DTYPE, "scatter_add has no %s kernel", fl_dtype_name(out->dtype));
-    }
-    used += strlen(source + used);
-    snprintf(source + used, size - used, "%s", scatter_kernel);
-    cl_kernel scatter = ocl_kernel(source, "scatter_add");
-    free(source);
+    fl_dtype key = out->dtype; /* the text depends on the dtype only */
+    cl_kernel scatter = ocl_kernel_keyed(&key, sizeof key, "scatter_add", write_scatter, &key);
     cl_kernel copy = scatter ? copy_kernel("copy_strided", out->dtype) : NULL;
     if (!copy)
         return FL_ERR_BACKEND;

@@ -19,27 +19,39 @@
  * backend's vecmath.h and gelu.h as text, their includes removed. */
 extern const char kernelgen_vecmath_text[], kernelgen_gelu_text[];
 
-/* The kernel `name` of body for dtype (f32 or f64), after what a generated kernel of
- * that type has (the dialect's prelude; for f32 the cpu backend's vector math, for
- * f64 vm_* as the built-ins; gelu.h), "#define T", "#define SINGLE" (1 for f32) and
- * "#define LOCAL local" (the work-group size of the reducing kernels). */
+/* What an nn kernel's text is made from: its parts (static text, compared by address),
+ * the dtype and the work-group size. */
+typedef struct nn_source {
+    const char *head, *body; /* head: the group reduction, or NULL */
+    fl_dtype dtype;
+    int local;
+} nn_source;
+
+/* After what a generated kernel of that type has (the dialect's prelude; for f32 the
+ * cpu backend's vector math, for f64 vm_* as the built-ins; gelu.h), "#define T",
+ * "#define SINGLE" (1 for f32) and "#define LOCAL local" (the work-group size of the
+ * reducing kernels), then head and body. */
+_Static_assert(sizeof(nn_source) == 2 * sizeof(char *) + 2 * sizeof(int), "a key has no padding");
+
+static bool write_nn(char *source, size_t size, const void *arg)
+{
+    const nn_source *s = arg;
+    const kg_dialect *d = &kg_opencl;
+    bool single = s->dtype == FL_F32;
+    int n = snprintf(source, size, "%s%s%s%s\n#define T %s\n#define SINGLE %d\n#define LOCAL %d\n%s%s", d->prelude,
+                     single ? d->f32_math : d->f64_math, single ? kernelgen_vecmath_text : "", kernelgen_gelu_text,
+                     kg_type(s->dtype), single, s->local, s->head ? s->head : "", s->body);
+    if (n < 0 || (size_t)n >= size) {
+        fl_backend_error(FL_ERR_BACKEND, "an nn kernel's source is longer than %zu bytes", size);
+        return false;
+    }
+    return true;
+}
+
 static cl_kernel nn_kernel(const char *body, const char *name, fl_dtype dtype, int local)
 {
-    const kg_dialect *d = &kg_opencl;
-    bool single = dtype == FL_F32;
-    const char *math = single ? d->f32_math : d->f64_math, *vecmath = single ? kernelgen_vecmath_text : "";
-    size_t size =
-        strlen(d->prelude) + strlen(math) + strlen(vecmath) + strlen(kernelgen_gelu_text) + strlen(body) + 128;
-    char *source = malloc(size);
-    if (!source) {
-        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-        return NULL;
-    }
-    snprintf(source, size, "%s%s%s%s\n#define T %s\n#define SINGLE %d\n#define LOCAL %d\n%s", d->prelude, math, vecmath,
-             kernelgen_gelu_text, kg_type(dtype), single, local, body);
-    cl_kernel k = ocl_kernel(source, name);
-    free(source);
-    return k;
+    nn_source key = {NULL, body, dtype, local};
+    return ocl_kernel_keyed(&key, sizeof key, name, write_nn, &key);
 }
 
 /* Refuses dtypes other than f32 and f64, and f64 on a device without doubles. */
@@ -160,16 +172,8 @@ static const char softmax_source[] =
 /* A reducing kernel's body: the group reduction, then body. */
 static cl_kernel reducing_kernel(const char *body, const char *name, fl_dtype dtype, int local)
 {
-    size_t size = sizeof group_reduce_source + strlen(body);
-    char *text = malloc(size);
-    if (!text) {
-        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-        return NULL;
-    }
-    snprintf(text, size, "%s%s", group_reduce_source, body);
-    cl_kernel k = nn_kernel(text, name, dtype, local);
-    free(text);
-    return k;
+    nn_source key = {group_reduce_source, body, dtype, local};
+    return ocl_kernel_keyed(&key, sizeof key, name, write_nn, &key);
 }
 
 static int ocl_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *a, bool logarithm)

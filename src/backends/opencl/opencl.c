@@ -99,20 +99,19 @@ ocl_tensor *ocl_value(const fl_tensor *t)
     return rc ? NULL : o;
 }
 
-/* ---- launching programs ----
+/* ---- finding kernels ----
  *
  * Finding a kernel by its text means writing the text (tens of kilobytes with the
- * math prelude) and hashing it, which costs more than the launch: kernels are found
- * first by what their text is made from, a kernel file's body (a few kilobytes,
- * without the prelude) and dtype, or a generated program's description (a few
- * hundred bytes), and by their whole text only the first time. */
+ * math prelude) and hashing it, which costs more than the launch. So kernels are
+ * found by a key, what their text is made from (a kernel file's body and dtype, a
+ * generated program's description, a reduction's operation and dtype), and the text
+ * is written and built only the first time a key is seen. */
 
 typedef struct known_kernel {
     uint64_t hash;
-    char *body, *name; /* a kernel file's text and kernel name (copies) */
-    unsigned char *key;      /* a generated program's description */
+    unsigned char *key; /* a copy */
     size_t key_size;
-    int dtype;
+    char *name;
     cl_kernel kernel;
     struct known_kernel *next;
 } known_kernel;
@@ -129,61 +128,93 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t size)
     return h;
 }
 
-static known_kernel *known_find(uint64_t hash, const char *body, const char *name, int dtype,
-                                const unsigned char *key, size_t key_size)
+static known_kernel *known_find(uint64_t hash, const void *key, size_t key_size, const char *name)
 {
     for (known_kernel *k = known[hash % KNOWN_BUCKETS]; k; k = k->next)
-        if (k->hash == hash && k->dtype == dtype && k->key_size == key_size &&
-            (body ? k->body && strcmp(k->body, body) == 0 && strcmp(k->name, name) == 0
-                  : !k->body && memcmp(k->key, key, key_size) == 0))
+        if (k->hash == hash && k->key_size == key_size && memcmp(k->key, key, key_size) == 0 &&
+            strcmp(k->name, name) == 0)
             return k;
     return NULL;
 }
 
-static void known_add(uint64_t hash, const char *body, const char *name, int dtype, const unsigned char *key,
-                      size_t key_size, cl_kernel kernel)
+/* Remembers kernel under key and name; on no memory it is simply found by its text
+ * next time. */
+static void known_add(uint64_t hash, const void *key, size_t key_size, const char *name, cl_kernel kernel)
 {
     known_kernel *k = calloc(1, sizeof *k);
-    unsigned char *copy = key_size ? malloc(key_size) : NULL;
-    char *body_copy = body ? strdup(body) : NULL, *name_copy = name ? strdup(name) : NULL;
-    if (!k || (key_size && !copy) || (body && (!body_copy || !name_copy))) { /* found by its text next time */
+    unsigned char *copy = malloc(key_size ? key_size : 1);
+    char *name_copy = strdup(name);
+    if (!k || !copy || !name_copy) {
         free(k);
         free(copy);
-        free(body_copy);
         free(name_copy);
         return;
     }
-    if (key_size)
-        memcpy(copy, key, key_size);
-    *k = (known_kernel){hash, body_copy, name_copy, copy, key_size, dtype, kernel, known[hash % KNOWN_BUCKETS]};
+    memcpy(copy, key, key_size);
+    *k = (known_kernel){hash, copy, key_size, name_copy, kernel, known[hash % KNOWN_BUCKETS]};
     known[hash % KNOWN_BUCKETS] = k;
 }
 
-cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype)
+#define SOURCE_MAX 65536
+
+cl_kernel ocl_kernel_keyed(const void *key, size_t key_size, const char *name, ocl_source_writer write,
+                           const void *arg)
 {
-    /* by content: some bodies are assembled per dtype in a buffer */
-    uint64_t hash = fnv1a(fnv1a(fnv1a(1469598103934665603ull, body, strlen(body)), name, strlen(name)), &dtype,
-                          sizeof dtype);
+    uint64_t hash = fnv1a(fnv1a(1469598103934665603ull, key, key_size), name, strlen(name));
     pthread_mutex_lock(&known_lock);
-    known_kernel *k = known_find(hash, body, name, (int)dtype, NULL, 0);
+    known_kernel *k = known_find(hash, key, key_size, name);
     pthread_mutex_unlock(&known_lock);
     if (k)
         return k->kernel;
-    size_t size = strlen(kg_opencl.prelude) + strlen(body) + 64;
-    char *source = malloc(size);
+    char *source = malloc(SOURCE_MAX);
     if (!source) {
         fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
         return NULL;
     }
-    snprintf(source, size, "%s\n#define T %s\n%s", kg_opencl.prelude, kg_type(dtype), body);
-    cl_kernel kernel = ocl_kernel(source, name);
+    cl_kernel kernel = write(source, SOURCE_MAX, arg) ? ocl_kernel(source, name) : NULL;
     free(source);
     if (kernel) {
         pthread_mutex_lock(&known_lock);
-        if (!known_find(hash, body, name, (int)dtype, NULL, 0))
-            known_add(hash, body, name, (int)dtype, NULL, 0, kernel);
+        if (!known_find(hash, key, key_size, name))
+            known_add(hash, key, key_size, name, kernel);
         pthread_mutex_unlock(&known_lock);
     }
+    return kernel;
+}
+
+/* A kernel file's body after the prelude and "#define T". */
+typedef struct body_source {
+    const char *body;
+    fl_dtype dtype;
+} body_source;
+
+static bool write_body(char *source, size_t size, const void *arg)
+{
+    const body_source *b = arg;
+    int n = snprintf(source, size, "%s\n#define T %s\n%s", kg_opencl.prelude, kg_type(b->dtype), b->body);
+    if (n < 0 || (size_t)n >= size) {
+        fl_backend_error(FL_ERR_BACKEND, "a kernel's source is longer than %zu bytes", size);
+        return false;
+    }
+    return true;
+}
+
+cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype)
+{
+    /* keyed by the body's text (some bodies are assembled per dtype in a buffer): a few
+     * kilobytes, without the prelude */
+    size_t length = strlen(body);
+    unsigned char stack[4096], *key = length + sizeof dtype <= sizeof stack ? stack : malloc(length + sizeof dtype);
+    if (!key) {
+        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's key");
+        return NULL;
+    }
+    memcpy(key, &dtype, sizeof dtype);
+    memcpy(key + sizeof dtype, body, length);
+    body_source arg = {body, dtype};
+    cl_kernel kernel = ocl_kernel_keyed(key, length + sizeof dtype, name, write_body, &arg);
+    if (key != stack)
+        free(key);
     return kernel;
 }
 
@@ -212,44 +243,27 @@ static size_t describe(const kg_program *p, int *key)
     return n * sizeof *key;
 }
 
-#define SOURCE_MAX 32768
+typedef struct program_source {
+    const char *operation;
+    const kg_program *p;
+} program_source;
 
-static cl_kernel program_kernel(const char *operation, const kg_program *p)
+static bool write_program(char *source, size_t size, const void *arg)
 {
-    int key[4 + 2 * KG_MAX_LEAVES + 4 * KG_MAX_SLOTS + KG_MAX_OUTPUTS];
-    size_t key_size = describe(p, key);
-    uint64_t hash = fnv1a(1469598103934665603ull, key, key_size);
-    pthread_mutex_lock(&known_lock);
-    known_kernel *k = known_find(hash, NULL, NULL, -1, (const unsigned char *)key, key_size);
-    pthread_mutex_unlock(&known_lock);
-    if (k)
-        return k->kernel;
-    char *source = malloc(SOURCE_MAX);
-    if (!source) {
-        fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-        return NULL;
-    }
-    if (!kg_elementwise(&kg_opencl, p, source, SOURCE_MAX)) {
-        free(source);
-        fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", operation,
-                         fl_dtype_name(p->nleaves ? p->leaves[0].dtype : p->compute));
-        return NULL;
-    }
-    cl_kernel kernel = ocl_kernel(source, "fused");
-    free(source);
-    if (kernel) {
-        pthread_mutex_lock(&known_lock);
-        if (!known_find(hash, NULL, NULL, -1, (const unsigned char *)key, key_size))
-            known_add(hash, NULL, NULL, -1, (const unsigned char *)key, key_size, kernel);
-        pthread_mutex_unlock(&known_lock);
-    }
-    return kernel;
+    const program_source *g = arg;
+    if (kg_elementwise(&kg_opencl, g->p, source, size))
+        return true;
+    fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", g->operation,
+                     fl_dtype_name(g->p->nleaves ? g->p->leaves[0].dtype : g->p->compute));
+    return false;
 }
 
 int ocl_run_program(const char *operation, const kg_program *p, const fl_tensor *const *leaves,
                     const double *constants, fl_tensor *const *outputs)
 {
-    cl_kernel kernel = program_kernel(operation, p);
+    int key[4 + 2 * KG_MAX_LEAVES + 4 * KG_MAX_SLOTS + KG_MAX_OUTPUTS];
+    program_source arg = {operation, p};
+    cl_kernel kernel = ocl_kernel_keyed(key, describe(p, key), "fused", write_program, &arg);
     if (!kernel)
         return FL_ERR_BACKEND; /* the recorded error says which, and its status wins */
 

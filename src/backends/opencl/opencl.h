@@ -77,8 +77,17 @@ ocl_tensor *ocl_value(const fl_tensor *t);
  * copy made on the device. NULL after fl_backend_error. Release it with fl_release. */
 fl_tensor *ocl_contiguous(const fl_tensor *t);
 
-/* The program source prefix that kernel files put before their kernels: the
- * dialect's prelude and "#define T <type of dtype>". */
+/* Writes a program's text into source (size bytes): true, or false after
+ * fl_backend_error (no kernel for the dtype, a text too long). */
+typedef bool (*ocl_source_writer)(char *source, size_t size, const void *arg);
+/* The kernel `name` of the program write(arg) writes, found by key, everything the
+ * text depends on (bytes compared, so pointers in it must be to text that never
+ * changes): the text is written, hashed and built only the first time a key is seen.
+ * NULL after fl_backend_error. */
+cl_kernel ocl_kernel_keyed(const void *key, size_t key_size, const char *name, ocl_source_writer write,
+                           const void *arg);
+/* The kernel `name` of a kernel file's body for dtype, after the dialect's prelude and
+ * "#define T <type of dtype>"; found by the body's text. */
 cl_kernel ocl_kernel_for(const char *body, const char *name, fl_dtype dtype);
 
 /* Enqueues the generated elementwise program p with the given leaves, constants (one

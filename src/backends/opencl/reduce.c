@@ -20,8 +20,6 @@
 
 #include "opencl.h"
 
-#define SOURCE_MAX 16384
-
 /* Outputs enough to occupy a device with a work item each, and lines too short to
  * share between a work-group's lanes: below both, a work-group per output. */
 #define MANY_OUTPUTS 1024
@@ -168,15 +166,44 @@ static int launch_lines(const char *operation, cl_kernel kernel, const lines *v,
     return ocl_launch_nd(operation, kernel, 1, &global, &size, 10, args);
 }
 
-/* Builds the kernels named names[0 .. count) of the source a generator wrote, made
- * false when it has none for dtype. Returns 0 or an fl_status. */
-static int kernels_of(const char *operation, bool made, const char *source, fl_dtype dtype, int count,
+/* What a reduction kernel's text is made from: the generator, the operation, the
+ * dtype and the work-group size. */
+typedef enum { GEN_ROWS, GEN_COLUMNS, GEN_ARG, GEN_SCAN } generator;
+typedef struct reduction_source {
+    generator gen;
+    int op;
+    fl_dtype dtype;
+    int local;
+} reduction_source;
+_Static_assert(sizeof(reduction_source) == 4 * sizeof(int), "a key has no padding");
+
+typedef struct reduction_writer {
+    const reduction_source *key;
+    const char *operation; /* for the message */
+} reduction_writer;
+
+static bool write_reduction(char *source, size_t size, const void *arg)
+{
+    const reduction_writer *w = arg;
+    const reduction_source *r = w->key;
+    bool made = r->gen == GEN_ROWS      ? kg_reduce_rows(&kg_opencl, r->op, r->dtype, r->local, source, size)
+                : r->gen == GEN_COLUMNS ? kg_reduce_columns(&kg_opencl, r->op, r->dtype, source, size)
+                : r->gen == GEN_ARG     ? kg_arg_reduce(&kg_opencl, r->op, r->dtype, r->local, source, size)
+                                        : kg_scan(&kg_opencl, r->op, r->dtype, r->local, source, size);
+    if (!made)
+        fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", w->operation, fl_dtype_name(r->dtype));
+    return made;
+}
+
+/* The kernels named names[0 .. count) of generator gen's program. Returns 0 or an
+ * fl_status. */
+static int kernels_of(const char *operation, generator gen, int op, fl_dtype dtype, int local, int count,
                       const char *const *names, cl_kernel *kernels)
 {
-    if (!made)
-        return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", operation, fl_dtype_name(dtype));
+    reduction_source key = {gen, op, dtype, local};
+    reduction_writer writer = {&key, operation};
     for (int i = 0; i < count; i++)
-        if (!(kernels[i] = ocl_kernel(source, names[i])))
+        if (!(kernels[i] = ocl_kernel_keyed(&key, sizeof key, names[i], write_reduction, &writer)))
             return FL_ERR_BACKEND;
     return 0;
 }
@@ -186,14 +213,8 @@ static int kernels_of(const char *operation, bool made, const char *source, fl_d
 /* The kernel of reduction op: the group kernel (dense rows) or the item one. */
 static int reduce_kernel(const char *name, int op, fl_dtype dtype, bool groups, int local, cl_kernel *kernel)
 {
-    char *source = malloc(SOURCE_MAX);
-    if (!source)
-        return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
-    bool made = groups ? kg_reduce_rows(&kg_opencl, op, dtype, local, source, SOURCE_MAX)
-                       : kg_reduce_columns(&kg_opencl, op, dtype, source, SOURCE_MAX);
-    int rc = kernels_of(name, made, source, dtype, 1, (const char *[]){groups ? "reduce" : "reduce_columns"}, kernel);
-    free(source);
-    return rc;
+    return kernels_of(name, groups ? GEN_ROWS : GEN_COLUMNS, op, dtype, groups ? local : 0, 1,
+                      (const char *[]){groups ? "reduce" : "reduce_columns"}, kernel);
 }
 
 /* Long rows are cut into chunks, each a work-group, so that a few rows still occupy
@@ -302,14 +323,9 @@ static int arg_extremum(const char *name, int op, fl_tensor *out, const fl_tenso
     int64_t length = a->ndim ? a->shape[axis] : 1;
     if (length == 0 && out->numel > 0)
         return fl_backend_error(FL_ERR_SHAPE, "%s of an empty axis", name);
-    char *source = malloc(SOURCE_MAX);
-    if (!source)
-        return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
     int local = group_size();
     cl_kernel kernels[2];
-    bool made = kg_arg_reduce(&kg_opencl, op, a->dtype, local, source, SOURCE_MAX);
-    int rc = kernels_of(name, made, source, a->dtype, 2, (const char *[]){"arg_rows", "arg_columns"}, kernels);
-    free(source);
+    int rc = kernels_of(name, GEN_ARG, op, a->dtype, local, 2, (const char *[]){"arg_rows", "arg_columns"}, kernels);
     if (rc || (rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     fl_tensor *x;
@@ -342,14 +358,10 @@ static int ocl_cumsum(const fl_backend *self, fl_tensor *out, const fl_tensor *a
     if (out->dtype != a->dtype)
         return fl_backend_error(FL_ERR_DTYPE, "cumsum gives %s, not %s", fl_dtype_name(a->dtype),
                                 fl_dtype_name(out->dtype));
-    char *source = malloc(SOURCE_MAX);
-    if (!source)
-        return fl_backend_error(FL_ERR_MEMORY, "out of host memory for a kernel's source");
     int local = group_size();
     cl_kernel kernels[2];
-    bool made = kg_scan(&kg_opencl, LAZY_SUM, a->dtype, local, source, SOURCE_MAX);
-    int rc = kernels_of("cumsum", made, source, a->dtype, 2, (const char *[]){"scan_groups", "scan_lines"}, kernels);
-    free(source);
+    int rc = kernels_of("cumsum", GEN_SCAN, LAZY_SUM, a->dtype, local, 2, (const char *[]){"scan_groups", "scan_lines"},
+                        kernels);
     if (rc || (rc = ocl_alloc(out)) || out->numel == 0)
         return rc;
     fl_tensor *x;
