@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "flare/autograd.h"
 #include "flare/backend.h"
@@ -51,6 +50,7 @@
 #include "flare/text.h"
 #include "cli.h"
 #include "models.h"
+#include "output.h"
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 #define EVAL_BATCH 32
@@ -340,22 +340,6 @@ static fl_status evaluate(fl_module *model, fl_dataset *data, double *loss)
 
 /* ---- progress and results ---- */
 
-static void progress(const options *o, int epoch, int64_t done, int64_t total, double loss, double per_second)
-{
-    if (o->quiet || !isatty(STDERR_FILENO))
-        return;
-    enum { WIDTH = 30 };
-    int filled = (int)(WIDTH * done / (total ? total : 1));
-    char bar[WIDTH + 1];
-    for (int i = 0; i < WIDTH; i++)
-        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
-    bar[WIDTH] = '\0';
-    fprintf(stderr, "\repoch %d [%s] %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tokens/s ", epoch, bar, done, total,
-            loss, per_second);
-    if (done == total)
-        fputc('\n', stderr);
-}
-
 typedef struct epoch_result {
     double seconds, train_loss, val_loss, tokens_per_second;
 } epoch_result;
@@ -400,14 +384,13 @@ typedef struct run_info {
     const char *sample; /* NULL without --generate */
 } run_info;
 
-/* Writes the metrics as JSON, atomically (a temporary file, then rename). */
+/* Writes the metrics as JSON, atomically (output.h). */
 static int write_json(const options *o, const run_info *info, const epoch_result *epochs, int first, int count)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->json);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return fprintf(stderr, "lm: cannot write %s: %s\n", tmp, strerror(errno)), 1;
+    output_file out;
+    if (!output_open(&out, "lm", o->json))
+        return 1;
+    FILE *f = out.f;
     fprintf(f, "{\n  \"data\": ");
     json_string(f, o->data ? o->data : FORTUNES_DIR);
     fprintf(f, ",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n  \"vocab\": %" PRId64 ",\n  \"context\": %" PRId64
@@ -432,11 +415,7 @@ static int write_json(const options *o, const run_info *info, const epoch_result
         json_string(f, info->sample);
     }
     fprintf(f, "\n}\n");
-    if (fclose(f) != 0 || rename(tmp, o->json) != 0) {
-        remove(tmp);
-        return fprintf(stderr, "lm: cannot write %s: %s\n", o->json, strerror(errno)), 1;
-    }
-    return 0;
+    return output_close(&out, true);
 }
 
 static int fail(const char *what)
@@ -620,8 +599,9 @@ int main(int argc, char **argv)
                     int64_t n = fl_numel(s.fields[1]);
                     fl_average_meter_add(&train_loss, fl_item(fl_v_value(loss)), (double)n);
                     fl_timer_meter_add_samples(&epoch_timer, n);
-                    progress(&o, epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
-                             1.0 / fl_timer_meter_per_sample(&epoch_timer));
+                    if (!o.quiet)
+                        output_progress(epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
+                                        1.0 / fl_timer_meter_per_sample(&epoch_timer), "tokens");
                 }
             }
             fl_scope_end(scope);

@@ -26,13 +26,10 @@
  * images per step), gradients are averaged across ranks, meters summed across ranks,
  * and only rank 0 prints and writes files.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "flare/autograd.h"
 #include "flare/backend.h"
@@ -45,6 +42,7 @@
 #include "flare/tensor.h"
 #include "cli.h"
 #include "models.h"
+#include "output.h"
 
 #define VALIDATION_SIZE 5000
 #define EVAL_BATCH 256
@@ -188,35 +186,18 @@ static fl_status evaluate(fl_module *model, fl_dataset *data, evaluation *out)
 
 /* ---- progress and results ---- */
 
-static void progress(const options *o, int epoch, int64_t done, int64_t total, double loss, double per_second)
-{
-    if (o->quiet || !isatty(STDERR_FILENO))
-        return;
-    enum { WIDTH = 30 };
-    int filled = (int)(WIDTH * done / (total ? total : 1));
-    char bar[WIDTH + 1];
-    for (int i = 0; i < WIDTH; i++)
-        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
-    bar[WIDTH] = '\0';
-    fprintf(stderr, "\repoch %d [%s] %" PRId64 "/%" PRId64 "  loss %.4f  %.0f images/s ", epoch, bar, done, total,
-            loss, per_second);
-    if (done == total)
-        fputc('\n', stderr);
-}
-
 typedef struct epoch_result {
     double seconds, train_loss, images_per_second;
     evaluation validation;
 } epoch_result;
 
-/* Writes the metrics as JSON, atomically (a temporary file, then rename). */
+/* Writes the metrics as JSON, atomically (output.h). */
 static int write_json(const options *o, const epoch_result *epochs, int first, int count, const evaluation *test)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->json);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return fprintf(stderr, "mnist: cannot write %s: %s\n", tmp, strerror(errno)), 1;
+    output_file out;
+    if (!output_open(&out, "mnist", o->json))
+        return 1;
+    FILE *f = out.f;
     fprintf(f, "{\n  \"data\": \"%s\",\n  \"backend\": \"%s\",\n  \"batch\": %" PRId64
                ",\n  \"threads\": %d,\n  \"epochs\": [",
             o->data, fl_default_backend()->name, o->batch, fl_num_threads());
@@ -232,11 +213,7 @@ static int write_json(const options *o, const epoch_result *epochs, int first, i
     if (test)
         fprintf(f, ",\n  \"test_loss\": %.6f,\n  \"test_error\": %.4f", test->loss, test->error);
     fprintf(f, "\n}\n");
-    if (fclose(f) != 0 || rename(tmp, o->json) != 0) {
-        remove(tmp);
-        return fprintf(stderr, "mnist: cannot write %s: %s\n", o->json, strerror(errno)), 1;
-    }
-    return 0;
+    return output_close(&out, true);
 }
 
 static int fail(const char *what)
@@ -286,15 +263,14 @@ int main(int argc, char **argv)
     fl_data_parallel *dp = NULL;
     epoch_result *results = NULL;
     /* Written to a temporary, renamed when the run ends well. */
-    char losses_tmp[4096] = "";
+    output_file losses_file = {0};
     FILE *losses = NULL;
     if (o.losses) {
-        snprintf(losses_tmp, sizeof losses_tmp, "%s.tmp", o.losses);
-        if (!(losses = fopen(losses_tmp, "w"))) {
-            fprintf(stderr, "mnist: cannot write %s: %s\n", losses_tmp, strerror(errno));
+        if (!output_open(&losses_file, "mnist", o.losses)) {
             status = 1;
             goto finish;
         }
+        losses = losses_file.f;
     }
     if (load_split(o.data, true, &images, &labels) != FL_OK || load_split(o.data, false, &test_images, &test_labels)) {
         status = fail("loading the dataset");
@@ -379,8 +355,9 @@ int main(int argc, char **argv)
                 if (losses)
                     fprintf(losses, "%.9g\n", value);
                 fl_timer_meter_add_samples(&timer, n);
-                progress(&o, epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
-                         1.0 / fl_timer_meter_per_sample(&timer));
+                if (!o.quiet)
+                    output_progress(epoch + 1, b + 1, count, fl_average_meter_value(&train_loss),
+                                    1.0 / fl_timer_meter_per_sample(&timer), "images");
             }
             fl_scope_end(scope);
         }
@@ -424,16 +401,8 @@ int main(int argc, char **argv)
         status = write_json(&o, results, first_epoch, done, tested ? &test_result : NULL);
 
 finish:
-    if (losses) {
-        bool written = fclose(losses) == 0 && status == 0;
-        if (written && rename(losses_tmp, o.losses) != 0) {
-            fprintf(stderr, "mnist: cannot write %s: %s\n", o.losses, strerror(errno));
-            written = false;
-            status = 1;
-        }
-        if (!written)
-            remove(losses_tmp);
-    }
+    if (losses && output_close(&losses_file, status == 0))
+        status = 1;
     free(results);
     fl_data_parallel_free(dp);
     fl_optimizer_free(opt);
