@@ -159,6 +159,33 @@ static double time_sum(const char *backend, const options *o)
     return median;
 }
 
+/* ---- Flare: per-call cost of kernels that are not elementwise ---- */
+
+/* Microseconds per call of softmax (else a row sum) of a [4, 16] tensor, --ops calls
+ * then one read, the median of --repeats after one to warm up; negative on an error. */
+static double time_small(bool softmax, const options *o)
+{
+    fl_tensor *x = fl_ones(FL_F32, 2, (int64_t[]){4, 16});
+    double *seconds = calloc((size_t)o->repeats + 1, sizeof *seconds);
+    bool ok = x && seconds && fl_eval(x) == FL_OK;
+    for (int r = 0; ok && r <= o->repeats; r++) {
+        double start = bench_now();
+        for (int64_t i = 0; ok && i < o->ops; i++) {
+            fl_tensor *y = softmax ? fl_softmax(x, -1) : fl_sum(x, FL_AXES(1), false);
+            ok = y != NULL;
+            fl_release(y);
+        }
+        fl_tensor *total = ok ? fl_sum(x, FL_ALL_AXES, false) : NULL;
+        ok = total && fl_item(total) == 64;
+        fl_release(total);
+        seconds[r] = (bench_now() - start) / (double)o->ops;
+    }
+    double median = ok ? bench_median(seconds + 1, o->repeats) : -1;
+    free(seconds);
+    fl_release(x);
+    return median;
+}
+
 /* ---- OpenCL: bare launches on the backend's queue ---- */
 
 static const char bare_source[] =
@@ -241,6 +268,10 @@ int main(int argc, char **argv)
     if (!time_chain("cpu", FL_F32, &o, &cpu))
         return fail("f32 adds on cpu");
     double sum_opencl = time_sum("opencl", &o), sum_cpu = time_sum("cpu", &o);
+    fl_set_default_backend("opencl");
+    double small_softmax = time_small(true, &o), small_sum = time_small(false, &o);
+    if (small_softmax < 0 || small_sum < 0)
+        return fail("softmax and row sums of [4, 16]");
     if (sum_opencl < 0 || sum_cpu < 0)
         return fail("summing 10^7 ones");
 
@@ -276,6 +307,8 @@ int main(int argc, char **argv)
     printf(",\n  \"bare_empty_kernel\": {\"us_per_launch\": %.3f}", 1e6 * bare_empty);
     printf(",\n  \"bare_add_kernel\": {\"us_per_launch\": %.3f}", 1e6 * bare_add);
     print_chain("cpu_add_f32", &cpu, &o, false);
+    printf(",\n  \"small_calls\": {\"softmax_4x16_us\": %.3f, \"row_sum_4x16_us\": %.3f}", 1e6 * small_softmax,
+           1e6 * small_sum);
     printf(",\n  \"sum_f32\": {\"elements\": %d, \"opencl_ms\": %.3f, \"cpu_ms\": %.3f}", SUM_ELEMENTS,
            1e3 * sum_opencl, 1e3 * sum_cpu);
     /* What Flare adds to each launch: its unfused adds against the bare add. */

@@ -98,6 +98,9 @@ def main():
     print(f"  OpenCL, bare launch of an add kernel:       {overhead['bare_add_kernel']['us_per_launch']:8.2f} us")
     print(f"  Flare's cpu backend, f32:                   {overhead['cpu_add_f32']['us_per_op']:8.2f} us")
     print(f"  Flare over a bare launch, per unfused add:  {overhead['flare_over_bare_add_us']:8.2f} us")
+    small = overhead["small_calls"]
+    print(f"  Flare, softmax of [4, 16]:                  {small['softmax_4x16_us']:8.2f} us")
+    print(f"  Flare, row sums of [4, 16]:                 {small['row_sum_4x16_us']:8.2f} us")
     total = overhead["sum_f32"]
     print(f"A sum of {total['elements']} f32 ones, read back (median): opencl {total['opencl_ms']:.2f} ms, "
           f"cpu {total['cpu_ms']:.2f} ms")
