@@ -113,12 +113,8 @@ static fl_module *asr_build(model_size size)
  * at the pace of speech. */
 static fl_status asr_make_batch(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target)
 {
-    *input = *target = NULL;
-    if (!valid_size("asr.make_batch", size))
+    if (batch_start("asr.make_batch", size, batch, input, target) != FL_OK)
         return FL_ERR_VALUE;
-    if (batch < 1)
-        return fl_error(FL_ERR_VALUE, "asr.make_batch", "batch must be positive, got %lld", (long long)batch),
-               FL_ERR_VALUE;
     const asr_config *c = &configs[size];
     int64_t t = output_frames(c), low = t / 8 > 1 ? t / 8 : 1, high = t / 4 > 1 ? t / 4 : 1;
     fl_scope scope = fl_scope_begin();

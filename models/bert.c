@@ -108,12 +108,8 @@ static fl_module *bert_build(model_size size)
  * the original word at chosen positions and -100 (ignored) elsewhere. */
 static fl_status bert_make_batch(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target)
 {
-    *input = *target = NULL;
-    if (!valid_size("bert.make_batch", size))
+    if (batch_start("bert.make_batch", size, batch, input, target) != FL_OK)
         return FL_ERR_VALUE;
-    if (batch < 1)
-        return fl_error(FL_ERR_VALUE, "bert.make_batch", "batch must be positive, got %lld", (long long)batch),
-               FL_ERR_VALUE;
     const bert_config *c = &configs[size];
     fl_scope scope = fl_scope_begin();
     fl_tensor *words = fl_randint(FIRST_WORD, c->vocab, FL_I64, FL_SHAPE(batch, c->seq));

@@ -382,17 +382,10 @@ static fl_module *gpt_build(model_size size)
 /* Random tokens [N, seq + 1]: the input is the first seq, the target the last seq. */
 static fl_status gpt_make_batch(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target)
 {
-    *input = *target = NULL;
-    if (!valid_size("gpt.make_batch", size))
+    if (batch_start("gpt.make_batch", size, batch, input, target) != FL_OK)
         return FL_ERR_VALUE;
-    if (batch < 1)
-        return fl_error(FL_ERR_VALUE, "gpt.make_batch", "batch must be positive, got %lld", (long long)batch),
-               FL_ERR_VALUE;
     const gpt_benchmark_config *c = &benchmark_configs[size];
-    fl_scope scope = fl_scope_begin();
-    fl_tensor *text = fl_randint(0, c->model.vocab, FL_I64, FL_SHAPE(batch, c->seq + 1));
-    return batch_return(scope, fl_index(text, FL_INDEX(FL_SPAN, FL_RANGE(0, c->seq))),
-                        fl_index(text, FL_INDEX(FL_SPAN, FL_RANGE(1, c->seq + 1))), input, target);
+    return next_token_batch(batch, c->model.vocab, c->seq, input, target);
 }
 
 static fl_variable *gpt_loss(fl_module *model, const fl_tensor *input, const fl_tensor *target)

@@ -4,29 +4,16 @@
  * key by key, so that a checkpoint of an architecture Flare does not compute is refused
  * by name instead of giving other numbers.
  */
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "flare/io.h"
+#include "hf_common.h"
 #include "sequence_build.h"
 
 #define FN "hf_load_gpt2"
 
 /* Records the error; the message names the file and the key. */
 #define fail(status, ...) ((void)fl_error((status), FN, __VA_ARGS__))
-
-/* config[key] as a positive integer; absent or of another kind is an error. */
-static bool config_int(json_t *config, const char *path, const char *key, int64_t *out)
-{
-    json_t *v = json_object_get(config, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        fail(FL_ERR_VALUE, "%s: \"%s\" must be a positive integer%s", path, key, v ? "" : ", and it is missing");
-        return false;
-    }
-    *out = json_integer_value(v);
-    return true;
-}
 
 /* An optional boolean key that must have the value Flare computes. */
 static bool config_flag(json_t *config, const char *path, const char *key, bool required)
@@ -38,19 +25,12 @@ static bool config_flag(json_t *config, const char *path, const char *key, bool 
     return false;
 }
 
-static bool read_config(const char *path, gpt_config *c)
+static bool read_config(const char *path, void *out)
 {
-    json_error_t error;
-    json_t *config = json_load_file(path, 0, &error);
-    if (!config) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            return fail(FL_ERR_IO, "%s: cannot be opened%s%s", path, "", ""), false;
-        fclose(f);
-        char where[64];
-        snprintf(where, sizeof where, "line %d, column %d", error.line, error.column);
-        return fail(FL_ERR_VALUE, "%s: not valid JSON at %s: %s", path, where, error.text), false;
-    }
+    gpt_config *c = out;
+    json_t *config = hf_config_open(FN, path);
+    if (!config)
+        return false;
     bool ok = json_is_object(config);
     if (!ok)
         fail(FL_ERR_VALUE, "%s: %s%s", path, "is not a JSON object", "");
@@ -61,9 +41,11 @@ static bool read_config(const char *path, gpt_config *c)
              json_is_string(type) ? json_string_value(type) : "no string");
     }
     *c = (gpt_config){.dropout = 0, .layer_norm_eps = 1e-5, .gelu_tanh = true};
-    ok = ok && config_int(config, path, "vocab_size", &c->vocab) &&
-         config_int(config, path, "n_positions", &c->context) && config_int(config, path, "n_embd", &c->embed) &&
-         config_int(config, path, "n_layer", &c->layers) && config_int(config, path, "n_head", &c->heads);
+    ok = ok && hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
+         hf_config_int(FN, config, path, "n_positions", &c->context) &&
+         hf_config_int(FN, config, path, "n_embd", &c->embed) &&
+         hf_config_int(FN, config, path, "n_layer", &c->layers) &&
+         hf_config_int(FN, config, path, "n_head", &c->heads);
     json_t *eps = json_object_get(config, "layer_norm_epsilon");
     if (ok && eps) {
         if (!json_is_number(eps) || !(json_number_value(eps) > 0))
@@ -139,36 +121,23 @@ static bool ends_with(const char *s, const char *tail)
 static bool take(const char *path, const fl_tensor_map *file, const char *hf, const name_pair *p, const char *flare,
                  const fl_tensor_map *expected, fl_tensor_map *values)
 {
-    fl_tensor *t = fl_tensor_map_contains(file, hf) ? fl_tensor_map_get(file, hf) : NULL;
-    if (!t)
-        return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is missing%s", path, hf, ""), false;
     const fl_tensor *want = fl_tensor_map_get(expected, flare);
-    fl_dtype dtype = fl_dtype_of(t);
-    if (dtype != FL_F32 && dtype != FL_F64 && dtype != FL_F16 && dtype != FL_BF16)
-        return fail(FL_ERR_DTYPE, "%s: the tensor \"%s\" is not floating point (%s)", path, hf, fl_dtype_name(dtype)),
-               false;
-    bool fits = fl_ndim(t) == fl_ndim(want);
-    for (int i = 0; fits && i < fl_ndim(t); i++)
-        fits = fl_dim(t, i) == fl_dim(want, p->conv1d ? fl_ndim(t) - 1 - i : i);
-    if (!fits) {
-        char got[FL_DESC_SIZE], shape[FL_DESC_SIZE + 64];
-        int n = snprintf(shape, sizeof shape, "has shape %s, expected [", fl_describe(t, got));
-        for (int i = 0; i < fl_ndim(want); i++)
-            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", i ? ", " : "",
-                          (long long)fl_dim(want, p->conv1d ? fl_ndim(want) - 1 - i : i));
-        snprintf(shape + n, sizeof shape - (size_t)n, "]");
-        return fail(FL_ERR_SHAPE, "%s: the tensor \"%s\" %s", path, hf, shape), false;
-    }
-    fl_tensor *v = dtype == FL_F32 ? t : fl_cast(t, FL_F32);
-    if (p->conv1d && v)
+    int64_t shape[FL_MAX_DIMS];
+    for (int i = 0; i < fl_ndim(want); i++)
+        shape[i] = fl_dim(want, p->conv1d ? fl_ndim(want) - 1 - i : i);
+    fl_tensor *v = hf_tensor(FN, path, file, hf, fl_ndim(want), shape);
+    if (!v)
+        return false;
+    if (p->conv1d)
         v = fl_transpose(v, 0, 1);
     return fl_tensor_map_set(values, flare, v) == FL_OK;
 }
 
 /* The values of Flare's parameters under Flare's names, from the file's. */
-static bool map_weights(const char *path, const fl_tensor_map *file, const gpt_config *c, const fl_tensor_map *expected,
+static bool map_weights(const char *path, const fl_tensor_map *file, const void *config, const fl_tensor_map *expected,
                         fl_tensor_map *values)
 {
+    const gpt_config *c = config;
     const char *prefix = fl_tensor_map_contains(file, "transformer.wte.weight") ? "transformer." : "";
     char hf[256], flare[256];
     for (size_t i = 0; i < sizeof top_names / sizeof *top_names; i++) {
@@ -218,41 +187,13 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const gpt_c
     return true;
 }
 
+static fl_module *build(const void *config) { return gpt_new(config); }
+
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config)
 {
-    if (fl_null_args(FN, 2, dir, model))
-        return fl_last_status();
-    *model = NULL;
-    char path[4096];
     gpt_config c;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!read_config(path, &c))
-        return fl_last_status();
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    fl_tensor_map *file = NULL;
-    if (fl_load_safetensors(path, &file) != FL_OK)
-        return fl_last_status();
-    /* A fixed stream for gpt_new's initial values, which are all overwritten, so that
-     * loading leaves the global generator as it was. */
-    fl_random_stream previous = fl_random_stream_begin(0);
-    fl_module *m = gpt_new(&c);
-    fl_random_stream_end(previous);
-    fl_tensor_map *expected = fl_tensor_map_create(), *values = fl_tensor_map_create();
-    fl_scope scope = fl_scope_begin();
-    bool ok = m && expected && values && fl_module_state_dict(m, expected) == FL_OK &&
-              map_weights(path, file, &c, expected, values) && fl_module_load_state_dict(m, values, true) == FL_OK;
-    fl_scope_end(scope);
-    fl_tensor_map_free(file);
-    fl_tensor_map_free(expected);
-    fl_tensor_map_free(values);
-    if (!ok) {
-        fl_module_release(m);
-        return fl_last_status() != FL_OK ? fl_last_status()
-                                         : (fl_error(FL_ERR_MEMORY, FN, "out of memory"), FL_ERR_MEMORY);
-    }
-    fl_module_train(m, false);
-    *model = m;
-    if (config)
+    fl_status status = hf_load(FN, dir, &c, read_config, build, map_weights, model);
+    if (status == FL_OK && config)
         *config = c;
-    return FL_OK;
+    return status;
 }

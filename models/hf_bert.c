@@ -3,11 +3,10 @@
  * post-norm GELU Transformer encoder, so its weights map onto Flare's own layers; the
  * separate query, key and value projections are stacked into the attention's in_proj.
  */
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "flare/io.h"
+#include "hf_common.h"
 #include "sequence_build.h"
 
 #define FN "hf_load_bert"
@@ -117,17 +116,6 @@ static fl_module *bert_new(const hf_bert_config *c)
 
 /* ---- config.json ---- */
 
-static bool config_int(json_t *config, const char *path, const char *key, int64_t *out)
-{
-    json_t *v = json_object_get(config, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        fail(FL_ERR_VALUE, "%s: \"%s\" must be a positive integer%s", path, key, v ? "" : ", and it is missing");
-        return false;
-    }
-    *out = json_integer_value(v);
-    return true;
-}
-
 /* An optional string key that must have the value Flare computes. */
 static bool config_string(json_t *config, const char *path, const char *key, const char *required)
 {
@@ -148,19 +136,12 @@ static bool config_false(json_t *config, const char *path, const char *key)
     return false;
 }
 
-static bool read_config(const char *path, hf_bert_config *c)
+static bool read_config(const char *path, void *out)
 {
-    json_error_t error;
-    json_t *config = json_load_file(path, 0, &error);
-    if (!config) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            return fail(FL_ERR_IO, "%s: cannot be opened", path), false;
-        fclose(f);
-        return fail(FL_ERR_VALUE, "%s: not valid JSON at line %d, column %d: %s", path, error.line, error.column,
-                    error.text),
-               false;
-    }
+    hf_bert_config *c = out;
+    json_t *config = hf_config_open(FN, path);
+    if (!config)
+        return false;
     *c = (hf_bert_config){.layer_norm_eps = 1e-12};
     json_t *type = json_object_get(config, "model_type");
     bool ok = json_is_object(config);
@@ -169,13 +150,13 @@ static bool read_config(const char *path, hf_bert_config *c)
         fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", got %s", path,
              json_is_string(type) ? json_string_value(type) : "no string");
     }
-    ok = ok && config_int(config, path, "vocab_size", &c->vocab) &&
-         config_int(config, path, "max_position_embeddings", &c->max_positions) &&
-         config_int(config, path, "type_vocab_size", &c->type_vocab) &&
-         config_int(config, path, "num_hidden_layers", &c->layers) &&
-         config_int(config, path, "num_attention_heads", &c->heads) &&
-         config_int(config, path, "hidden_size", &c->hidden) &&
-         config_int(config, path, "intermediate_size", &c->intermediate) &&
+    ok = ok && hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
+         hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
+         hf_config_int(FN, config, path, "type_vocab_size", &c->type_vocab) &&
+         hf_config_int(FN, config, path, "num_hidden_layers", &c->layers) &&
+         hf_config_int(FN, config, path, "num_attention_heads", &c->heads) &&
+         hf_config_int(FN, config, path, "hidden_size", &c->hidden) &&
+         hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
          config_string(config, path, "hidden_act", "gelu") &&
          config_string(config, path, "position_embedding_type", "absolute") &&
          config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
@@ -225,31 +206,6 @@ static const name_pair layer_names[] = {
 
 static const char *const qkv[] = {"query", "key", "value"};
 
-/* file[hf], which must have shape `shape` (ndim 1 or 2), as f32; NULL after an error. */
-static fl_tensor *get(const char *path, const fl_tensor_map *file, const char *hf, int ndim, const int64_t *shape)
-{
-    fl_tensor *t = fl_tensor_map_contains(file, hf) ? fl_tensor_map_get(file, hf) : NULL;
-    if (!t)
-        return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is missing", path, hf), NULL;
-    fl_dtype dtype = fl_dtype_of(t);
-    if (dtype != FL_F32 && dtype != FL_F64 && dtype != FL_F16 && dtype != FL_BF16)
-        return fail(FL_ERR_DTYPE, "%s: the tensor \"%s\" is not floating point (%s)", path, hf, fl_dtype_name(dtype)),
-               NULL;
-    bool fits = fl_ndim(t) == ndim;
-    for (int i = 0; fits && i < ndim; i++)
-        fits = fl_dim(t, i) == shape[i];
-    if (!fits) {
-        char d[FL_DESC_SIZE], want[64];
-        if (ndim == 2)
-            snprintf(want, sizeof want, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
-        else
-            snprintf(want, sizeof want, "[%lld]", (long long)shape[0]);
-        return fail(FL_ERR_SHAPE, "%s: the tensor \"%s\" has shape %s, expected %s", path, hf, fl_describe(t, d), want),
-               NULL;
-    }
-    return dtype == FL_F32 ? t : fl_cast(t, FL_F32);
-}
-
 static bool known_name(const char *name, const char *prefix, int64_t layers)
 {
     if (strncmp(name, prefix, strlen(prefix)) != 0)
@@ -282,9 +238,10 @@ static bool known_name(const char *name, const char *prefix, int64_t layers)
     return false;
 }
 
-static bool map_weights(const char *path, const fl_tensor_map *file, const hf_bert_config *c,
+static bool map_weights(const char *path, const fl_tensor_map *file, const void *config,
                         const fl_tensor_map *expected, fl_tensor_map *values)
 {
+    const hf_bert_config *c = config;
     const char *prefix = fl_tensor_map_contains(file, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
     char hf[256], flare[256];
     for (size_t i = 0;
@@ -299,7 +256,7 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const hf_be
             snprintf(flare, sizeof flare, "encoder.layers.%zu.%s", layer, layer_names[j].flare);
         }
         const fl_tensor *want = fl_tensor_map_get(expected, flare);
-        fl_tensor *t = get(path, file, hf, fl_ndim(want), fl_shape(want));
+        fl_tensor *t = hf_tensor(FN, path, file, hf, fl_ndim(want), fl_shape(want));
         if (!t || fl_tensor_map_set(values, flare, t) != FL_OK)
             return false;
     }
@@ -308,10 +265,10 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const hf_be
         fl_tensor *weights[3], *biases[3];
         for (int j = 0; j < 3; j++) {
             snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.weight", prefix, (long long)layer, qkv[j]);
-            if (!(weights[j] = get(path, file, hf, 2, square)))
+            if (!(weights[j] = hf_tensor(FN, path, file, hf, 2, square)))
                 return false;
             snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.bias", prefix, (long long)layer, qkv[j]);
-            if (!(biases[j] = get(path, file, hf, 1, square)))
+            if (!(biases[j] = hf_tensor(FN, path, file, hf, 1, square)))
                 return false;
         }
         snprintf(flare, sizeof flare, "encoder.layers.%lld.self_attn.in_proj_weight", (long long)layer);
@@ -329,42 +286,13 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const hf_be
     return true;
 }
 
+static fl_module *build(const void *config) { return bert_new(config); }
+
 fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config)
 {
-    if (fl_null_args(FN, 2, dir, model))
-        return fl_last_status();
-    *model = NULL;
-    char path[4096];
     hf_bert_config c;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!read_config(path, &c))
-        return fl_last_status();
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    fl_tensor_map *file = NULL;
-    if (fl_load_safetensors(path, &file) != FL_OK)
-        return fl_last_status();
-    /* A stream of its own for the initial values, all overwritten, so that loading
-     * leaves the global generator as it was. */
-    fl_random_stream previous = fl_random_stream_begin(0);
-    fl_module *m = bert_new(&c);
-    fl_random_stream_end(previous);
-    fl_tensor_map *expected = fl_tensor_map_create(), *values = fl_tensor_map_create();
-    fl_scope scope = fl_scope_begin();
-    bool ok = m && expected && values && fl_module_state_dict(m, expected) == FL_OK &&
-              map_weights(path, file, &c, expected, values) && fl_module_load_state_dict(m, values, true) == FL_OK;
-    fl_scope_end(scope);
-    fl_tensor_map_free(file);
-    fl_tensor_map_free(expected);
-    fl_tensor_map_free(values);
-    if (!ok) {
-        fl_module_release(m);
-        if (fl_last_status() == FL_OK)
-            fl_error(FL_ERR_MEMORY, FN, "out of memory");
-        return fl_last_status();
-    }
-    fl_module_train(m, false);
-    *model = m;
-    if (config)
+    fl_status status = hf_load(FN, dir, &c, read_config, build, map_weights, model);
+    if (status == FL_OK && config)
         *config = c;
-    return FL_OK;
+    return status;
 }

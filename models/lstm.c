@@ -63,18 +63,9 @@ static fl_module *lstm_lm_build(model_size size)
  * target the last T (the next token of each). */
 static fl_status lstm_lm_make_batch(model_size size, int64_t batch, fl_tensor **input, fl_tensor **target)
 {
-    *input = *target = NULL;
-    if (!valid_size("lstm.make_batch", size))
+    if (batch_start("lstm.make_batch", size, batch, input, target) != FL_OK)
         return FL_ERR_VALUE;
-    if (batch < 1)
-        return fl_error(FL_ERR_VALUE, "lstm.make_batch", "batch must be positive, got %lld", (long long)batch),
-               FL_ERR_VALUE;
-    const lstm_config *c = &configs[size];
-    fl_scope scope = fl_scope_begin();
-    fl_tensor *tokens = fl_randint(0, c->vocab, FL_I64, FL_SHAPE(batch, c->steps + 1));
-    fl_tensor *x = fl_copy(fl_index(tokens, FL_INDEX(FL_SPAN, FL_RANGE(0, c->steps))));
-    fl_tensor *y = fl_copy(fl_index(tokens, FL_INDEX(FL_SPAN, FL_RANGE(1, FL_END))));
-    return batch_return(scope, x, y, input, target);
+    return next_token_batch(batch, configs[size].vocab, configs[size].steps, input, target);
 }
 
 /* The mean cross-entropy of every step's next token. */

@@ -1,6 +1,7 @@
 /*
- * What the sequence models' files (bert.c, asr.c, vit.c) share: assembling a module
- * from named children, and handing a batch made in a scope of its own to the caller.
+ * What the sequence models' files (bert.c, asr.c, vit.c, gpt.c, lstm.c) share:
+ * assembling a module from named children, and checking, making and handing a batch
+ * made in a scope of its own to the caller.
  */
 #ifndef FLARE_MODELS_SEQUENCE_BUILD_H
 #define FLARE_MODELS_SEQUENCE_BUILD_H
@@ -77,6 +78,32 @@ static inline fl_status batch_return(fl_scope scope, fl_tensor *input, fl_tensor
     *input_out = fl_scope_own(input, release_tensor);
     *target_out = fl_scope_own(target, release_tensor);
     return *input_out && *target_out ? FL_OK : fl_last_status();
+}
+
+/* The start of every sequence model's make_batch: *input and *target set NULL, then
+ * size and batch checked, with the errors named after fn. */
+static inline fl_status batch_start(const char *fn, model_size size, int64_t batch, fl_tensor **input,
+                                    fl_tensor **target)
+{
+    *input = *target = NULL;
+    if (!valid_size(fn, size))
+        return FL_ERR_VALUE;
+    if (batch < 1)
+        return fl_error(FL_ERR_VALUE, fn, "batch must be positive, got %lld", (long long)batch), FL_ERR_VALUE;
+    return FL_OK;
+}
+
+/* A next-token batch of the language models: token ids uniform over [0, vocab),
+ * [batch, steps + 1], of which the input is the first steps and the target the last
+ * steps (the next token of each), both contiguous. */
+static inline fl_status next_token_batch(int64_t batch, int64_t vocab, int64_t steps, fl_tensor **input,
+                                         fl_tensor **target)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *tokens = fl_randint(0, vocab, FL_I64, FL_SHAPE(batch, steps + 1));
+    fl_tensor *x = fl_copy(fl_index(tokens, FL_INDEX(FL_SPAN, FL_RANGE(0, steps))));
+    fl_tensor *y = fl_copy(fl_index(tokens, FL_INDEX(FL_SPAN, FL_RANGE(1, FL_END))));
+    return batch_return(scope, x, y, input, target);
 }
 
 #endif

@@ -1,0 +1,96 @@
+/* What the Hugging Face loaders share (hf_common.h). */
+#include "hf_common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "flare/extension.h"
+
+bool hf_config_int(const char *fn, json_t *config, const char *path, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(config, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        fl_error(FL_ERR_VALUE, fn, "%s: \"%s\" must be a positive integer%s", path, key,
+                 v ? "" : ", and it is missing");
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+json_t *hf_config_open(const char *fn, const char *path)
+{
+    json_error_t error;
+    json_t *config = json_load_file(path, 0, &error);
+    if (config)
+        return config;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fl_error(FL_ERR_IO, fn, "%s: cannot be opened", path);
+    fclose(f);
+    return fl_error(FL_ERR_VALUE, fn, "%s: not valid JSON at line %d, column %d: %s", path, error.line, error.column,
+                    error.text);
+}
+
+fl_tensor *hf_tensor(const char *fn, const char *path, const fl_tensor_map *file, const char *hf, int ndim,
+                     const int64_t *shape)
+{
+    fl_tensor *t = fl_tensor_map_contains(file, hf) ? fl_tensor_map_get(file, hf) : NULL;
+    if (!t)
+        return fl_error(FL_ERR_VALUE, fn, "%s: the tensor \"%s\" is missing", path, hf);
+    fl_dtype dtype = fl_dtype_of(t);
+    if (dtype != FL_F32 && dtype != FL_F64 && dtype != FL_F16 && dtype != FL_BF16)
+        return fl_error(FL_ERR_DTYPE, fn, "%s: the tensor \"%s\" is not floating point (%s)", path, hf,
+                        fl_dtype_name(dtype));
+    bool fits = fl_ndim(t) == ndim;
+    for (int i = 0; fits && i < ndim; i++)
+        fits = fl_dim(t, i) == shape[i];
+    if (!fits) {
+        char got[FL_DESC_SIZE], want[FL_DESC_SIZE + 64];
+        int n = snprintf(want, sizeof want, "[");
+        for (int i = 0; i < ndim; i++)
+            n += snprintf(want + n, sizeof want - (size_t)n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        snprintf(want + n, sizeof want - (size_t)n, "]");
+        return fl_error(FL_ERR_SHAPE, fn, "%s: the tensor \"%s\" has shape %s, expected %s", path, hf,
+                        fl_describe(t, got), want);
+    }
+    return dtype == FL_F32 ? t : fl_cast(t, FL_F32);
+}
+
+fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config, hf_build_fn build,
+                  hf_map_fn map_weights, fl_module **model)
+{
+    if (fl_null_args(fn, 2, dir, model))
+        return fl_last_status();
+    *model = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!read_config(path, config))
+        return fl_last_status();
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    fl_tensor_map *file = NULL;
+    if (fl_load_safetensors(path, &file) != FL_OK)
+        return fl_last_status();
+    /* A fixed stream for the initial values, which are all overwritten, so that loading
+     * leaves the global generator as it was. */
+    fl_random_stream previous = fl_random_stream_begin(0);
+    fl_module *m = build(config);
+    fl_random_stream_end(previous);
+    fl_tensor_map *expected = fl_tensor_map_create(), *values = fl_tensor_map_create();
+    fl_scope scope = fl_scope_begin();
+    bool ok = m && expected && values && fl_module_state_dict(m, expected) == FL_OK &&
+              map_weights(path, file, config, expected, values) && fl_module_load_state_dict(m, values, true) == FL_OK;
+    fl_scope_end(scope);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(expected);
+    fl_tensor_map_free(values);
+    if (!ok) {
+        fl_module_release(m);
+        if (fl_last_status() == FL_OK)
+            fl_error(FL_ERR_MEMORY, fn, "out of memory");
+        return fl_last_status();
+    }
+    fl_module_train(m, false);
+    *model = m;
+    return FL_OK;
+}
