@@ -70,6 +70,13 @@ static fl_tensor *causal_forbidden(const fl_tensor *q, int64_t l, int64_t s)
     return fl_to_backend(fl_gt(keys, queries), fl_backend_name(q));
 }
 
+/* scores with -inf where the bool mask forbidden is true: a bool attention mask and
+ * the causal mask alike. like gives the backend of the -inf. */
+static fl_tensor *forbid(fl_tensor *scores, const fl_tensor *forbidden, const fl_tensor *like, fl_dtype dtype)
+{
+    return fl_where(forbidden, fl_new_scalar(like, -INFINITY, dtype), scores);
+}
+
 fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, fl_variable *v, const fl_tensor *mask,
                                                double dropout_p, bool is_causal, bool training)
 {
@@ -86,12 +93,11 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
     /* One convention for every attention function (nn.h): a bool mask is true where
      * attention is forbidden. */
     if (mask && fl_dtype_of(mask) == FL_BOOL)
-        scores = fl_where(mask, fl_new_scalar(qt, -INFINITY, dtype), scores);
+        scores = forbid(scores, mask, qt, dtype);
     else if (mask)
         scores = fl_add(scores, fl_cast(mask, dtype));
     if (is_causal)
-        scores = fl_where(causal_forbidden(qt, fl_dim(qt, -2), fl_dim(kt, -2)), fl_new_scalar(qt, -INFINITY, dtype),
-                          scores);
+        scores = forbid(scores, causal_forbidden(qt, fl_dim(qt, -2), fl_dim(kt, -2)), qt, dtype);
     fl_tensor *p = fl_softmax(scores, -1);
     /* A query whose every key is masked has no softmax (0 / 0 gives nan, which the
      * gradient spreads to every parameter): its weights are zero instead, so its output

@@ -42,23 +42,42 @@ static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
     return fl_module_forward(fl_module_child(m, child), x);
 }
 
-static fl_variable *attention_block(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
-                                    const fl_tensor *attn_mask, bool is_causal)
-{
-    fl_variable *y = fl_nn_multihead_attention_forward(fl_module_child(m, "self_attn"), x, x, x, key_padding_mask,
-                                                       attn_mask, is_causal);
-    return apply(m, "dropout1", y);
-}
+/* The children of the residual blocks, block i (from 0) owning norms[i] and dropouts[i]. */
+static const char *const norms[] = {"norm1", "norm2", "norm3"};
+static const char *const dropouts[] = {"dropout1", "dropout2", "dropout3"};
 
-/* dropout_name: the dropout after linear2, "dropout2" in the encoder, "dropout3" in the
- * decoder layer. */
-static fl_variable *feedforward_block(fl_module *m, fl_variable *x, const char *dropout_name)
+/* The sublayer of a residual block: attention of x to kv (x itself when kv is NULL)
+ * through attn, or the feed-forward block when attn is NULL. */
+typedef struct sublayer {
+    fl_module *attn;
+    fl_variable *kv;
+    const fl_tensor *key_padding_mask, *attn_mask;
+    bool is_causal;
+} sublayer;
+
+static fl_variable *sublayer_forward(fl_module *m, const sublayer *s, fl_variable *x)
 {
+    if (s->attn) {
+        fl_variable *kv = s->kv ? s->kv : x;
+        return fl_nn_multihead_attention_forward(s->attn, x, kv, kv, s->key_padding_mask, s->attn_mask, s->is_causal);
+    }
     const layer_state *st = fl_module_state(m);
     fl_variable *h = apply(m, "linear1", x);
     h = st->activation == 0 ? fl_v_relu(h) : fl_v_gelu(h, st->activation == 2);
-    return apply(m, dropout_name, apply(m, "linear2", apply(m, "dropout", h)));
+    return apply(m, "linear2", apply(m, "dropout", h));
 }
+
+/* Residual block i: x + dropout(sublayer(norm(x))) pre-norm, norm(x + dropout(sublayer(x)))
+ * post-norm. */
+static fl_variable *residual_block(fl_module *m, int i, const sublayer *s, fl_variable *x)
+{
+    const layer_state *st = fl_module_state(m);
+    if (st->norm_first)
+        return fl_v_add(x, apply(m, dropouts[i], sublayer_forward(m, s, apply(m, norms[i], x))));
+    return apply(m, norms[i], fl_v_add(x, apply(m, dropouts[i], sublayer_forward(m, s, x))));
+}
+
+static const sublayer feedforward = {.attn = NULL};
 
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
                                                      const fl_tensor *attn_mask, bool is_causal)
@@ -69,15 +88,10 @@ fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *
     if (fl_module_type_of(m) != &layer_type)
         return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerEncoderLayer",
                         fl_module_type_of(m)->name);
-    const layer_state *st = fl_module_state(m);
+    const sublayer self_attn = {fl_module_child(m, "self_attn"), NULL, key_padding_mask, attn_mask, is_causal};
     fl_scope scope = fl_scope_begin();
-    if (st->norm_first) {
-        x = fl_v_add(x, attention_block(m, apply(m, "norm1", x), key_padding_mask, attn_mask, is_causal));
-        x = fl_v_add(x, feedforward_block(m, apply(m, "norm2", x), "dropout2"));
-    } else {
-        x = apply(m, "norm1", fl_v_add(x, attention_block(m, x, key_padding_mask, attn_mask, is_causal)));
-        x = apply(m, "norm2", fl_v_add(x, feedforward_block(m, x, "dropout2")));
-    }
+    x = residual_block(m, 0, &self_attn, x);
+    x = residual_block(m, 1, &feedforward, x);
     return fl_v_scope_return(scope, x);
 }
 
@@ -102,46 +116,56 @@ static bool layer_arguments_fit(const char *fn, int64_t dim_feedforward, const c
     return true;
 }
 
-fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
-                                           const char *activation, double layer_norm_eps, bool batch_first,
-                                           bool norm_first)
+/* A new encoder layer (of type layer_type) or decoder layer (decoder_layer_type, which
+ * adds the cross-attention "multihead_attn" and a third residual block). */
+static fl_module *new_layer(const char *fn, const fl_module_type *type, int64_t d_model, int64_t nhead,
+                            int64_t dim_feedforward, double dropout, const char *activation, double layer_norm_eps,
+                            bool batch_first, bool norm_first)
 {
-    const char *fn = "fl_nn_transformer_encoder_layer";
     if (!layer_arguments_fit(fn, dim_feedforward, activation, layer_norm_eps))
         return NULL;
-    fl_module *attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
-    if (!attention)
+    fl_module *self_attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
+    if (!self_attention)
         return NULL;
     layer_state *st = malloc(sizeof *st);
     if (!st) {
-        fl_module_release(attention);
+        fl_module_release(self_attention);
         return fl_error(FL_ERR_MEMORY, fn, "out of memory");
     }
     *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation_index(activation),
                         batch_first, norm_first};
-    fl_module *m = fl_module_new(&layer_type, st);
+    fl_module *m = fl_module_new(type, st);
     const int64_t features[] = {d_model};
+    const bool decoder = type == &decoder_layer_type;
+    const int blocks = decoder ? 3 : 2;
     /* PyTorch's registration order, so state_dict names and order match. */
-    fl_status status = fl_module_add_child(m, "self_attn", attention);
+    fl_status status = fl_module_add_child(m, "self_attn", self_attention);
+    if (status == FL_OK && decoder)
+        status = fl_module_add_child(m, "multihead_attn",
+                                     fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first));
     if (status == FL_OK)
         status = fl_module_add_child(m, "linear1", fl_nn_linear(d_model, dim_feedforward, true));
     if (status == FL_OK)
         status = fl_module_add_child(m, "dropout", fl_nn_dropout(dropout));
     if (status == FL_OK)
         status = fl_module_add_child(m, "linear2", fl_nn_linear(dim_feedforward, d_model, true));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "norm1", fl_nn_layer_norm(1, features, layer_norm_eps, true));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "norm2", fl_nn_layer_norm(1, features, layer_norm_eps, true));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "dropout1", fl_nn_dropout(dropout));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "dropout2", fl_nn_dropout(dropout));
+    for (int i = 0; i < blocks && status == FL_OK; i++)
+        status = fl_module_add_child(m, norms[i], fl_nn_layer_norm(1, features, layer_norm_eps, true));
+    for (int i = 0; i < blocks && status == FL_OK; i++)
+        status = fl_module_add_child(m, dropouts[i], fl_nn_dropout(dropout));
     if (status != FL_OK) {
         fl_module_release(m);
         return NULL;
     }
     return m;
+}
+
+fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
+                                           const char *activation, double layer_norm_eps, bool batch_first,
+                                           bool norm_first)
+{
+    return new_layer("fl_nn_transformer_encoder_layer", &layer_type, d_model, nhead, dim_feedforward, dropout,
+                     activation, layer_norm_eps, batch_first, norm_first);
 }
 
 /* ---- the encoder ---- */
@@ -237,42 +261,8 @@ fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first)
 {
-    const char *fn = "fl_nn_transformer_decoder_layer";
-    if (!layer_arguments_fit(fn, dim_feedforward, activation, layer_norm_eps))
-        return NULL;
-    fl_module *self_attention = fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first);
-    if (!self_attention)
-        return NULL;
-    layer_state *st = malloc(sizeof *st);
-    if (!st) {
-        fl_module_release(self_attention);
-        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
-    }
-    *st = (layer_state){d_model, nhead, dim_feedforward, dropout, layer_norm_eps, activation_index(activation),
-                        batch_first, norm_first};
-    fl_module *m = fl_module_new(&decoder_layer_type, st);
-    const int64_t features[] = {d_model};
-    /* PyTorch's registration order, so state_dict names and order match. */
-    fl_status status = fl_module_add_child(m, "self_attn", self_attention);
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "multihead_attn",
-                                     fl_nn_multihead_attention(d_model, nhead, dropout, true, batch_first));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "linear1", fl_nn_linear(d_model, dim_feedforward, true));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "dropout", fl_nn_dropout(dropout));
-    if (status == FL_OK)
-        status = fl_module_add_child(m, "linear2", fl_nn_linear(dim_feedforward, d_model, true));
-    const char *norms[] = {"norm1", "norm2", "norm3"}, *dropouts[] = {"dropout1", "dropout2", "dropout3"};
-    for (int i = 0; i < 3 && status == FL_OK; i++)
-        status = fl_module_add_child(m, norms[i], fl_nn_layer_norm(1, features, layer_norm_eps, true));
-    for (int i = 0; i < 3 && status == FL_OK; i++)
-        status = fl_module_add_child(m, dropouts[i], fl_nn_dropout(dropout));
-    if (status != FL_OK) {
-        fl_module_release(m);
-        return NULL;
-    }
-    return m;
+    return new_layer("fl_nn_transformer_decoder_layer", &decoder_layer_type, d_model, nhead, dim_feedforward,
+                     dropout, activation, layer_norm_eps, batch_first, norm_first);
 }
 
 static const fl_transformer_decoder_masks no_masks;
@@ -286,34 +276,15 @@ fl_variable *fl_nn_transformer_decoder_layer_forward(fl_module *m, fl_variable *
     if (fl_module_type_of(m) != &decoder_layer_type)
         return fl_error(FL_ERR_VALUE, fn, "the module is a %s, not a TransformerDecoderLayer",
                         fl_module_type_of(m)->name);
-    const layer_state *st = fl_module_state(m);
     const fl_transformer_decoder_masks *k = masks ? masks : &no_masks;
-    fl_module *self_attn = fl_module_child(m, "self_attn"), *cross_attn = fl_module_child(m, "multihead_attn");
+    const sublayer self_attn = {fl_module_child(m, "self_attn"), NULL, k->tgt_key_padding_mask, k->tgt_mask,
+                                k->tgt_is_causal};
+    const sublayer cross_attn = {fl_module_child(m, "multihead_attn"), memory, k->memory_key_padding_mask,
+                                 k->memory_mask, k->memory_is_causal};
     fl_scope scope = fl_scope_begin();
-    fl_variable *x = tgt, *h;
-    if (st->norm_first) {
-        h = apply(m, "norm1", x);
-        x = fl_v_add(x, apply(m, "dropout1",
-                              fl_nn_multihead_attention_forward(self_attn, h, h, h, k->tgt_key_padding_mask,
-                                                                k->tgt_mask, k->tgt_is_causal)));
-        h = apply(m, "norm2", x);
-        x = fl_v_add(x, apply(m, "dropout2",
-                              fl_nn_multihead_attention_forward(cross_attn, h, memory, memory,
-                                                                k->memory_key_padding_mask, k->memory_mask,
-                                                                k->memory_is_causal)));
-        x = fl_v_add(x, feedforward_block(m, apply(m, "norm3", x), "dropout3"));
-    } else {
-        x = apply(m, "norm1",
-                  fl_v_add(x, apply(m, "dropout1",
-                                    fl_nn_multihead_attention_forward(self_attn, x, x, x, k->tgt_key_padding_mask,
-                                                                      k->tgt_mask, k->tgt_is_causal))));
-        x = apply(m, "norm2",
-                  fl_v_add(x, apply(m, "dropout2",
-                                    fl_nn_multihead_attention_forward(cross_attn, x, memory, memory,
-                                                                      k->memory_key_padding_mask, k->memory_mask,
-                                                                      k->memory_is_causal))));
-        x = apply(m, "norm3", fl_v_add(x, feedforward_block(m, x, "dropout3")));
-    }
+    fl_variable *x = residual_block(m, 0, &self_attn, tgt);
+    x = residual_block(m, 1, &cross_attn, x);
+    x = residual_block(m, 2, &feedforward, x);
     return fl_v_scope_return(scope, x);
 }
 
