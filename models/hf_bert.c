@@ -206,8 +206,47 @@ static const name_pair layer_names[] = {
 
 static const char *const qkv[] = {"query", "key", "value"};
 
+/* Checkpoints converted from the original BERT release (bert-base-uncased's among
+ * them) name a LayerNorm's parameters gamma and beta; transformers renames them on
+ * load. */
+static const char *legacy_name(const char *name, char *out, size_t size)
+{
+    const char *tails[][2] = {{"LayerNorm.weight", "LayerNorm.gamma"}, {"LayerNorm.bias", "LayerNorm.beta"}};
+    size_t n = strlen(name);
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(tails[i][0]);
+        if (n >= k && strcmp(name + n - k, tails[i][0]) == 0 && n - k + strlen(tails[i][1]) < size) {
+            snprintf(out, size, "%.*s%s", (int)(n - k), name, tails[i][1]);
+            return out;
+        }
+    }
+    return NULL;
+}
+
+/* The name the file uses for hf: hf itself, or its legacy gamma/beta spelling. */
+static const char *file_name(const fl_tensor_map *file, const char *hf, char *out, size_t size)
+{
+    if (fl_tensor_map_contains(file, hf))
+        return hf;
+    const char *legacy = legacy_name(hf, out, size);
+    return legacy && fl_tensor_map_contains(file, legacy) ? legacy : hf;
+}
+
+/* The heads of transformers' BertFor* classes beside "bert.": not part of the encoder's
+ * output. */
+static bool task_head(const char *name)
+{
+    const char *heads[] = {"cls.", "classifier.", "qa_outputs."};
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++)
+        if (strncmp(name, heads[i], strlen(heads[i])) == 0)
+            return true;
+    return false;
+}
+
 static bool known_name(const char *name, const char *prefix, int64_t layers)
 {
+    if (*prefix && task_head(name))
+        return true;
     if (strncmp(name, prefix, strlen(prefix)) != 0)
         return false;
     name += strlen(prefix);
@@ -215,8 +254,10 @@ static bool known_name(const char *name, const char *prefix, int64_t layers)
      * output; position_ids is a buffer of the positions 0, 1, ... */
     if (strncmp(name, "pooler.", 7) == 0 || strcmp(name, "embeddings.position_ids") == 0)
         return true;
+    char legacy[256];
     for (size_t j = 0; j < sizeof top_names / sizeof *top_names; j++)
-        if (strcmp(name, top_names[j].hf) == 0)
+        if (strcmp(name, top_names[j].hf) == 0 ||
+            (legacy_name(top_names[j].hf, legacy, sizeof legacy) && strcmp(name, legacy) == 0))
             return true;
     long long layer = -1;
     int consumed = 0;
@@ -224,7 +265,8 @@ static bool known_name(const char *name, const char *prefix, int64_t layers)
         return false;
     const char *rest = name + consumed;
     for (size_t j = 0; j < sizeof layer_names / sizeof *layer_names; j++)
-        if (strcmp(rest, layer_names[j].hf) == 0)
+        if (strcmp(rest, layer_names[j].hf) == 0 ||
+            (legacy_name(layer_names[j].hf, legacy, sizeof legacy) && strcmp(rest, legacy) == 0))
             return true;
     for (int j = 0; j < 3; j++) {
         char full[64];
@@ -243,7 +285,7 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
 {
     const hf_bert_config *c = config;
     const char *prefix = fl_tensor_map_contains(file, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
-    char hf[256], flare[256];
+    char hf[256], flare[256], legacy[256];
     for (size_t i = 0;
          i < sizeof top_names / sizeof *top_names + c->layers * (sizeof layer_names / sizeof *layer_names); i++) {
         size_t top = sizeof top_names / sizeof *top_names, per = sizeof layer_names / sizeof *layer_names;
@@ -256,7 +298,8 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
             snprintf(flare, sizeof flare, "encoder.layers.%zu.%s", layer, layer_names[j].flare);
         }
         const fl_tensor *want = fl_tensor_map_get(expected, flare);
-        fl_tensor *t = hf_tensor(FN, path, file, hf, fl_ndim(want), fl_shape(want));
+        fl_tensor *t = hf_tensor(FN, path, file, file_name(file, hf, legacy, sizeof legacy), fl_ndim(want),
+                                 fl_shape(want));
         if (!t || fl_tensor_map_set(values, flare, t) != FL_OK)
             return false;
     }

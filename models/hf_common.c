@@ -57,6 +57,103 @@ fl_tensor *hf_tensor(const char *fn, const char *path, const fl_tensor_map *file
     return dtype == FL_F32 ? t : fl_cast(t, FL_F32);
 }
 
+static bool exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+/* The tensors of a checkpoint split into shards, as model.safetensors.index.json lists
+ * them ("weight_map": tensor name -> shard file in the same directory), merged into
+ * one map. Every listed tensor must be in its shard; a shard's name is a plain file
+ * name, never a path out of the directory. */
+static fl_tensor_map *load_shards(const char *fn, const char *dir, const char *index_path)
+{
+    json_t *index = hf_config_open(fn, index_path);
+    if (!index)
+        return NULL;
+    json_t *map = json_object_get(index, "weight_map");
+    fl_tensor_map *all = NULL;
+    if (!json_is_object(map) || json_object_size(map) == 0) {
+        fl_error(FL_ERR_VALUE, fn, "%s: \"weight_map\" must be a non-empty object of tensor names to files",
+                 index_path);
+        goto done;
+    }
+    all = fl_tensor_map_create();
+    const char *name;
+    json_t *file;
+    json_object_foreach(map, name, file)
+    {
+        if (fl_tensor_map_contains(all, name))
+            continue; /* loaded with an earlier shard */
+        const char *shard = json_string_value(file);
+        if (!shard || !*shard || strchr(shard, '/') || strcmp(shard, "..") == 0) {
+            fl_error(FL_ERR_VALUE, fn, "%s: the file of \"%s\" must be a file name in the directory", index_path,
+                     name);
+            goto fail;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, shard);
+        fl_tensor_map *part = NULL;
+        if (fl_load_safetensors(path, &part) != FL_OK)
+            goto fail;
+        /* Take every tensor the index puts in this shard; one listed there but absent is
+         * a damaged download. */
+        const char *other;
+        json_t *other_file;
+        bool ok = true;
+        json_object_foreach(map, other, other_file)
+        {
+            if (!ok || !json_is_string(other_file) || strcmp(json_string_value(other_file), shard) != 0)
+                continue;
+            if (!fl_tensor_map_contains(part, other)) {
+                fl_error(FL_ERR_VALUE, fn, "%s: the tensor \"%s\" is listed in %s but missing from it", index_path,
+                         other, shard);
+                ok = false;
+            } else if (fl_tensor_map_set(all, other, fl_tensor_map_get(part, other)) != FL_OK) {
+                ok = false;
+            }
+        }
+        fl_tensor_map_free(part);
+        if (!ok)
+            goto fail;
+    }
+    goto done;
+fail:
+    fl_tensor_map_free(all);
+    all = NULL;
+done:
+    json_decref(index);
+    return all;
+}
+
+fl_tensor_map *hf_open_weights(const char *fn, const char *dir, char *path, size_t path_size)
+{
+    snprintf(path, path_size, "%s/model.safetensors", dir);
+    if (exists(path)) {
+        fl_tensor_map *file = NULL;
+        return fl_load_safetensors(path, &file) == FL_OK ? file : NULL;
+    }
+    snprintf(path, path_size, "%s/model.safetensors.index.json", dir);
+    if (exists(path))
+        return load_shards(fn, dir, path);
+    const char *others[] = {"pytorch_model.bin", "tf_model.h5", "flax_model.msgpack"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        char other[4096];
+        snprintf(other, sizeof other, "%s/%s", dir, others[i]);
+        if (exists(other))
+            return fl_error(FL_ERR_IO, fn,
+                            "%s holds %s but no model.safetensors: Flare reads only safetensors (transformers "
+                            "writes it with save_pretrained(dir, safe_serialization=True))",
+                            dir, others[i]);
+    }
+    snprintf(path, path_size, "%s/model.safetensors", dir);
+    return fl_error(FL_ERR_IO, fn, "%s: cannot be opened, and there is no model.safetensors.index.json beside it",
+                    path);
+}
+
 fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config, hf_build_fn build,
                   hf_map_fn map_weights, fl_module **model)
 {
@@ -67,9 +164,8 @@ fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!read_config(path, config))
         return fl_last_status();
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    fl_tensor_map *file = NULL;
-    if (fl_load_safetensors(path, &file) != FL_OK)
+    fl_tensor_map *file = hf_open_weights(fn, dir, path, sizeof path);
+    if (!file)
         return fl_last_status();
     /* A fixed stream for the initial values, which are all overwritten, so that loading
      * leaves the global generator as it was. */

@@ -22,6 +22,12 @@ json_t *hf_config_open(const char *fn, const char *path);
 fl_tensor *hf_tensor(const char *fn, const char *path, const fl_tensor_map *file, const char *hf, int ndim,
                      const int64_t *shape);
 
+/* The tensors of dir's checkpoint: model.safetensors, or the shards that
+ * model.safetensors.index.json lists, merged. path receives the file that errors about
+ * a tensor should name. A directory holding only another format (pytorch_model.bin) is
+ * an error saying so. NULL after an error. */
+fl_tensor_map *hf_open_weights(const char *fn, const char *dir, char *path, size_t path_size);
+
 /* Reads path (config.json) into config; false after an error. */
 typedef bool (*hf_read_config_fn)(const char *path, void *config);
 /* A model of config; NULL after an error. */

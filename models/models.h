@@ -106,12 +106,14 @@ fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tok
 
 /* Loads a directory written by transformers' GPT2LMHeadModel.save_pretrained (or
  * GPT2Model's): config.json and model.safetensors (f32, f16, bf16 or f64 weights, read as
- * f32), into a new GPT of gpt_new (*model, in evaluation mode; release it with
+ * f32; or the shards model.safetensors.index.json lists; a directory with only
+ * pytorch_model.bin is an error saying to save safetensors), into a new GPT of gpt_new (*model, in evaluation mode; release it with
  * fl_module_release) and its configuration (*config, may be NULL). GPT-2's Conv1D
  * weights [in, out] are transposed into Flare's [out, in]; c_attn's packed q, k, v
  * become the attention's in_proj; the head is tied to wte as in GPT-2 (a saved
  * lm_head.weight must equal wte.weight). Names may carry the "transformer." prefix or
- * not. The configuration must be one Flare's model computes: model_type "gpt2",
+ * not (the gpt2 repository's file has none, and the causal-mask buffers attn.bias and
+ * attn.masked_bias, which are skipped). The configuration must be one Flare's model computes: model_type "gpt2",
  * activation_function "gelu_new" (or "gelu_pytorch_tanh", "gelu"), n_inner null or
  * 4 n_embd, scaled attention without GPT-2's per-layer scaling, upcasting or cross
  * attention; anything else, a missing or extra tensor, or a tensor of the wrong shape
@@ -128,8 +130,11 @@ typedef struct hf_bert_config {
 } hf_bert_config;
 
 /* Loads a directory written by BertModel.save_pretrained (config.json with model_type
- * "bert", hidden_act "gelu", absolute positions, not a decoder; model.safetensors, names
- * with or without "bert.") into a new encoder (*model, in evaluation mode) and its
+ * "bert", hidden_act "gelu", absolute positions, not a decoder; the weights as
+ * hf_load_gpt2 reads them, names with or without "bert.", LayerNorm parameters named
+ * weight and bias or, as checkpoints converted from the original release have them,
+ * gamma and beta; the heads of BertFor* classes beside "bert." ("cls.", "classifier.",
+ * "qa_outputs.") are skipped) into a new encoder (*model, in evaluation mode) and its
  * configuration (*config, may be NULL). query, key and value are stacked into the
  * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
  * naming the file and the key. The module forward takes token ids i64 [N, S] to the

@@ -162,6 +162,168 @@ static void refuses_what_it_cannot_compute(void **state)
     assert_no_error();
 }
 
+
+/* ---- the layouts published checkpoints come in ---- */
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    return text;
+}
+
+static void save_map(const char *dir, const char *name, const fl_tensor_map *map)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_int_equal(fl_save_safetensors(path, map), FL_OK);
+}
+
+static void remove_files(const char *dir, const char *const *names, int count)
+{
+    char path[128];
+    for (int i = 0; i < count; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void gpt2_logits_match(const char *dir)
+{
+    fl_module *m = NULL;
+    assert_int_equal(hf_load_gpt2(dir, &m, NULL), FL_OK);
+    fl_variable *logits = fl_module_forward(m, fl_v_new(fixture("hf_gpt2.bin", "tokens"), false));
+    assert_non_null(logits);
+    assert_close(fl_v_value(logits), fixture("hf_gpt2.bin", "logits"), 1e-4, 1e-4);
+    fl_module_release(m);
+}
+
+/* The gpt2 repository's own file: names without "transformer.", and each block's
+ * causal-mask buffers attn.bias and attn.masked_bias saved beside the weights. */
+static void gpt2_loads_the_published_layout(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_text(dir, "config.json", read_text(GPT2_DIR "/config.json"));
+    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
+    assert_int_equal(fl_load_safetensors(GPT2_DIR "/model.safetensors", &file), FL_OK);
+    const char *prefix = "transformer.";
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
+        const char *name = fl_tensor_map_name_at(file, i);
+        assert_int_equal(strncmp(name, prefix, strlen(prefix)), 0);
+        fl_tensor_map_set(out, name + strlen(prefix), fl_tensor_map_tensor_at(file, i));
+    }
+    for (int layer = 0; layer < 2; layer++) {
+        char name[64];
+        snprintf(name, sizeof name, "h.%d.attn.bias", layer);
+        fl_tensor_map_set(out, name, fl_tril(fl_ones(FL_F32, FL_SHAPE(1, 1, 16, 16)), 0));
+        snprintf(name, sizeof name, "h.%d.attn.masked_bias", layer);
+        fl_tensor_map_set(out, name, fl_scalar(-1e4, FL_F32));
+    }
+    save_map(dir, "model.safetensors", out);
+    gpt2_logits_match(dir);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
+}
+
+/* A checkpoint split into shards by model.safetensors.index.json, as transformers
+ * saves one over its max_shard_size; and the ways such an index can be damaged. */
+static void gpt2_loads_a_sharded_checkpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_text(dir, "config.json", read_text(GPT2_DIR "/config.json"));
+    fl_tensor_map *file = NULL, *shards[2] = {fl_tensor_map_create(), fl_tensor_map_create()};
+    assert_int_equal(fl_load_safetensors(GPT2_DIR "/model.safetensors", &file), FL_OK);
+    char index[8192];
+    int n = snprintf(index, sizeof index, "{\"metadata\": {}, \"weight_map\": {");
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
+        const char *name = fl_tensor_map_name_at(file, i);
+        fl_tensor_map_set(shards[i % 2], name, fl_tensor_map_tensor_at(file, i));
+        n += snprintf(index + n, sizeof index - (size_t)n, "%s\"%s\": \"model-0000%zu-of-00002.safetensors\"",
+                      i ? ", " : "", name, i % 2 + 1);
+    }
+    snprintf(index + n, sizeof index - (size_t)n, "}}");
+    save_map(dir, "model-00001-of-00002.safetensors", shards[0]);
+    save_map(dir, "model-00002-of-00002.safetensors", shards[1]);
+    write_text(dir, "model.safetensors.index.json", index);
+    gpt2_logits_match(dir);
+
+    fl_module *m = NULL;
+    fl_tensor_map_set(shards[1], "unlisted", fl_zeros(FL_F32, FL_SHAPE(1)));
+    const char *dropped = fl_tensor_map_name_at(file, 1);
+    fl_tensor_map *short_shard = fl_tensor_map_create();
+    for (size_t i = 0; i < fl_tensor_map_count(shards[1]); i++)
+        if (strcmp(fl_tensor_map_name_at(shards[1], i), dropped) != 0)
+            fl_tensor_map_set(short_shard, fl_tensor_map_name_at(shards[1], i), fl_tensor_map_tensor_at(shards[1], i));
+    save_map(dir, "model-00002-of-00002.safetensors", short_shard);
+    char expected[256];
+    snprintf(expected, sizeof expected, "the tensor \"%s\" is listed in model-00002-of-00002.safetensors but missing",
+             dropped);
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, expected);
+    write_text(dir, "model.safetensors.index.json", "{\"weight_map\": {\"wte.weight\": \"../model.safetensors\"}}");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
+                        "the file of \"wte.weight\" must be a file name in the directory");
+    write_text(dir, "model.safetensors.index.json", "{\"weight_map\": []}");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, "\"weight_map\" must be a non-empty object");
+    unlink(strcat(strcpy(expected, dir), "/model.safetensors.index.json"));
+    write_text(dir, "pytorch_model.bin", "not read");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_IO,
+                        "holds pytorch_model.bin but no model.safetensors: Flare reads only safetensors");
+    assert_null(m);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(shards[0]);
+    fl_tensor_map_free(shards[1]);
+    fl_tensor_map_free(short_shard);
+    remove_files(dir,
+                 (const char *const[]){"config.json", "model-00001-of-00002.safetensors",
+                                       "model-00002-of-00002.safetensors", "pytorch_model.bin"},
+                 4);
+    assert_no_error();
+}
+
+/* The config.json files of the gpt2 and bert-base-uncased repositories, key for key:
+ * everything in them is read or known not to change the computation, so the load
+ * goes on to the weights (absent here). */
+static void published_configs_are_accepted(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_module *m = NULL;
+    write_text(dir, "config.json",
+               "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], "
+               "\"attn_pdrop\": 0.1, \"bos_token_id\": 50256, \"embd_pdrop\": 0.1, \"eos_token_id\": 50256, "
+               "\"initializer_range\": 0.02, \"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\", "
+               "\"n_ctx\": 1024, \"n_embd\": 768, \"n_head\": 12, \"n_layer\": 12, \"n_positions\": 1024, "
+               "\"resid_pdrop\": 0.1, \"summary_activation\": null, \"summary_first_dropout\": 0.1, "
+               "\"summary_proj_to_labels\": true, \"summary_type\": \"cls_index\", \"summary_use_proj\": true, "
+               "\"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}}, "
+               "\"vocab_size\": 50257}");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"BertForMaskedLM\"], \"attention_probs_dropout_prob\": 0.1, "
+               "\"gradient_checkpointing\": false, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1, "
+               "\"hidden_size\": 768, \"initializer_range\": 0.02, \"intermediate_size\": 3072, "
+               "\"layer_norm_eps\": 1e-12, \"max_position_embeddings\": 512, \"model_type\": \"bert\", "
+               "\"num_attention_heads\": 12, \"num_hidden_layers\": 12, \"pad_token_id\": 0, "
+               "\"position_embedding_type\": \"absolute\", \"transformers_version\": \"4.6.0.dev0\", "
+               "\"type_vocab_size\": 2, \"use_cache\": true, \"vocab_size\": 30522}");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
+    assert_null(m);
+    remove_files(dir, (const char *const[]){"config.json"}, 1);
+    assert_no_error();
+}
+
 #define BERT_DIR FLARE_FIXTURES "/hf_bert"
 
 static void bert_matches_transformers(void **state)
@@ -187,6 +349,46 @@ static void bert_matches_transformers(void **state)
     assert_fails(hf_bert_forward(m, fl_zeros(FL_I64, FL_SHAPE(1, 17)), NULL, NULL), FL_ERR_SHAPE,
                  "17 positions exceed the 16");
     fl_module_release(m);
+    assert_no_error();
+}
+
+
+/* BertForPreTraining as the original release converted: the encoder under "bert.",
+ * LayerNorm parameters named gamma and beta, and the pre-training heads under "cls.". */
+static void bert_loads_the_original_layout(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_text(dir, "config.json", read_text(BERT_DIR "/config.json"));
+    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
+    assert_int_equal(fl_load_safetensors(BERT_DIR "/model.safetensors", &file), FL_OK);
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
+        char name[256];
+        const char *hf = fl_tensor_map_name_at(file, i);
+        size_t n = strlen(hf);
+        if (n > 17 && strcmp(hf + n - 17, ".LayerNorm.weight") == 0)
+            snprintf(name, sizeof name, "bert.%.*s.LayerNorm.gamma", (int)(n - 17), hf);
+        else if (n > 15 && strcmp(hf + n - 15, ".LayerNorm.bias") == 0)
+            snprintf(name, sizeof name, "bert.%.*s.LayerNorm.beta", (int)(n - 15), hf);
+        else
+            snprintf(name, sizeof name, "bert.%s", hf);
+        fl_tensor_map_set(out, name, fl_tensor_map_tensor_at(file, i));
+    }
+    fl_tensor_map_set(out, "cls.predictions.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    fl_tensor_map_set(out, "cls.predictions.transform.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
+    fl_tensor_map_set(out, "cls.seq_relationship.weight", fl_zeros(FL_F32, FL_SHAPE(2, 24)));
+    save_map(dir, "model.safetensors", out);
+    fl_module *m = NULL;
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    fl_tensor *ids = fixture("hf_bert.bin", "ids"), *mask = fixture("hf_bert.bin", "mask");
+    fl_variable *hidden = hf_bert_forward(m, ids, fixture("hf_bert.bin", "types"), mask);
+    assert_non_null(hidden);
+    assert_close(fl_v_value(hidden), fixture("hf_bert.bin", "hidden"), 1e-4, 1e-4);
+    fl_module_release(m);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
     assert_no_error();
 }
 
@@ -247,6 +449,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         scoped_test(gpt2_matches_transformers),
         scoped_test(refuses_what_it_cannot_compute),
+        scoped_test(gpt2_loads_the_published_layout),
+        scoped_test(gpt2_loads_a_sharded_checkpoint),
+        scoped_test(published_configs_are_accepted),
+        scoped_test(bert_loads_the_original_layout),
         scoped_test(bert_matches_transformers),
         scoped_test(bert_refuses_what_it_cannot_compute),
     };
