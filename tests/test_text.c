@@ -135,6 +135,112 @@ static void byte_level_bpe_layouts(void **state)
     fl_tokenizer_free(tok);
 }
 
+/* The post_processor the next load_edited puts in the file. */
+static json_t *post_processor;
+
+static void set_post_processor(json_t *root) { json_object_set(root, "post_processor", post_processor); }
+
+static void assert_same_ids(const char *what, const int64_t *got, size_t n, const json_t *expected)
+{
+    if (n != json_array_size(expected))
+        fail_msg("%s: %zu ids, tokenizers gives %zu", what, n, json_array_size(expected));
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != json_integer_value(json_array_get(expected, i)))
+            fail_msg("%s: id %zu is %lld, tokenizers gives %lld", what, i, (long long)got[i],
+                     (long long)json_integer_value(json_array_get(expected, i)));
+}
+
+/* add_special_tokens=True, for one text and for pairs, under each post-processor
+ * published tokenizers use (tests/fixtures/gen_tokenizer_templates.py). */
+static void special_tokens_match_tokenizers(void **state)
+{
+    (void)state;
+    json_error_t err;
+    json_t *root = json_load_file(FLARE_FIXTURES "/text_template_cases.json", 0, &err);
+    assert_non_null(root);
+    size_t v, i;
+    json_t *variant, *c;
+    json_array_foreach(root, v, variant) {
+        post_processor = json_object_get(variant, "post_processor");
+        fl_tokenizer *tok = load_edited(json_string_value(json_object_get(variant, "file")), set_post_processor);
+        json_array_foreach(json_object_get(variant, "cases"), i, c) {
+            const json_t *a = json_object_get(c, "a"), *b = json_object_get(c, "b");
+            int64_t *ids, *types;
+            size_t n;
+            assert_int_equal(fl_tokenizer_encode_special(tok, json_string_value(a), json_string_length(a),
+                                                         json_is_string(b) ? json_string_value(b) : NULL,
+                                                         json_string_length(b), &ids, &types, &n),
+                             FL_OK);
+            char what[160];
+            snprintf(what, sizeof what, "%s, '%s' + '%s'",
+                     json_string_value(json_object_get(post_processor, "type")), json_string_value(a),
+                     json_is_string(b) ? json_string_value(b) : "(none)");
+            assert_same_ids(what, ids, n, json_object_get(c, "ids"));
+            assert_same_ids(what, types, n, json_object_get(c, "type_ids"));
+            free(ids), free(types);
+        }
+        assert_true(i >= 7);
+        fl_tokenizer_free(tok);
+    }
+    assert_int_equal(v, 4);
+    json_decref(root);
+    assert_no_error();
+}
+
+/* No post_processor: the texts as they are, the second of type 1; a processor Flare
+ * does not apply still loads, and only encode_special refuses it; a broken one is a
+ * load error naming the file. */
+static void special_tokens_without_a_template(void **state)
+{
+    (void)state;
+    fl_tokenizer *tok = load("text_wordpiece.json");
+    int64_t *plain, *ids, *types;
+    size_t np, n;
+    size_t first;
+    assert_int_equal(fl_tokenizer_encode(tok, "hello", 5, &plain, &first), FL_OK);
+    free(plain);
+    assert_int_equal(fl_tokenizer_encode(tok, "hello world", 11, &plain, &np), FL_OK);
+    assert_int_equal(fl_tokenizer_encode_special(tok, "hello", 5, "world", 5, &ids, &types, &n), FL_OK);
+    assert_int_equal(n, np);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ids[i], plain[i]);
+        assert_int_equal(types[i], i >= first);
+    }
+    free(plain), free(ids), free(types);
+    assert_fails_status(fl_tokenizer_encode_special(tok, "x", 1, NULL, 0, NULL, NULL, &n), FL_ERR_NULL, "ids is NULL");
+    fl_tokenizer_free(tok);
+    post_processor = json_pack("{s:s}", "type", "SomethingNew");
+    tok = load_edited("text_wordpiece.json", set_post_processor);
+    assert_int_equal(fl_tokenizer_encode(tok, "hello", 5, &plain, &np), FL_OK);
+    free(plain);
+    assert_fails_status(fl_tokenizer_encode_special(tok, "hello", 5, NULL, 0, &ids, NULL, &n), FL_ERR_VALUE,
+                        "post_processor 'SomethingNew' is not one Flare applies");
+    assert_null(ids);
+    fl_tokenizer_free(tok);
+    json_decref(post_processor);
+    const char *broken[] = {
+        "{\"type\": \"BertProcessing\", \"sep\": [\"[SEP]\", 100000], \"cls\": [\"[CLS]\", 2]}",
+        "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"[X]\", \"type_id\": 0}}], "
+        "\"pair\": [], \"special_tokens\": {}}",
+        "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"B\", \"type_id\": 0}}], "
+        "\"pair\": [], \"special_tokens\": {}}",
+    };
+    const char *messages[] = {"BertProcessing needs \"cls\" and \"sep\"",
+                              "special token '[X]' has no \"ids\" in special_tokens",
+                              "names sequence 'B': only A exists for one text"};
+    for (int k = 0; k < 3; k++) {
+        post_processor = json_loads(broken[k], 0, NULL);
+        assert_non_null(post_processor);
+        json_t *file = json_load_file(FLARE_FIXTURES "/text_wordpiece.json", 0, NULL);
+        set_post_processor(file);
+        assert_int_equal(json_dump_file(file, tmp_path, 0), 0);
+        json_decref(file);
+        json_decref(post_processor);
+        assert_fails_status(fl_tokenizer_load(tmp_path, &tok), FL_ERR_VALUE, messages[k]);
+        assert_null(tok);
+    }
+}
+
 static void cased(json_t *root)
 {
     json_t *norm = json_object_get(root, "normalizer");
@@ -459,6 +565,8 @@ int main(void)
         scoped_test(trainer_learns_the_merges_tokenizers_learns),
         scoped_test(wordpiece_ids_match_tokenizers),
         scoped_test(wordpiece_normalizer_options),
+        scoped_test(special_tokens_match_tokenizers),
+        scoped_test(special_tokens_without_a_template),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),
     };

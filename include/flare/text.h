@@ -23,8 +23,9 @@
  *
  * Added tokens of tokenizer.json ("<|endoftext|>", "[CLS]", ...) are matched in the
  * raw text first, leftmost and longest, and become their ids; the text between them
- * is tokenized by the model. Encoding adds no template tokens ([CLS] ... [SEP]), as
- * `tokenizer.encode(text, add_special_tokens=False)`; decoding skips nothing, as
+ * is tokenized by the model. fl_tokenizer_encode adds no template tokens ([CLS] ...
+ * [SEP]), as `tokenizer.encode(text, add_special_tokens=False)`;
+ * fl_tokenizer_encode_special adds them as the post_processor says; decoding skips nothing, as
  * `tokenizer.decode(ids, skip_special_tokens=False)`.
  *
  * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
@@ -91,6 +92,19 @@ fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t 
 /* The same ids as a new 1-D FL_I64 tensor on the default backend (of 0 elements for
  * empty text), ready for an embedding; NULL on error. */
 fl_tensor *fl_tokenizer_encode_tensor(const fl_tokenizer *tok, const void *text, size_t size);
+
+/* Encodes text, and pair after it when pair is not NULL (a sentence pair), as
+ * transformers' tokenizer(text, pair) does by default (add_special_tokens): the ids of
+ * fl_tokenizer_encode with the special tokens tokenizer.json's post_processor puts
+ * around them ("[CLS] A [SEP]" and "[CLS] A [SEP] B [SEP]" for BERT), into *ids and
+ * each id's token type into *type_ids (0 for the first text, the template's for the
+ * rest; type_ids may be NULL), both malloc'd, and *count. TemplateProcessing,
+ * BertProcessing, RobertaProcessing, ByteLevel and a Sequence of these are applied;
+ * without a post_processor (or for a trained tokenizer) the texts follow each other,
+ * the second of type 1. Another post_processor is an error (FL_ERR_VALUE) naming it;
+ * fl_tokenizer_encode still works for such a tokenizer. */
+fl_status fl_tokenizer_encode_special(const fl_tokenizer *tok, const void *text, size_t size, const void *pair,
+                                      size_t pair_size, int64_t **ids, int64_t **type_ids, size_t *count);
 
 /* Decodes count ids into *text (allocated with malloc, followed by a NUL that *size
  * does not count; free() it). An id outside [0, vocab size) or naming no token is an

@@ -14,6 +14,7 @@
 
 #include "flare/extension.h"
 #include "flare/text.h"
+#include "template.h"
 #include "unicode.h"
 
 enum { MODEL_BPE, MODEL_WORDPIECE };
@@ -55,6 +56,7 @@ struct fl_tokenizer {
     int64_t max_chars;
     size_t longest; /* characters of the longest token: no longer piece is looked up */
     bool bert_normalizer, clean_text, chinese_chars, strip_accents, lowercase;
+    text_template *post; /* tokenizer.json's post_processor; NULL: none */
 };
 
 /* ---- growing buffers ------------------------------------------------------------- */
@@ -265,6 +267,7 @@ void fl_tokenizer_free(fl_tokenizer *tok)
     free(tok->merges.slots);
     free(tok->added);
     free(tok->prefix);
+    text_template_free(tok->post);
     free(tok);
 }
 
@@ -688,6 +691,31 @@ fl_tensor *fl_tokenizer_encode_tensor(const fl_tokenizer *tok, const void *text,
     fl_tensor *t = fl_from_data(n ? (const void *)v : (const void *)&none, FL_I64, 1, shape);
     free(v);
     return t;
+}
+
+fl_status fl_tokenizer_encode_special(const fl_tokenizer *tok, const void *text, size_t size, const void *pair,
+                                      size_t pair_size, int64_t **out_ids, int64_t **type_ids, size_t *count)
+{
+    static const char *const fn = "fl_tokenizer_encode_special";
+    if (out_ids)
+        *out_ids = NULL;
+    if (type_ids)
+        *type_ids = NULL;
+    if (count)
+        *count = 0;
+    if (!tok || (!text && size) || !out_ids || !count) {
+        fl_error(FL_ERR_NULL, fn, "%s is NULL", !tok ? "the tokenizer" : !out_ids ? "ids" : !count ? "count" : "text");
+        return FL_ERR_NULL;
+    }
+    int64_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    fl_status st = fl_tokenizer_encode(tok, text, size, &a, &na);
+    if (st == FL_OK && pair)
+        st = fl_tokenizer_encode(tok, pair, pair_size, &b, &nb);
+    if (st == FL_OK)
+        st = text_template_apply(tok->post, fn, a, na, b, pair != NULL, nb, out_ids, type_ids, count);
+    free(a), free(b);
+    return st;
 }
 
 /* The WordPiece decoder's cleanup of a token (with its leading space). */
@@ -1317,7 +1345,10 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
     }
     if (!index_vocab(tok))
         return load_error(FL_ERR_MEMORY, path, "out of memory");
-    return strcmp(type, "BPE") == 0 ? load_bpe(tok, path, root, model) : load_wordpiece(tok, path, root, model);
+    st = strcmp(type, "BPE") == 0 ? load_bpe(tok, path, root, model) : load_wordpiece(tok, path, root, model);
+    if (st == FL_OK && !(tok->post = text_template_load(path, json_object_get(root, "post_processor"), tok->count)))
+        st = fl_last_status();
+    return st;
 }
 
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out)
