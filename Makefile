@@ -15,6 +15,12 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
                    zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes python3-venv ninja-build openmpi-bin libopenmpi-dev \
                    ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
 
+# What `make speech-data` needs besides: the synthesiser and sox.
+SPEECH_PACKAGES := espeak-ng sox fortunes
+SPEECH_DATA     ?= $(HOME)/.cache/flare/speech
+UTTERANCES      ?= 6000
+SEED            ?= 1
+
 # What `make fuzz` needs besides: clang and its libFuzzer runtime.
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
@@ -35,7 +41,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl complexity \
+        bench-opencl complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -99,6 +105,13 @@ fuzz: deps
 # The paper's MNIST example, trained on Fashion-MNIST (apps/mnist; README, "The example").
 demo: build
 	$(BUILD)/mnist --threads $(THREADS) --json $(BUILD)/mnist.json
+
+# The spoken corpus of apps/asr, synthesised by espeak-ng (apps/asr/corpus.py): UTTERANCES
+# utterances from SEED into SPEECH_DATA, split by voice; kept, and not made again, for
+# the same options.
+speech-data:
+	$(call install_packages,$(SPEECH_PACKAGES))
+	python3 apps/asr/corpus.py --out $(SPEECH_DATA) --utterances $(UTTERANCES) --seed $(SEED) --jobs $(JOBS)
 
 # A short tour of the tensor API (apps/demo).
 tour: build
