@@ -13,7 +13,8 @@ THREADS    ?= 2
 
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
                    zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes python3-venv ninja-build openmpi-bin libopenmpi-dev \
-                   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo
+                   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo \
+                   libsndfile1-dev libsamplerate0-dev libfftw3-dev
 
 # What `make speech-data` needs besides: the synthesiser and sox.
 SPEECH_PACKAGES := espeak-ng sox fortunes
