@@ -102,6 +102,31 @@ typedef struct gpt_sampling {
  * belongs to the innermost scope, else to the caller. */
 fl_tensor *gpt_generate(fl_module *gpt, const fl_tensor *prompt, int64_t new_tokens, const gpt_sampling *sampling);
 
+/* ---- a CTC acoustic model (models/speech_ctc.c) ----------------------------------- */
+
+/* features log-mel channels in; conv1 of channels and conv2 to d_model, both of an
+ * odd kernel, conv2 subsampling time by stride; layers pre-norm GELU Transformer
+ * encoder layers (heads heads, dim_ff features, dropout); tokens outputs, the CTC blank
+ * among them. */
+typedef struct speech_ctc_config {
+    int64_t features, channels, d_model, heads, dim_ff, layers, tokens;
+    int kernel, stride;
+    double dropout;
+} speech_ctc_config;
+
+fl_module *speech_ctc_new(const speech_ctc_config *config);
+
+/* The output frames of an input of frames frames: ceil(frames / stride). */
+int64_t speech_ctc_output_length(const speech_ctc_config *config, int64_t frames);
+
+/* Log-probabilities [T', N, tokens] (fl_nn_ctc_loss's layout) of features [N, T,
+ * features] whose sample i is lengths[i] frames long (the rest padding, which no
+ * output frame of the sample attends to); *out_lengths (may be NULL) receives the
+ * output lengths i64 [N], ceil(lengths / stride). Both are owned by the innermost
+ * scope. */
+fl_variable *speech_ctc_forward(fl_module *m, fl_variable *features, const fl_tensor *lengths,
+                                fl_tensor **out_lengths);
+
 /* ---- Hugging Face checkpoints (models/hf.c) ---------------------------------------- */
 
 /* Loads a directory written by transformers' GPT2LMHeadModel.save_pretrained (or
