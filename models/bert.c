@@ -125,18 +125,6 @@ static fl_status bert_make_batch(model_size size, int64_t batch, fl_tensor **inp
     return batch_return(scope, x, y, input, target);
 }
 
-static fl_variable *bert_loss(fl_module *model, const fl_tensor *input, const fl_tensor *target)
-{
-    fl_scope scope = fl_scope_begin();
-    fl_variable *logits = fl_module_forward(model, fl_v_new(input, false));
-    const fl_tensor *value = fl_v_value(logits);
-    fl_variable *loss = NULL;
-    if (value)
-        loss = fl_nn_cross_entropy(fl_v_reshape(logits, FL_SHAPE(-1, fl_dim(value, -1))),
-                                   fl_reshape(target, FL_SHAPE(-1)), &FL_CLASS_LOSS_DEFAULTS);
-    return fl_v_scope_return(scope, loss);
-}
-
 /* Multiply-adds of the matrix products, 2 FLOPs each, forward and backward (3x). */
 static double bert_flops_per_sample(model_size size)
 {
@@ -156,6 +144,6 @@ const benchmark_model benchmark_bert = {
     .batch = {[MODEL_TINY] = 4, [MODEL_CPU] = 8, [MODEL_PAPER] = 128},
     .build = bert_build,
     .make_batch = bert_make_batch,
-    .loss = bert_loss,
+    .loss = token_loss,
     .flops_per_sample = bert_flops_per_sample,
 };

@@ -68,19 +68,6 @@ static fl_status lstm_lm_make_batch(model_size size, int64_t batch, fl_tensor **
     return next_token_batch(batch, configs[size].vocab, configs[size].steps, input, target);
 }
 
-/* The mean cross-entropy of every step's next token. */
-static fl_variable *lstm_lm_loss(fl_module *model, const fl_tensor *input, const fl_tensor *target)
-{
-    fl_scope scope = fl_scope_begin();
-    fl_variable *logits = fl_module_forward(model, fl_v_new(input, false));
-    const fl_tensor *value = fl_v_value(logits);
-    fl_variable *loss = NULL;
-    if (value)
-        loss = fl_nn_cross_entropy(fl_v_reshape(logits, FL_SHAPE(-1, fl_dim(value, -1))),
-                                   fl_reshape(target, FL_SHAPE(-1)), &FL_CLASS_LOSS_DEFAULTS);
-    return fl_v_scope_return(scope, loss);
-}
-
 /* Multiply-adds of the matrix products (the input and hidden projections of the four
  * gates, the head), 2 FLOPs each, forward and backward (3x). */
 static double lstm_lm_flops_per_sample(model_size size)
@@ -98,6 +85,6 @@ const benchmark_model benchmark_lstm = {
     .batch = {[MODEL_TINY] = 4, [MODEL_CPU] = 20, [MODEL_PAPER] = 20},
     .build = lstm_lm_build,
     .make_batch = lstm_lm_make_batch,
-    .loss = lstm_lm_loss,
+    .loss = token_loss,
     .flops_per_sample = lstm_lm_flops_per_sample,
 };

@@ -106,4 +106,19 @@ static inline fl_status next_token_batch(int64_t batch, int64_t vocab, int64_t s
     return batch_return(scope, x, y, input, target);
 }
 
+/* The mean cross-entropy of the model's logits [..., classes] of input against target
+ * token ids [...], every token one sample: the loss of the token-level models (BERT's
+ * masked tokens, the language models' next tokens). */
+static inline fl_variable *token_loss(fl_module *model, const fl_tensor *input, const fl_tensor *target)
+{
+    fl_scope scope = fl_scope_begin();
+    fl_variable *logits = fl_module_forward(model, fl_v_new(input, false));
+    const fl_tensor *value = fl_v_value(logits);
+    fl_variable *loss = NULL;
+    if (value)
+        loss = fl_nn_cross_entropy(fl_v_reshape(logits, FL_SHAPE(-1, fl_dim(value, -1))),
+                                   fl_reshape(target, FL_SHAPE(-1)), &FL_CLASS_LOSS_DEFAULTS);
+    return fl_v_scope_return(scope, loss);
+}
+
 #endif
