@@ -452,6 +452,20 @@ fl_variable *fl_nn_transformer_decoder_forward(fl_module *m, fl_variable *tgt, f
 fl_module *fl_nn_sinusoidal_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
 fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
 
+/* Rotary positional embedding (RoPE), as GPT-NeoX and LLaMA apply it to the queries and
+ * keys of attention, in Hugging Face's rotate-half convention (apply_rotary_pos_emb of
+ * transformers' LLaMA): x [..., L, D] (q or k as [N, heads, L, head_dim], D even), the
+ * position of row l being offset + l (offset: the number of positions already in a KV
+ * cache), gives
+ *     x * cos(angle) + rotate_half(x) * sin(angle),
+ *     rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]),
+ *     angle[l, j] = (offset + l) * base^(-2 (j mod D/2) / D)
+ * (base: 10000 in LLaMA and GPT-NeoX). The angles are computed in f64 and their cos and
+ * sin cast to x's dtype (Hugging Face computes the angles in f32, which differs by f32
+ * rounding at large positions). Differentiable in x. GPT-NeoX's partial rotation
+ * (rotary_pct < 1) is the caller's: rotate a split of the first dims and concatenate. */
+fl_variable *fl_f_rotary_embedding(fl_variable *x, int64_t offset, double base);
+
 /* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
  * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),
  * PyTorch's gate order (LSTM i, f, g, o; GRU r, z, n with r applied to W_hn h + b_hn)
