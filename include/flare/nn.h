@@ -44,8 +44,8 @@ typedef struct fl_module fl_module;
  * arguments are given when non-NULL (masks) or true (flags), and follow the attention
  * mask convention below (bool true forbids). Their meaning, module by module:
  *
- *   MultiheadAttention       inputs query, key, value (key and value default to query,
- *                            value to key); key_padding_mask, attn_mask, is_causal
+ *   MultiheadAttention       inputs query, key, value (key defaults to query, value
+ *                            to key); key_padding_mask, attn_mask, is_causal
  *   TransformerEncoderLayer  inputs src; key_padding_mask (src_key_padding_mask),
  *   TransformerEncoder       attn_mask (mask), is_causal
  *   TransformerDecoderLayer  inputs tgt, memory (required); key_padding_mask, attn_mask,
@@ -92,9 +92,9 @@ typedef struct fl_module_type {
     fl_variable *(*forward_args)(fl_module *m, const fl_module_args *args);
     int max_inputs;   /* positional inputs forward_args takes (at least 1) */
     unsigned accepts; /* FL_ARG_* bits of the named arguments forward_args takes */
-    /* Optional, for containers: what a module of this type takes, when it depends on
-     * its children (the Sequential's is what any child takes); NULL: max_inputs and
-     * accepts. */
+    /* Optional, for containers that have forward_args: what a module of this type
+     * takes, when it depends on its children (the Sequential's is what any child
+     * takes); NULL: max_inputs and accepts. */
     unsigned (*accepted)(const fl_module *m, int *max_inputs);
 } fl_module_type;
 
