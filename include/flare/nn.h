@@ -10,10 +10,11 @@
  * two frameworks by name (include/flare/io.h).
  *
  * Writing a module: a fl_module_type (its name, forward and, if it keeps state of its
- * own, destroy), fl_module_new, then fl_module_add_parameter / add_buffer / add_child
- * in PyTorch's registration order. Modules are reference counted and not owned by
- * tensor scopes; fl_module_add_child and the containers take over the reference of
- * the child they are given, so a model builds as one expression:
+ * own, destroy; forward_args if it takes more than one input, or masks), fl_module_new,
+ * then fl_module_add_parameter / add_buffer / add_child in PyTorch's registration order.
+ * Modules are reference counted and not owned by tensor scopes; fl_module_add_child and
+ * the containers take over the reference of the child they are given, so a model builds
+ * as one expression:
  *
  *     fl_module *model = fl_nn_sequential(FL_MODULES(fl_nn_linear(784, 10, true), fl_nn_log_softmax(1)));
  *
@@ -33,14 +34,68 @@ extern "C" {
 
 typedef struct fl_module fl_module;
 
+/*
+ * The inputs of a module call beyond one tensor: PyTorch's forward(*args, **kwargs) for
+ * modules that take masks, a memory or initial states, in one struct so that
+ * containers can pass them along (fl_module_forward_args).
+ *
+ * inputs: the positional variables, inputs[0] first (x, query or tgt) and the others
+ * after it, ending at the first NULL (a variable after a NULL is an error). The named
+ * arguments are given when non-NULL (masks) or true (flags), and follow the attention
+ * mask convention below (bool true forbids). Their meaning, module by module:
+ *
+ *   MultiheadAttention       inputs query, key, value (key defaults to query, value
+ *                            to key); key_padding_mask, attn_mask, is_causal
+ *   TransformerEncoderLayer  inputs src; key_padding_mask (src_key_padding_mask),
+ *   TransformerEncoder       attn_mask (mask), is_causal
+ *   TransformerDecoderLayer  inputs tgt, memory (required); key_padding_mask, attn_mask,
+ *   TransformerDecoder       is_causal (tgt_key_padding_mask, tgt_mask, tgt_is_causal);
+ *                            memory_key_padding_mask, memory_mask, memory_is_causal
+ *   LSTM                     inputs x, h0, c0 (gives y only: fl_nn_lstm_forward gives
+ *                            the final states too)
+ *   GRU                      inputs x, h0 (gives y only, as the LSTM)
+ *   Sequential               the rule of fl_nn_sequential
+ *   every other layer        inputs x alone
+ */
+#define FL_MODULE_MAX_INPUTS 4
+
+typedef struct fl_module_args {
+    fl_variable *inputs[FL_MODULE_MAX_INPUTS];
+    const fl_tensor *key_padding_mask, *attn_mask;
+    const fl_tensor *memory_key_padding_mask, *memory_mask;
+    bool is_causal, memory_is_causal;
+} fl_module_args;
+
+/* The named arguments, as bits of fl_module_type's accepts. */
+enum {
+    FL_ARG_KEY_PADDING_MASK = 1u << 0,
+    FL_ARG_ATTN_MASK = 1u << 1,
+    FL_ARG_IS_CAUSAL = 1u << 2,
+    FL_ARG_MEMORY_KEY_PADDING_MASK = 1u << 3,
+    FL_ARG_MEMORY_MASK = 1u << 4,
+    FL_ARG_MEMORY_IS_CAUSAL = 1u << 5,
+};
+
 typedef struct fl_module_type {
     const char *name; /* PyTorch's class name: "Linear", "Conv2d", ... */
-    /* The forward pass of one input to one output. Modules of several inputs or
-     * outputs (attention, recurrent layers) give their full form as a function of
-     * their own and use the common case here. */
+    /* The forward pass of one input to one output. Modules of several inputs use the
+     * common case here and take the others through forward_args (below); those of
+     * several outputs (the recurrent layers' final states) give their full form as a
+     * function of their own. */
     fl_variable *(*forward)(fl_module *m, fl_variable *x);
     /* Frees the type's own state (fl_module_state); NULL if it is a plain free() or none. */
     void (*destroy)(void *state);
+    /* Optional, for a module of several inputs or of masks and flags: the forward of
+     * fl_module_args, one output. It is called only with at most max_inputs inputs
+     * and the named arguments whose FL_ARG_* bits are in accepts (fl_module_forward_args
+     * refuses the others), so it need not check for arguments it does not take. */
+    fl_variable *(*forward_args)(fl_module *m, const fl_module_args *args);
+    int max_inputs;   /* positional inputs forward_args takes (at least 1) */
+    unsigned accepts; /* FL_ARG_* bits of the named arguments forward_args takes */
+    /* Optional, for containers that have forward_args: what a module of this type
+     * takes, when it depends on its children (the Sequential's is what any child
+     * takes); NULL: max_inputs and accepts. */
+    unsigned (*accepted)(const fl_module *m, int *max_inputs);
 } fl_module_type;
 
 /* ---- the Module interface ---------------------------------------------------------- */
@@ -69,6 +124,14 @@ fl_module *fl_module_child_at(const fl_module *m, int i, const char **name);
 fl_status fl_module_set_buffer(fl_module *m, const char *name, const fl_tensor *value);
 
 fl_variable *fl_module_forward(fl_module *m, fl_variable *x);
+/* The forward of several inputs, masks and flags (fl_module_args): the type's
+ * forward_args, or its forward when it has none and args holds one input and nothing
+ * else. An input or a named argument the module does not take is an error naming the
+ * module's class and what was passed, never silently dropped. */
+fl_variable *fl_module_forward_args(fl_module *m, const fl_module_args *args);
+/* What m takes: the FL_ARG_* bits of its named arguments, and (max_inputs, may be
+ * NULL) how many positional inputs. A module without forward_args takes 1 and none. */
+unsigned fl_module_accepted(const fl_module *m, int *max_inputs);
 
 /* Training mode (the default) or evaluation mode, for the module and all below it. */
 void fl_module_train(fl_module *m, bool training);
@@ -113,10 +176,25 @@ fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool
     (fl_module *const[]){__VA_ARGS__}, (int)(sizeof((fl_module *[]){__VA_ARGS__}) / sizeof(fl_module *))
 
 /* Applies its children in order; they are named "0", "1", ... The modules are taken
- * over (even when the call fails). */
+ * over (even when the call fails).
+ *
+ * Given fl_module_args (fl_module_forward_args), the first input is threaded through:
+ * the first child gets inputs[0], each next child the previous one's output. Everything
+ * else is broadcast, the same to every child that takes it (fl_module_accepted): the
+ * other inputs (inputs[i] to each child taking more than i inputs, so a stack of
+ * decoder layers shares one memory), the masks and the flags (so a stack of encoder
+ * layers shares one padding mask). A child that does not take an argument is called
+ * without it; an argument that no child takes is an error, not dropped. */
 fl_module *fl_nn_sequential(fl_module *const *modules, int count);
 /* Appends one more (taken over). */
 fl_status fl_nn_sequential_add(fl_module *sequential, fl_module *module);
+/* PyTorch's ModuleList: children named "0", "1", ... (taken over, even when the call
+ * fails) that the caller iterates with fl_module_child_count / fl_module_child_at and
+ * calls with forward functions of its own. It has no forward of its own: calling one
+ * is an error. fl_nn_module_list(NULL, 0) is an empty one. */
+fl_module *fl_nn_module_list(fl_module *const *modules, int count);
+/* Appends one more (taken over). */
+fl_status fl_nn_module_list_add(fl_module *list, fl_module *module);
 
 /* ---- layers ------------------------------------------------------------------------ */
 /* Each mirrors the PyTorch class in its name, with the same parameter and buffer names,
@@ -302,7 +380,8 @@ fl_variable *fl_f_scaled_dot_product_attention(fl_variable *q, fl_variable *k, f
  * out_proj's bias as its output and finite gradients, as with need_weights=False
  * (PyTorch's need_weights=True path gives nan there). is_causal forbids each query the
  * keys after it, as fl_f_scaled_dot_product_attention's (PyTorch's is_causal is only a
- * hint about attn_mask; here it is the mask, alone or added to the others). */
+ * hint about attn_mask; here it is the mask, alone or added to the others).
+ * fl_module_forward_args gives the full form too (query, key, value as inputs 0..2). */
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query, fl_variable *key,
@@ -316,15 +395,16 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
  * (norm1(x + attn(x))). The module forward is the layer without masks; the full form
  * takes the masks of fl_nn_multihead_attention_forward (bool true forbids, as
  * everywhere) and is_causal, applied to the self-attention; is_causal makes it a
- * decoder-only (GPT-style) block. */
+ * decoder-only (GPT-style) block. fl_module_forward_args takes the same masks, so a
+ * Sequential of encoder layers passes one padding mask to each. */
 fl_module *fl_nn_transformer_encoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first);
 fl_variable *fl_nn_transformer_encoder_layer_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
                                                      const fl_tensor *attn_mask, bool is_causal);
 /* PyTorch's nn.TransformerEncoder: num_layers copies of layer ("layers.0", ...; the
- * layer given is taken over and cloned with its current values) and an optional final
- * norm ("norm", taken over; may be NULL). */
+ * layer given is taken over and cloned with its current values, kept in a ModuleList)
+ * and an optional final norm ("norm", taken over; may be NULL). */
 fl_module *fl_nn_transformer_encoder(fl_module *layer, int num_layers, fl_module *norm);
 fl_variable *fl_nn_transformer_encoder_forward(fl_module *m, fl_variable *x, const fl_tensor *key_padding_mask,
                                                const fl_tensor *attn_mask, bool is_causal);
@@ -346,7 +426,9 @@ typedef struct fl_transformer_decoder_masks {
  * (norm1(x + sa(x)), norm2(x + ca(x, memory)), norm3(x + ff(x))) or, with norm_first,
  * pre-norm (x + sa(norm1(x)), ...). tgt is [N, T, E] and memory [N, S, E] with
  * batch_first, else [T, N, E] and [S, N, E]. Its module forward is refused (it needs a
- * memory); the forward functions take the memory and the masks. */
+ * memory); the forward functions take the memory and the masks, and so does
+ * fl_module_forward_args (memory as inputs[1], the tgt masks as key_padding_mask,
+ * attn_mask and is_causal, the memory's as memory_*). */
 fl_module *fl_nn_transformer_decoder_layer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                                            const char *activation, double layer_norm_eps, bool batch_first,
                                            bool norm_first);
@@ -370,6 +452,20 @@ fl_variable *fl_nn_transformer_decoder_forward(fl_module *m, fl_variable *tgt, f
 fl_module *fl_nn_sinusoidal_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
 fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding_dim, bool batch_first);
 
+/* Rotary positional embedding (RoPE), as GPT-NeoX and LLaMA apply it to the queries and
+ * keys of attention, in Hugging Face's rotate-half convention (apply_rotary_pos_emb of
+ * transformers' LLaMA): x [..., L, D] (q or k as [N, heads, L, head_dim], D even), the
+ * position of row l being offset + l (offset: the number of positions already in a KV
+ * cache), gives
+ *     x * cos(angle) + rotate_half(x) * sin(angle),
+ *     rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]),
+ *     angle[l, j] = (offset + l) * base^(-2 (j mod D/2) / D)
+ * (base: 10000 in LLaMA and GPT-NeoX). The angles are computed in f64 and their cos and
+ * sin cast to x's dtype (Hugging Face computes the angles in f32, which differs by f32
+ * rounding at large positions). Differentiable in x. GPT-NeoX's partial rotation
+ * (rotary_pct < 1) is the caller's: rotate a split of the first dims and concatenate. */
+fl_variable *fl_f_rotary_embedding(fl_variable *x, int64_t offset, double base);
+
 /* PyTorch's nn.LSTM and nn.GRU (no proj_size): per layer l and direction, weight_ih_l<l>,
  * weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> ("_reverse" for the backward direction),
  * PyTorch's gate order (LSTM i, f, g, o; GRU r, z, n with r applied to W_hn h + b_hn)
@@ -378,7 +474,8 @@ fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding
  * but the last, in training. The module forward returns the output sequence y
  * ([N, T, D * hidden_size], D = 2 if bidirectional); the full forms take the initial
  * states h0 (and c0) [num_layers * D, N, hidden_size] (NULL: zeros) and give y and the
- * final states (any of the out pointers may be NULL). */
+ * final states (any of the out pointers may be NULL). fl_module_forward_args takes x,
+ * h0, c0 (LSTM) or x, h0 (GRU) as its inputs and gives y. */
 fl_module *fl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, bool bias, bool batch_first,
                       double dropout, bool bidirectional);
 fl_status fl_nn_lstm_forward(fl_module *m, fl_variable *x, fl_variable *h0, fl_variable *c0, fl_variable **y,

@@ -130,9 +130,14 @@ typedef struct attention_state {
 } attention_state;
 
 static fl_variable *self_attention_forward(fl_module *m, fl_variable *x);
+static fl_variable *attention_forward_args(fl_module *m, const fl_module_args *args);
 
-static const fl_module_type multihead_attention_type = {.name = "MultiheadAttention",
-                                                        .forward = self_attention_forward};
+static const fl_module_type multihead_attention_type = {
+    .name = "MultiheadAttention",
+    .forward = self_attention_forward,
+    .forward_args = attention_forward_args,
+    .max_inputs = 3,
+    .accepts = FL_ARG_KEY_PADDING_MASK | FL_ARG_ATTN_MASK | FL_ARG_IS_CAUSAL};
 
 /* [N, L, E] -> [N, heads, L, E / heads] */
 static fl_variable *split_heads(fl_variable *x, int64_t heads)
@@ -250,6 +255,15 @@ fl_variable *fl_nn_multihead_attention_forward(fl_module *m, fl_variable *query,
 static fl_variable *self_attention_forward(fl_module *m, fl_variable *x)
 {
     return fl_nn_multihead_attention_forward(m, x, x, x, NULL, NULL, false);
+}
+
+static fl_variable *attention_forward_args(fl_module *m, const fl_module_args *args)
+{
+    fl_variable *query = args->inputs[0];
+    fl_variable *key = args->inputs[1] ? args->inputs[1] : query;
+    fl_variable *value = args->inputs[1] && args->inputs[2] ? args->inputs[2] : key;
+    return fl_nn_multihead_attention_forward(m, query, key, value, args->key_padding_mask, args->attn_mask,
+                                             args->is_causal);
 }
 
 fl_module *fl_nn_multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool batch_first)

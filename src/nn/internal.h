@@ -29,4 +29,13 @@ fl_variable *fl__nn_identity(fl_variable *x);
  * normalization, which computes a layer's weight before each forward. */
 fl_variable *fl__module_exchange_parameter(fl_module *m, const char *name, fl_variable *value);
 
+/* The arguments args gives: the FL_ARG_* bits of its named ones, and (inputs, may be
+ * NULL) the count of its positional inputs. */
+unsigned fl__module_args_given(const fl_module_args *args, int *inputs);
+/* "2 inputs, key_padding_mask, is_causal", for errors. */
+void fl__module_args_describe(int inputs, unsigned named, char *out, size_t size);
+/* FL_OK if args is not NULL, has inputs[0] and no input after a NULL one; otherwise
+ * records the error of fn. */
+fl_status fl__module_args_check(const char *fn, const fl_module_args *args);
+
 #endif

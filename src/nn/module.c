@@ -222,6 +222,82 @@ fl_variable *fl_module_forward(fl_module *m, fl_variable *x)
     return m->type->forward(m, x);
 }
 
+unsigned fl_module_accepted(const fl_module *m, int *max_inputs)
+{
+    int inputs = 1;
+    unsigned accepts = 0;
+    if (m && m->type->forward_args) {
+        if (m->type->accepted) {
+            accepts = m->type->accepted(m, &inputs);
+        } else {
+            inputs = m->type->max_inputs > 1 ? m->type->max_inputs : 1;
+            accepts = m->type->accepts;
+        }
+    }
+    if (max_inputs)
+        *max_inputs = inputs;
+    return accepts;
+}
+
+static const char *const argument_names[] = {"key_padding_mask",        "attn_mask",   "is_causal",
+                                             "memory_key_padding_mask", "memory_mask", "memory_is_causal"};
+
+unsigned fl__module_args_given(const fl_module_args *args, int *inputs)
+{
+    int count = 0;
+    while (count < FL_MODULE_MAX_INPUTS && args->inputs[count])
+        count++;
+    if (inputs)
+        *inputs = count;
+    return (args->key_padding_mask ? FL_ARG_KEY_PADDING_MASK : 0u) | (args->attn_mask ? FL_ARG_ATTN_MASK : 0u) |
+           (args->is_causal ? FL_ARG_IS_CAUSAL : 0u) |
+           (args->memory_key_padding_mask ? FL_ARG_MEMORY_KEY_PADDING_MASK : 0u) |
+           (args->memory_mask ? FL_ARG_MEMORY_MASK : 0u) | (args->memory_is_causal ? FL_ARG_MEMORY_IS_CAUSAL : 0u);
+}
+
+void fl__module_args_describe(int inputs, unsigned named, char *out, size_t size)
+{
+    int n = snprintf(out, size, "%d input%s", inputs, inputs == 1 ? "" : "s");
+    for (int i = 0; i < 6 && n >= 0 && (size_t)n < size; i++)
+        if (named & (1u << i))
+            n += snprintf(out + n, size - (size_t)n, ", %s", argument_names[i]);
+}
+
+fl_status fl__module_args_check(const char *fn, const fl_module_args *args)
+{
+    if (fl_null_args(fn, 1, args))
+        return fl_last_status();
+    if (!args->inputs[0])
+        return fl_error(FL_ERR_NULL, fn, "inputs[0] is NULL: a module call needs its first input"), FL_ERR_NULL;
+    int count;
+    fl__module_args_given(args, &count);
+    for (int i = count + 1; i < FL_MODULE_MAX_INPUTS; i++)
+        if (args->inputs[i])
+            return fl_error(FL_ERR_VALUE, fn,
+                            "inputs[%d] is given after a NULL inputs[%d]: inputs end at the first NULL", i, count),
+                   FL_ERR_VALUE;
+    return FL_OK;
+}
+
+fl_variable *fl_module_forward_args(fl_module *m, const fl_module_args *args)
+{
+    const char *fn = "fl_module_forward_args";
+    if (fl_null_args(fn, 1, m) || fl__module_args_check(fn, args) != FL_OK)
+        return NULL;
+    int count, max_inputs;
+    unsigned given = fl__module_args_given(args, &count);
+    unsigned accepts = fl_module_accepted(m, &max_inputs);
+    if (count > max_inputs || (given & ~accepts)) {
+        char passed[256], taken[256];
+        fl__module_args_describe(count, given, passed, sizeof passed);
+        fl__module_args_describe(max_inputs, accepts, taken, sizeof taken);
+        return fl_error(FL_ERR_VALUE, fn, "%s takes at most %s; given %s", m->type->name, taken, passed);
+    }
+    if (m->type->forward_args)
+        return m->type->forward_args(m, args);
+    return m->type->forward(m, args->inputs[0]);
+}
+
 void fl_module_train(fl_module *m, bool training)
 {
     if (!m)

@@ -114,3 +114,50 @@ fl_module *fl_nn_learned_positional_embedding(int64_t max_len, int64_t embedding
         fl_module_release(m), m = NULL;
     return m;
 }
+
+/* Rotary embedding, Hugging Face LLaMA's form: x * cos + rotate_half(x) * sin, where
+ * column j of the [L, D] tables holds the angle (offset + pos) * base^(-2 (j mod D/2) / D)
+ * and rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]). The tables are constants,
+ * so the gradient is the same rotation transposed, through the variable ops. */
+fl_variable *fl_f_rotary_embedding(fl_variable *x, int64_t offset, double base)
+{
+    const char *fn = "fl_f_rotary_embedding";
+    if (fl_null_args(fn, 1, x))
+        return NULL;
+    const fl_tensor *t = fl_v_value(x);
+    char d[FL_DESC_SIZE];
+    if (!fl_dtype_is_float(fl_dtype_of(t)))
+        return fl_error(FL_ERR_DTYPE, fn, "expects a floating tensor, got %s", fl_describe(t, d));
+    int ndim = fl_ndim(t);
+    if (ndim < 2 || fl_dim(t, ndim - 1) < 2 || fl_dim(t, ndim - 1) % 2 != 0)
+        return fl_error(FL_ERR_SHAPE, fn, "expects [..., L, D] with D even (q or k as [N, heads, L, head_dim]), got %s",
+                        fl_describe(t, d));
+    if (offset < 0 || !(base > 0) || !isfinite(base))
+        return fl_error(FL_ERR_VALUE, fn, "offset (%lld) must be >= 0 and base (%g) positive and finite",
+                        (long long)offset, base);
+    int64_t len = fl_dim(t, ndim - 2), dim = fl_dim(t, ndim - 1), half = dim / 2;
+    size_t count = (size_t)(len * dim > 0 ? len * dim : 1);
+    double *table = malloc(2 * sizeof *table * count);
+    if (!table)
+        return fl_error(FL_ERR_MEMORY, fn, "out of memory");
+    for (int64_t pos = 0; pos < len; pos++)
+        for (int64_t j = 0; j < dim; j++) {
+            double angle = (double)(offset + pos) * pow(base, -2.0 * (double)(j % half) / (double)dim);
+            table[pos * dim + j] = cos(angle);
+            table[count + (size_t)(pos * dim + j)] = sin(angle);
+        }
+    fl_scope scope = fl_scope_begin();
+    fl_variable *tables[2];
+    for (int k = 0; k < 2; k++) {
+        fl_tensor *values = fl_from_data(table + (size_t)k * count, FL_F64, 2, (int64_t[]){len, dim});
+        tables[k] = fl_v_new(fl_to_backend(fl_cast(values, fl_dtype_of(t)), fl_backend_name(t)), false);
+    }
+    free(table);
+    fl_variable *halves[2];
+    fl_variable *out = NULL;
+    if (fl_v_split(x, (int64_t[]){half, half}, 2, ndim - 1, halves) == FL_OK) {
+        fl_variable *rotated = fl_v_concat((fl_variable *[]){fl_v_neg(halves[1]), halves[0]}, 2, ndim - 1);
+        out = fl_v_add(fl_v_mul(x, tables[0]), fl_v_mul(rotated, tables[1]));
+    }
+    return fl_v_scope_return(scope, out);
+}

@@ -20,8 +20,13 @@ typedef struct rnn_state {
 static fl_variable *lstm_module_forward(fl_module *m, fl_variable *x);
 static fl_variable *gru_module_forward(fl_module *m, fl_variable *x);
 
-static const fl_module_type lstm_type = {.name = "LSTM", .forward = lstm_module_forward};
-static const fl_module_type gru_type = {.name = "GRU", .forward = gru_module_forward};
+static fl_variable *lstm_forward_args(fl_module *m, const fl_module_args *args);
+static fl_variable *gru_forward_args(fl_module *m, const fl_module_args *args);
+
+static const fl_module_type lstm_type = {
+    .name = "LSTM", .forward = lstm_module_forward, .forward_args = lstm_forward_args, .max_inputs = 3};
+static const fl_module_type gru_type = {
+    .name = "GRU", .forward = gru_module_forward, .forward_args = gru_forward_args, .max_inputs = 2};
 
 static int directions(const rnn_state *st) { return st->bidirectional ? 2 : 1; }
 
@@ -217,4 +222,17 @@ fl_module *fl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, bo
 {
     return build("fl_nn_gru", &gru_type, 3, input_size, hidden_size, num_layers, bias, batch_first, dropout,
                  bidirectional);
+}
+
+static fl_variable *lstm_forward_args(fl_module *m, const fl_module_args *args)
+{
+    fl_variable *y;
+    return fl_nn_lstm_forward(m, args->inputs[0], args->inputs[1], args->inputs[2], &y, NULL, NULL) == FL_OK ? y
+                                                                                                            : NULL;
+}
+
+static fl_variable *gru_forward_args(fl_module *m, const fl_module_args *args)
+{
+    fl_variable *y;
+    return fl_nn_gru_forward(m, args->inputs[0], args->inputs[1], &y, NULL) == FL_OK ? y : NULL;
 }

@@ -31,11 +31,33 @@ static fl_variable *encoder_module_forward(fl_module *m, fl_variable *x);
 
 static fl_variable *decoder_without_memory(fl_module *m, fl_variable *x);
 
-static const fl_module_type layer_type = {.name = "TransformerEncoderLayer", .forward = layer_module_forward};
-static const fl_module_type encoder_type = {.name = "TransformerEncoder", .forward = encoder_module_forward};
+static fl_variable *encoder_forward_args(fl_module *m, const fl_module_args *args);
+static fl_variable *decoder_forward_args(fl_module *m, const fl_module_args *args);
+
+#define SELF_ATTENTION_ARGS (FL_ARG_KEY_PADDING_MASK | FL_ARG_ATTN_MASK | FL_ARG_IS_CAUSAL)
+#define DECODER_ARGS \
+    (SELF_ATTENTION_ARGS | FL_ARG_MEMORY_KEY_PADDING_MASK | FL_ARG_MEMORY_MASK | FL_ARG_MEMORY_IS_CAUSAL)
+
+static const fl_module_type layer_type = {.name = "TransformerEncoderLayer",
+                                          .forward = layer_module_forward,
+                                          .forward_args = encoder_forward_args,
+                                          .max_inputs = 1,
+                                          .accepts = SELF_ATTENTION_ARGS};
+static const fl_module_type encoder_type = {.name = "TransformerEncoder",
+                                            .forward = encoder_module_forward,
+                                            .forward_args = encoder_forward_args,
+                                            .max_inputs = 1,
+                                            .accepts = SELF_ATTENTION_ARGS};
 static const fl_module_type decoder_layer_type = {.name = "TransformerDecoderLayer",
-                                                  .forward = decoder_without_memory};
-static const fl_module_type decoder_type = {.name = "TransformerDecoder", .forward = decoder_without_memory};
+                                                  .forward = decoder_without_memory,
+                                                  .forward_args = decoder_forward_args,
+                                                  .max_inputs = 2,
+                                                  .accepts = DECODER_ARGS};
+static const fl_module_type decoder_type = {.name = "TransformerDecoder",
+                                            .forward = decoder_without_memory,
+                                            .forward_args = decoder_forward_args,
+                                            .max_inputs = 2,
+                                            .accepts = DECODER_ARGS};
 
 static fl_variable *apply(fl_module *m, const char *child, fl_variable *x)
 {
@@ -231,11 +253,11 @@ static fl_module *stack(const char *fn, const fl_module_type *type, const fl_mod
         fl_error(FL_ERR_VALUE, fn, "num_layers must be positive, got %d", num_layers);
         goto fail;
     }
-    fl_module *layers = fl_nn_sequential(NULL, 0); /* PyTorch's ModuleList: children "0", "1", ... */
+    fl_module *layers = fl_nn_module_list(NULL, 0);
     m = fl_module_new(type, NULL);
     fl_status status = m && layers ? FL_OK : fl_last_status();
     for (int i = 0; i < num_layers && status == FL_OK; i++)
-        status = fl_nn_sequential_add(layers, clone_layer(layer));
+        status = fl_nn_module_list_add(layers, clone_layer(layer));
     status = status == FL_OK ? fl_module_add_child(m, "layers", layers) : (fl_module_release(layers), status);
     if (status == FL_OK && norm)
         status = fl_module_add_child(m, "norm", norm), norm = NULL;
@@ -292,8 +314,35 @@ static fl_variable *decoder_without_memory(fl_module *m, fl_variable *x)
 {
     (void)x;
     return fl_error(FL_ERR_VALUE, fl_module_type_of(m)->name,
-                    "a decoder needs a memory: call fl_nn_transformer_decoder%s_forward",
+                    "a decoder needs a memory: call fl_nn_transformer_decoder%s_forward, or fl_module_forward_args "
+                    "with the memory as inputs[1]",
                     fl_module_type_of(m) == &decoder_layer_type ? "_layer" : "");
+}
+
+static fl_variable *encoder_forward_args(fl_module *m, const fl_module_args *args)
+{
+    if (fl_module_type_of(m) == &layer_type)
+        return fl_nn_transformer_encoder_layer_forward(m, args->inputs[0], args->key_padding_mask, args->attn_mask,
+                                                       args->is_causal);
+    return fl_nn_transformer_encoder_forward(m, args->inputs[0], args->key_padding_mask, args->attn_mask,
+                                             args->is_causal);
+}
+
+static fl_variable *decoder_forward_args(fl_module *m, const fl_module_args *args)
+{
+    if (!args->inputs[1])
+        return decoder_without_memory(m, args->inputs[0]);
+    const fl_transformer_decoder_masks masks = {
+        .tgt_mask = args->attn_mask,
+        .memory_mask = args->memory_mask,
+        .tgt_key_padding_mask = args->key_padding_mask,
+        .memory_key_padding_mask = args->memory_key_padding_mask,
+        .tgt_is_causal = args->is_causal,
+        .memory_is_causal = args->memory_is_causal,
+    };
+    if (fl_module_type_of(m) == &decoder_layer_type)
+        return fl_nn_transformer_decoder_layer_forward(m, args->inputs[0], args->inputs[1], &masks);
+    return fl_nn_transformer_decoder_forward(m, args->inputs[0], args->inputs[1], &masks);
 }
 
 fl_module *fl_nn_transformer_decoder(fl_module *layer, int num_layers, fl_module *norm)
