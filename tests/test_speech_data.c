@@ -1,4 +1,4 @@
-/* Speech data: token sets, manifests written here (with WAVs written by
+/* Speech data: token sets, lexicons, manifests written here (with WAVs written by
  * fl_audio_write_wav) and read back, bad lines, length-bucketed batches padded for the
  * CTC loss, and augmentation: masks within their bounds, noise at its SNR, speed
  * perturbation, and the same batches whatever the number of prefetch workers. */
@@ -291,6 +291,88 @@ static void manifest_bad_lines(void **state)
     fl_sample s;
     assert_fails_status(fl_dataset_get(ds, 4, &s), FL_ERR_IO, "train.tsv:5: sample 4: fl_audio_read: ");
     fl_dataset_release(ds);
+    fl_token_set_free(ts);
+}
+
+static void lexicon_spellings(void **state)
+{
+    const char *pieces[] = {"|", "he", "llo", "wor", "ld", "h", "e", "l", "o", "w", "r", "d"};
+    fl_token_set *ts = fl_token_set_new(pieces, 12, NULL);
+    const char *path = tmp_file("lexicon.txt");
+    write_text(path, "world\twor ld |\nhello\the llo |\n\nhello\th e l l o |\nwho  w h o |\r\n");
+    fl_lexicon *lex = fl_lexicon_load(path, ts);
+    assert_non_null(lex);
+    assert_int_equal(fl_lexicon_size(lex), 3);
+    int64_t *ids, count;
+    assert_int_equal(fl_lexicon_encode(lex, " hello  world who", false, &ids, &count), FL_OK);
+    int64_t expected[] = {1, 2, 0, 3, 4, 0, 9, 5, 8, 0};
+    assert_int_equal(count, 10);
+    assert_memory_equal(ids, expected, sizeof expected);
+    char *text = fl_token_set_decode(ts, ids, count);
+    assert_string_equal(text, "hello world who");
+    free(text), free(ids);
+    /* words it lacks: an error, or spelled by longest match with a boundary after */
+    assert_fails_status(fl_lexicon_encode(lex, "hello held", false, &ids, &count), FL_ERR_VALUE,
+                        "the word \"held\" at byte offset 6 is not in the lexicon");
+    assert_int_equal(fl_lexicon_encode(lex, "hello held", true, &ids, &count), FL_OK);
+    int64_t spelled[] = {1, 2, 0, 1, 4, 0}; /* he ld: "ld" is longer than "l" */
+    assert_int_equal(count, 6);
+    assert_memory_equal(ids, spelled, sizeof spelled);
+    free(ids);
+    assert_fails_status(fl_lexicon_encode(lex, "hello hex", true, &ids, &count), FL_ERR_VALUE,
+                        "in the word \"hex\" at byte offset 6: character 'x' (U+0078) at byte offset 2");
+    fl_lexicon_free(lex);
+    fl_token_set_free(ts);
+
+    /* broken lexicons, named by line */
+    ts = letters();
+    write_text(path, "hello\th e l l o |\nworld\n");
+    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the word \"world\" has no spelling");
+    write_text(path, "hello\th e l l o |\nworld\tw o r L d |\n");
+    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the spelling of \"world\" has \"L\"");
+    write_text(path, "\n");
+    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "no words");
+
+    /* a manifest's targets through the corpus's lexicon (letters, "|" after each word) */
+    char lexicon[4096] = "";
+    for (int i = 0; i < UTTERANCES; i++) {
+        char copy[128];
+        snprintf(copy, sizeof copy, "%s", TRANSCRIPTS[i]);
+        for (char *w = strtok(copy, " "); w; w = strtok(NULL, " ")) {
+            size_t at = strlen(lexicon);
+            at += (size_t)snprintf(lexicon + at, sizeof lexicon - at, "%s\t", w);
+            for (const char *c = w; *c; c++)
+                at += (size_t)snprintf(lexicon + at, sizeof lexicon - at, "%c ", *c);
+            snprintf(lexicon + at, sizeof lexicon - at, "|\n");
+        }
+    }
+    write_text(path, lexicon);
+    lex = fl_lexicon_load(path, ts);
+    assert_non_null(lex);
+    fl_manifest_options o = fl_manifest_options_default();
+    o.lexicon = lex;
+    fl_dataset *ds = fl_manifest_dataset(write_corpus("train.tsv", ""), ts, &o);
+    fl_lexicon_free(lex);
+    assert_non_null(ds);
+    fl_sample s;
+    assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
+    int64_t call_mom[] = {letter('c'), letter('a'), letter('l'), letter('l'), 0, letter('m'), letter('o'),
+                          letter('m'), 0};
+    int64_t n = 9;
+    assert_close(s.fields[1], fl_from_data(call_mom, FL_I64, 1, &n), 0, 0);
+    fl_dataset_release(ds);
+    /* a lexicon of other tokens */
+    fl_token_set *other = fl_token_set_new((const char *[]){"|", "a"}, 2, NULL);
+    write_text(path, "a\ta |\n");
+    lex = fl_lexicon_load(path, other);
+    o.lexicon = lex;
+    assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_VALUE, "other tokens");
+    /* a transcript word it lacks, named by line */
+    o.lexicon = lex = (fl_lexicon_free(lex), fl_lexicon_load(path, ts));
+    assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_IO,
+                 "train.tsv:1: the word \"turn\" at byte offset 0 is not in the lexicon");
+    fl_lexicon_free(lex);
+    fl_token_set_free(other);
     fl_token_set_free(ts);
 }
 
@@ -670,6 +752,7 @@ int main(void)
         scoped_test(tokens_errors),
         scoped_test(manifest_reads_back),
         scoped_test(manifest_bad_lines),
+        scoped_test(lexicon_spellings),
         scoped_test(bucketing_covers_every_sample_once),
         scoped_test(padded_batches_fit_the_ctc_loss),
         scoped_test(spec_augment_masks_within_bounds),

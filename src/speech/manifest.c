@@ -34,7 +34,8 @@ static const char FN[] = "fl_manifest_dataset";
 
 fl_manifest_options fl_manifest_options_default(void)
 {
-    return (fl_manifest_options){.sample_rate = 16000, .skip_bad = false, .boundary_at_ends = false};
+    return (fl_manifest_options){
+        .sample_rate = 16000, .skip_bad = false, .boundary_at_ends = false, .lexicon = NULL, .spell_unknown = false};
 }
 
 static void manifest_free(manifest *m)
@@ -148,7 +149,8 @@ static bool grow(reader *r)
 }
 
 /* Reads one line (its newline removed): a sample, a skipped line, or an error (false). */
-static bool read_line(reader *r, char *line, const char *dir, const fl_token_set *tokens, bool boundary_at_ends)
+static bool read_line(reader *r, char *line, const char *dir, const fl_token_set *tokens,
+                      const fl_manifest_options *o)
 {
     manifest *m = r->m;
     char *fields[3];
@@ -192,7 +194,10 @@ static bool read_line(reader *r, char *line, const char *dir, const fl_token_set
     char where[REASON_SIZE];
     snprintf(where, sizeof where, "%s:%lld: ", m->path, (long long)r->line);
     int64_t *ids, length;
-    if (fl__token_encode(tokens, fields[2], boundary_at_ends, &ids, &length, FN, where) != FL_OK) {
+    fl_status encoded = o->lexicon
+                            ? fl__lexicon_encode(o->lexicon, fields[2], o->spell_unknown, &ids, &length, FN, where)
+                            : fl__token_encode(tokens, fields[2], o->boundary_at_ends, &ids, &length, FN, where);
+    if (encoded != FL_OK) {
         free(audio);
         if (fl_last_status() == FL_ERR_MEMORY)
             return false;
@@ -245,6 +250,8 @@ fl_dataset *fl_manifest_dataset(const char *path, const fl_token_set *tokens, co
     fl_manifest_options o = options ? *options : fl_manifest_options_default();
     if (o.sample_rate < 0)
         return fl_error(FL_ERR_VALUE, FN, "%s: sample rate %d is negative", path, o.sample_rate);
+    if (o.lexicon && !fl__token_set_equal(fl__lexicon_tokens(o.lexicon), tokens))
+        return fl_error(FL_ERR_VALUE, FN, "%s: the lexicon was loaded with other tokens than the dataset's", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return fl_error(FL_ERR_IO, FN, "%s: cannot open: %s", path, strerror(errno));
@@ -276,7 +283,7 @@ fl_dataset *fl_manifest_dataset(const char *path, const fl_token_set *tokens, co
         if ((ssize_t)strlen(line) != got)
             ok = bad(&r, "a NUL byte in the line");
         else
-            ok = read_line(&r, line, dir, tokens, o.boundary_at_ends);
+            ok = read_line(&r, line, dir, tokens, &o);
     }
     if (ok && ferror(f))
         ok = fl_error(FL_ERR_IO, FN, "%s: read error after line %lld", path, (long long)r.line) != NULL;
