@@ -575,6 +575,29 @@ static void spec_augment_masks_within_bounds(void **state)
         }
     }
     assert_true(seen);
+    /* time warping of a ramp: piecewise linear with one knee, at most W - 1 frames from
+     * its source frame, the ends kept */
+    enum { W = 10 };
+    o = (fl_spec_augment_options){.time_warp = W};
+    fl_tensor *ramp = fl_broadcast_to(fl_reshape(fl_arange(0, T, 1, FL_F32), FL_SHAPE(T, 1)), FL_SHAPE(T, 3));
+    int warped = 0;
+    for (int draw = 0; draw < 10; draw++) {
+        float y[T * 3];
+        assert_int_equal(fl_to_host(fl_spec_augment(ramp, &o), y, sizeof y), FL_OK);
+        assert_true(y[0] == 0 && fabsf(y[(T - 1) * 3] - (T - 1)) < 1e-4f);
+        int knees = 0;
+        for (int t = 1; t + 1 < T; t++) {
+            assert_true(y[t * 3] == y[t * 3 + 2] && y[(t + 1) * 3] > y[t * 3]);
+            if (fabsf(y[(t + 1) * 3] - 2 * y[t * 3] + y[(t - 1) * 3]) > 1e-4f) {
+                knees++;
+                assert_true(fabsf(y[t * 3] - (float)t) <= W - 1 + 1e-4f);
+                assert_true(y[t * 3] >= W - 1e-4f && y[t * 3] < T - W);
+            }
+        }
+        assert_true(knees <= 1);
+        warped += knees;
+    }
+    assert_true(warped > 0);
     assert_fails(fl_spec_augment(fl_zeros(FL_F32, FL_SHAPE(3)), NULL), FL_ERR_SHAPE, "[T, F]");
     o.time_ratio = 2;
     assert_fails(fl_spec_augment(ones, &o), FL_ERR_VALUE, "time_ratio");
@@ -719,7 +742,7 @@ static void augmentation_same_whatever_the_workers(void **state)
     fl_manual_seed(1);
     fl_tensor *features = fl_rand(FL_F32, FL_SHAPE(12, 50, 20));
     fl_spec_augment_options so = {.freq_masks = 2, .freq_width = 6, .time_masks = 2, .time_width = 10,
-                                  .time_ratio = 0.5};
+                                  .time_ratio = 0.5, .time_warp = 5};
     fl_tensor *spec[2][1];
     for (int workers = 0; workers < 2; workers++) {
         fl_manual_seed(8);

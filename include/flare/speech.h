@@ -246,18 +246,25 @@ fl_status fl_speech_pad_collate(const fl_sample *samples, int64_t count, fl_samp
  */
 
 /* SpecAugment (Park et al. 2019) on a feature tensor [T, F] (frames by frequency
- * channels, float): freq_masks bands of f channels, f uniform in [0, freq_width]
+ * channels, float). First, if time_warp W > 0 and T > 2W, time warping: a frame c
+ * uniform in [W, T - W) moves to c + d, d uniform in [-(W - 1), W - 1], the frames
+ * before and after it stretched or squeezed linearly to fit (output frame j reads the
+ * input at j * c / (c + d) before the point, linearly between the last frames after
+ * it, interpolating linearly between frames); the first and last frames stay. Then
+ * freq_masks bands of f channels, f uniform in [0, freq_width]
  * (clamped to F), starting at f0 uniform in [0, F - f]; then time_masks spans of t
  * frames, t uniform in [0, min(time_width, floor(time_ratio * T))], starting at t0
- * uniform in [0, T - t]. Masked values become 0, or the mean of the input if
- * mask_mean. Defaults: LibriSpeech double (LD) policy, 2 masks of up to 27 channels and 2
- * of up to 100 frames, time_ratio 1.0 (the paper's p), mask value 0. Time warping is not
- * done. */
+ * uniform in [0, T - t]. Masked values become 0, or the mean of the (warped) input
+ * if mask_mean. Defaults: LibriSpeech double (LD) policy, 2 masks of up to 27 channels and 2
+ * of up to 100 frames, time_ratio 1.0 (the paper's p), mask value 0, and time warping
+ * off (the paper's LD policy warps with W = 80; it adds least, and many recipes leave it
+ * out). */
 typedef struct fl_spec_augment_options {
     int freq_masks, freq_width;
     int time_masks, time_width;
     double time_ratio;
     bool mask_mean;
+    int time_warp; /* W; 0: no warping */
 } fl_spec_augment_options;
 
 fl_spec_augment_options fl_spec_augment_options_default(void);

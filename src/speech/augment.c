@@ -42,7 +42,40 @@ static int64_t pick(double u, int64_t n)
 fl_spec_augment_options fl_spec_augment_options_default(void)
 {
     return (fl_spec_augment_options){
-        .freq_masks = 2, .freq_width = 27, .time_masks = 2, .time_width = 100, .time_ratio = 1.0, .mask_mean = false};
+        .freq_masks = 2, .freq_width = 27, .time_masks = 2, .time_width = 100, .time_ratio = 1.0, .mask_mean = false,
+        .time_warp = 0};
+}
+
+/* Time warping: frame c moves to w = c + d; output frame j reads input position s(j),
+ * linear on [0, w] (to [0, c]) and on [w, T - 1] (to [c, T - 1]), interpolated
+ * linearly between the frames either side of s. */
+static fl_tensor *time_warp(const fl_tensor *x, int64_t c, int64_t d)
+{
+    int64_t frames = fl_dim(x, 0), w = c + d;
+    int64_t *lower = malloc((size_t)frames * sizeof *lower), *upper = malloc((size_t)frames * sizeof *upper);
+    double *weight = malloc((size_t)frames * sizeof *weight);
+    if (!lower || !upper || !weight) {
+        free(lower), free(upper), free(weight);
+        return fl_error(FL_ERR_MEMORY, "fl_spec_augment", "cannot allocate the warp of %lld frames",
+                        (long long)frames);
+    }
+    for (int64_t j = 0; j < frames; j++) {
+        double s = j <= w ? (double)j * (double)c / (double)w
+                          : (double)c + (double)(j - w) * (double)(frames - 1 - c) / (double)(frames - 1 - w);
+        int64_t i = (int64_t)floor(s);
+        if (i > frames - 1)
+            i = frames - 1;
+        lower[j] = i;
+        upper[j] = i + 1 < frames ? i + 1 : i;
+        weight[j] = s - (double)i;
+    }
+    const char *backend = fl_backend_name(x);
+    fl_tensor *at0 = fl_to_backend(fl_from_data(lower, FL_I64, 1, &frames), backend);
+    fl_tensor *at1 = fl_to_backend(fl_from_data(upper, FL_I64, 1, &frames), backend);
+    fl_tensor *t = fl_to_backend(fl_cast(fl_from_data(weight, FL_F64, FL_SHAPE(frames, 1)), fl_dtype_of(x)), backend);
+    free(lower), free(upper), free(weight);
+    fl_tensor *a = fl_index_select(x, 0, at0), *b = fl_index_select(x, 0, at1);
+    return fl_add(a, fl_mul(fl_sub(b, a), t));
 }
 
 fl_tensor *fl_spec_augment(const fl_tensor *features, void *options)
@@ -57,19 +90,23 @@ fl_tensor *fl_spec_augment(const fl_tensor *features, void *options)
         return fl_error(FL_ERR_SHAPE, fn, "needs float features [T, F] (frames by channels), got %s",
                         fl_describe(features, d));
     if (o.freq_masks < 0 || o.freq_masks > 16 || o.time_masks < 0 || o.time_masks > 16 || o.freq_width < 0 ||
-        o.time_width < 0 || !(o.time_ratio >= 0 && o.time_ratio <= 1))
-        return fl_error(FL_ERR_VALUE, fn, "needs 0 to 16 masks of each kind, non-negative widths and a time_ratio "
-                        "in [0, 1]; got %d frequency masks of up to %d, %d time masks of up to %d, time_ratio %g",
-                        o.freq_masks, o.freq_width, o.time_masks, o.time_width, o.time_ratio);
+        o.time_width < 0 || !(o.time_ratio >= 0 && o.time_ratio <= 1) || o.time_warp < 0)
+        return fl_error(FL_ERR_VALUE, fn, "needs 0 to 16 masks of each kind, non-negative widths, a time_ratio "
+                        "in [0, 1] and a non-negative time_warp; got %d frequency masks of up to %d, %d time masks "
+                        "of up to %d, time_ratio %g, time_warp %d",
+                        o.freq_masks, o.freq_width, o.time_masks, o.time_width, o.time_ratio, o.time_warp);
     int64_t frames = fl_dim(features, 0), channels = fl_dim(features, 1);
     double u[64];
-    if (!uniforms(fn, u, 2 * (int64_t)(o.freq_masks + o.time_masks)))
+    /* The warp's two draws come first, and always when it is asked for, so that the
+     * masks' draws do not depend on whether a sample was long enough to warp. */
+    int warp_draws = o.time_warp > 0 ? 2 : 0;
+    if (!uniforms(fn, u, warp_draws + 2 * (int64_t)(o.freq_masks + o.time_masks)))
         return NULL;
     int64_t cells = frames * channels;
     bool *mask = calloc((size_t)(cells > 0 ? cells : 1), sizeof *mask);
     if (!mask)
         return fl_error(FL_ERR_MEMORY, fn, "cannot allocate a mask of %s", fl_describe(features, d));
-    const double *draw = u;
+    const double *draw = u + warp_draws;
     int64_t fmax = o.freq_width < channels ? o.freq_width : channels;
     for (int k = 0; k < o.freq_masks; k++, draw += 2) {
         int64_t f = pick(draw[0], fmax), f0 = pick(draw[1], channels - f);
@@ -87,6 +124,12 @@ fl_tensor *fl_spec_augment(const fl_tensor *features, void *options)
     fl_scope scope = fl_scope_begin();
     fl_tensor *where = fl_to_backend(fl_from_data(mask, FL_BOOL, 2, fl_shape(features)), fl_backend_name(features));
     free(mask);
+    int64_t w = o.time_warp;
+    if (w > 0 && frames > 2 * w) {
+        int64_t c = w + pick(u[0], frames - 2 * w - 1), shift = pick(u[1], 2 * (w - 1)) - (w - 1);
+        if (shift != 0)
+            features = time_warp(features, c, shift);
+    }
     fl_tensor *value = o.mask_mean ? fl_mean(features, FL_ALL_AXES, false)
                                    : fl_new_scalar(features, 0, fl_dtype_of(features));
     return fl_scope_return(scope, fl_where(where, value, features));
