@@ -598,6 +598,12 @@ static void spec_augment_masks_within_bounds(void **state)
         warped += knees;
     }
     assert_true(warped > 0);
+    /* the most masks, and a warp */
+    o = (fl_spec_augment_options){.freq_masks = 16, .freq_width = 2, .time_masks = 16, .time_width = 2,
+                                  .time_ratio = 1, .time_warp = 3};
+    assert_shape(fl_spec_augment(ones, &o), T, F);
+    o.time_masks = 17;
+    assert_fails(fl_spec_augment(ones, &o), FL_ERR_VALUE, "0 to 16 masks");
     assert_fails(fl_spec_augment(fl_zeros(FL_F32, FL_SHAPE(3)), NULL), FL_ERR_SHAPE, "[T, F]");
     o.time_ratio = 2;
     assert_fails(fl_spec_augment(ones, &o), FL_ERR_VALUE, "time_ratio");

@@ -11,15 +11,16 @@
 #include "flare/extension.h"
 #include "speech_data.h"
 
-/* count uniform draws in [0, 1) from the current random stream, on the host. */
-static bool uniforms(const char *fn, double *u, int64_t count)
+/* The most draws one augmentation makes: SpecAugment's 16 + 16 masks and its warp. */
+#define MAX_DRAWS 66
+
+/* count (at most MAX_DRAWS) uniform draws in [0, 1) from the current random stream,
+ * on the host. */
+static bool uniforms(double *u, int64_t count)
 {
     if (count == 0)
         return true;
-    float values[64];
-    if (count > 64)
-        return fl_error(FL_ERR_VALUE, fn, "%lld draws are more than the %d one call makes", (long long)count, 64),
-               false;
+    float values[MAX_DRAWS];
     fl_scope scope = fl_scope_begin();
     fl_status status = fl_to_host(fl_rand(FL_F32, 1, &count), values, (size_t)count * sizeof *values);
     fl_scope_end(scope);
@@ -96,11 +97,11 @@ fl_tensor *fl_spec_augment(const fl_tensor *features, void *options)
                         "of up to %d, time_ratio %g, time_warp %d",
                         o.freq_masks, o.freq_width, o.time_masks, o.time_width, o.time_ratio, o.time_warp);
     int64_t frames = fl_dim(features, 0), channels = fl_dim(features, 1);
-    double u[64];
+    double u[MAX_DRAWS];
     /* The warp's two draws come first, and always when it is asked for, so that the
      * masks' draws do not depend on whether a sample was long enough to warp. */
     int warp_draws = o.time_warp > 0 ? 2 : 0;
-    if (!uniforms(fn, u, warp_draws + 2 * (int64_t)(o.freq_masks + o.time_masks)))
+    if (!uniforms(u, warp_draws + 2 * (int64_t)(o.freq_masks + o.time_masks)))
         return NULL;
     int64_t cells = frames * channels;
     bool *mask = calloc((size_t)(cells > 0 ? cells : 1), sizeof *mask);
@@ -158,7 +159,7 @@ fl_tensor *fl_add_noise(const fl_tensor *audio, void *options)
         return fl_error(FL_ERR_SHAPE, fn, "the noise must be a non-empty 1-D float signal, got %s",
                         fl_describe(o.noise, d));
     double u[2];
-    if (!uniforms(fn, u, 2))
+    if (!uniforms(u, 2))
         return NULL;
     double snr = o.snr_low + u[0] * (o.snr_high - o.snr_low);
     int64_t n = fl_numel(audio);
@@ -226,7 +227,7 @@ fl_tensor *fl_speed_perturb(const fl_tensor *audio, void *options)
         if (!(o.factors[i] >= 1.0 / 16 && o.factors[i] <= 16))
             return fl_error(FL_ERR_VALUE, fn, "factors[%d] = %g is outside [1/16, 16]", i, o.factors[i]);
     double u;
-    if (!uniforms(fn, &u, 1))
+    if (!uniforms(&u, 1))
         return NULL;
     int k = (int)floor(u * o.count);
     double factor = o.factors[k < o.count ? k : o.count - 1];
