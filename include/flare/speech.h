@@ -94,7 +94,7 @@ fl_status fl_audio_write_wav(const char *path, const float *samples, int64_t fra
 typedef struct fl_token_set fl_token_set;
 
 /* Reads a tokens file. Lines are tokens as written (a trailing CR is dropped); an empty
- * line, a duplicate token, a token of whitespace or invalid UTF-8 is FL_ERR_IO naming
+ * line, a duplicate token, a token holding whitespace or invalid UTF-8 is FL_ERR_IO naming
  * the file and line. boundary names the word boundary token ("|" if NULL); a file
  * without it is an error unless boundary is "" (no boundary: words are then joined
  * directly and encoding a transcript of several words fails). */
