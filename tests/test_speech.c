@@ -510,6 +510,60 @@ static void bad_signals_and_options(void **state)
     assert_fails(fl_speech_normalize_tensor(NULL), FL_ERR_NULL, "fl_speech_normalize_tensor");
 }
 
+static void batch_on_threads_matches_one_by_one(void **state)
+{
+    enum { B = 9 };
+    float *signals[B];
+    int64_t counts[B];
+    uint32_t seed = 7;
+    for (int i = 0; i < B; i++) {
+        counts[i] = 201 + 1777 * i % 9000; /* 201 samples, the fewest, and up */
+        signals[i] = malloc(sizeof(float) * (size_t)counts[i]);
+        for (int64_t j = 0; j < counts[i]; j++) {
+            seed = seed * 1664525u + 1013904223u;
+            signals[i][j] = (float)((double)(seed >> 8) / (1 << 24) - 0.5) * (float)(i + 1) / B;
+        }
+    }
+    fl_speech_options o = fl_speech_defaults();
+    o.n_mels = 64;
+    float *out[B], *one;
+    int64_t frames[B], n;
+    for (int threads = 0; threads <= 4; threads++) {
+        assert_int_equal(fl_speech_log_mel_batch((const float *const *)signals, counts, B, &o, threads, out, frames),
+                         FL_OK);
+        for (int i = 0; i < B; i++) {
+            assert_int_equal(fl_speech_compute(signals[i], counts[i], FL_SPEECH_LOG_MEL, &o, &one, &n), FL_OK);
+            assert_int_equal(frames[i], n);
+            assert_memory_equal(out[i], one, sizeof(float) * (size_t)(n * 64));
+            free(one);
+            free(out[i]);
+        }
+    }
+    /* more threads than signals, and no signals */
+    assert_int_equal(fl_speech_log_mel_batch((const float *const *)signals, counts, 2, &o, 16, out, frames), FL_OK);
+    free(out[0]);
+    free(out[1]);
+    assert_int_equal(fl_speech_log_mel_batch((const float *const *)signals, counts, 0, &o, 2, out, frames), FL_OK);
+
+    /* a signal too short: the error names it, and nothing is returned */
+    counts[5] = 100;
+    counts[7] = 50;
+    assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, &o, 3, out, frames),
+                        FL_ERR_VALUE, "fl_speech_log_mel_batch: signal 5: 100 samples are too few");
+    for (int i = 0; i < B; i++)
+        assert_null(out[i]);
+    o.n_mels = 0;
+    assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, &o, 3, out, frames),
+                        FL_ERR_VALUE, "n_mels 0");
+    assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, NULL, -1, out, frames),
+                        FL_ERR_VALUE, "threads -1");
+    signals[3] = NULL;
+    assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, NULL, 2, out, frames),
+                        FL_ERR_NULL, "signal 3 is NULL");
+    for (int i = 0; i < B; i++)
+        free(signals[i]);
+}
+
 static int make_tmp(void **state) { return mkdtemp(tmp_dir) ? 0 : -1; }
 
 static int remove_tmp(void **state)
@@ -530,6 +584,7 @@ int main(void)
         scoped_test(features_match_the_references),
         scoped_test(feature_tensors_come_back_on_the_signal_backend),
         scoped_test(bad_signals_and_options),
+        scoped_test(batch_on_threads_matches_one_by_one),
     };
     return cmocka_run_group_tests_name("speech", tests, make_tmp, remove_tmp);
 }

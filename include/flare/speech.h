@@ -173,6 +173,16 @@ void fl_speech_deltas(const float *features, int64_t frames, int bins, float *ou
 fl_tensor *fl_speech_normalize_tensor(const fl_tensor *features);
 fl_tensor *fl_speech_deltas_tensor(const fl_tensor *features);
 
+/* ---- batches ------------------------------------------------------------------------ */
+
+/* Log-mel features of batch signals (signals[i], counts[i] samples each) on threads
+ * worker threads (at most batch; 0 means fl_num_threads()), each thread taking the
+ * next signal not yet taken. out[i] receives signal i's [frames[i], n_mels] features
+ * (malloc'd; free() each). The results are those of fl_speech_compute one by one. On
+ * error every out[i] is NULL and the message names the first signal that failed. */
+fl_status fl_speech_log_mel_batch(const float *const *signals, const int64_t *counts, int batch,
+                                  const fl_speech_options *opt, int threads, float **out, int64_t *frames);
+
 #ifdef __cplusplus
 }
 #endif
