@@ -130,6 +130,20 @@ static void stereo_mixes_down_to_the_mean(void **state)
     for (int i = 0; i < N; i++)
         assert_float_equal(a.samples[i], (l[i] + r[i]) / 2, 1e-7);
     fl_audio_free(&a);
+
+    /* longer than one read, and three channels: the buffer grows, chunk by chunk */
+    enum { M = 150001, C = 3 };
+    float *many = malloc(sizeof *many * M * C);
+    for (int64_t i = 0; i < M * C; i++)
+        many[i] = (float)((i * 7919) % 2001 - 1000) / 1024;
+    path = tmp_file("three.wav");
+    assert_int_equal(fl_audio_write_wav(path, many, M, C, 16000, FL_WAV_FLOAT), FL_OK);
+    assert_int_equal(fl_audio_read(path, 0, &a), FL_OK);
+    assert_int_equal(a.count, M);
+    for (int i = 0; i < M; i++)
+        assert_float_equal(a.samples[i], ((double)many[C * i] + many[C * i + 1] + many[C * i + 2]) / 3, 1e-7);
+    fl_audio_free(&a);
+    free(many);
 }
 
 /* The amplitude and frequency of a sine by least squares against sin and cos at
@@ -251,6 +265,7 @@ static void broken_files_are_clear_errors(void **state)
     /* bad arguments; a directory */
     assert_fails_status(fl_audio_read(NULL, 0, &a), FL_ERR_NULL, "fl_audio_read");
     assert_fails_status(fl_audio_read(whole, -5, &a), FL_ERR_VALUE, "-5");
+    assert_fails_status(fl_audio_read(whole, 16000 * 300, &a), FL_ERR_VALUE, "whole.wav: cannot resample 16000 Hz");
     assert_fails_status(fl_audio_read(tmp_dir, 0, &a), FL_ERR_IO, tmp_dir);
     assert_fails_status(fl_audio_write_wav(tmp_file("no/such/dir.wav"), x, 10, 1, 16000, FL_WAV_FLOAT), FL_ERR_IO,
                         "dir.wav");
