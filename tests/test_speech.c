@@ -572,9 +572,11 @@ static void batch_on_threads_matches_one_by_one(void **state)
                         FL_ERR_VALUE, "n_mels 0");
     assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, NULL, -1, out, frames),
                         FL_ERR_VALUE, "threads -1");
+    float *third = signals[3];
     signals[3] = NULL;
     assert_fails_status(fl_speech_log_mel_batch((const float *const *)signals, counts, B, NULL, 2, out, frames),
                         FL_ERR_NULL, "signal 3 is NULL");
+    signals[3] = third;
     for (int i = 0; i < B; i++)
         free(signals[i]);
 }
