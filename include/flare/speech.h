@@ -6,8 +6,7 @@
  * channel count, come back as mono f32 samples in [-1, 1] (integer PCM scaled as
  * libsndfile scales it: a 16-bit sample s reads s / 32768), channels mixed down by
  * their mean, optionally resampled with libsamplerate's SRC_SINC_BEST_QUALITY
- * converter (band-limited sinc interpolation; its passband is flat to within 0.01 dB
- * and its stopband attenuation is about 145 dB).
+ * converter (its highest-quality band-limited sinc interpolator).
  *
  * Features are computed on the host from f32 samples, as torch.stft and torchaudio
  * (and librosa, with the same options) define them, in single precision with FFTW:
