@@ -2,6 +2,7 @@
  * mix-down and resampling; features against librosa and torch.stft with torchaudio's
  * formulas (fixtures: tests/fixtures/gen_speech.py), and the batch on threads. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -581,6 +582,53 @@ static void batch_on_threads_matches_one_by_one(void **state)
         free(signals[i]);
 }
 
+/* Threads that each compute features with FFT sizes no one has used yet: the plans
+ * are made concurrently (under the lock) and the features are those made alone. */
+enum { PLAN_THREADS = 4, PLAN_SIGNAL = 3000 };
+
+typedef struct plan_job {
+    const float *x;
+    int n_fft;
+    float *out;
+    int64_t frames;
+    fl_status status;
+} plan_job;
+
+static void *plan_worker(void *arg)
+{
+    plan_job *job = arg;
+    fl_speech_options o = fl_speech_defaults();
+    o.n_fft = o.win_length = job->n_fft;
+    o.hop_length = 100;
+    job->status = fl_speech_compute(job->x, PLAN_SIGNAL, FL_SPEECH_MFCC, &o, &job->out, &job->frames);
+    return NULL;
+}
+
+static void plans_made_on_several_threads_at_once(void **state)
+{
+    static float x[PLAN_SIGNAL];
+    sine(x, PLAN_SIGNAL, 523, 16000, 0.4);
+    plan_job jobs[2 * PLAN_THREADS];
+    pthread_t threads[2 * PLAN_THREADS];
+    for (int i = 0; i < 2 * PLAN_THREADS; i++) {
+        /* sizes unused elsewhere in this program, two threads per size */
+        jobs[i] = (plan_job){.x = x, .n_fft = 300 + 2 * (i % PLAN_THREADS) + 1};
+        assert_int_equal(pthread_create(&threads[i], NULL, plan_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2 * PLAN_THREADS; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    for (int i = 0; i < 2 * PLAN_THREADS; i++) {
+        assert_int_equal(jobs[i].status, FL_OK);
+        plan_job alone = {.x = x, .n_fft = jobs[i].n_fft};
+        plan_worker(&alone);
+        assert_int_equal(alone.status, FL_OK);
+        assert_int_equal(alone.frames, jobs[i].frames);
+        assert_memory_equal(alone.out, jobs[i].out, sizeof(float) * (size_t)(alone.frames * 40));
+        free(alone.out);
+        free(jobs[i].out);
+    }
+}
+
 static int make_tmp(void **state) { return mkdtemp(tmp_dir) ? 0 : -1; }
 
 static int remove_tmp(void **state)
@@ -602,6 +650,7 @@ int main(void)
         scoped_test(feature_tensors_come_back_on_the_signal_backend),
         scoped_test(bad_signals_and_options),
         scoped_test(batch_on_threads_matches_one_by_one),
+        scoped_test(plans_made_on_several_threads_at_once),
     };
     return cmocka_run_group_tests_name("speech", tests, make_tmp, remove_tmp);
 }
