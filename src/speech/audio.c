@@ -30,8 +30,9 @@ void fl_audio_free(fl_audio *audio)
 /* libsndfile accepts a data chunk whose header announces more bytes than the file
  * holds: it reads what is there and notes the mismatch only in its log, as
  * "data : 8000 (should be 3978)" (WAV; "SSND" in AIFF). A file cut short is an error
- * here, so the log is read for that note. (A WAV written to a pipe, whose writer could
- * not go back to fill in the sizes, reads as cut short too.) */
+ * here, so the log is read for that note. (A WAV written to a pipe, its sizes left at
+ * 0xFFFFFFFF because the writer could not go back to fill them in, reads as cut short
+ * too.) */
 static bool header_overstates_data(SNDFILE *f)
 {
     char log[8192];
