@@ -26,7 +26,7 @@ SEED            ?= 1
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
 FUZZ_SECONDS    ?= 60
-FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer audio
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -42,7 +42,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl complexity speech-data \
+        bench-opencl bench-speech complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -124,9 +124,15 @@ install: build
 $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers
+	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers librosa
 
 venv: deps $(PYTHON)
+
+# Log-mel throughput of fl_speech_log_mel_batch against librosa and PyTorch (torch.stft
+# and a mel matrix product) at the same thread count, paired rounds
+# (bench/run_speech.py); writes build/bench-speech.json.
+bench-speech: build venv
+	$(PYTHON) bench/run_speech.py --threads $(THREADS) --flare $(BUILD)/bench_speech --out $(BUILD)/bench-speech.json
 
 # Regenerates the committed test fixtures from NumPy and PyTorch.
 fixtures: venv

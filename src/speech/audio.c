@@ -13,9 +13,9 @@
 #include "flare/extension.h"
 #include "flare/speech.h"
 
-/* Frames read per sf_readf_float call: large enough to amortise the call, small
- * enough that the interleaved buffer of a many-channel file stays modest. */
-#define READ_FRAMES 65536
+/* Samples (frames times channels) read per sf_readf_float call: enough to amortise
+ * the call, and a small buffer whatever the channel count. */
+#define READ_SAMPLES 65536
 
 void fl_audio_free(fl_audio *audio)
 {
@@ -30,8 +30,9 @@ void fl_audio_free(fl_audio *audio)
 /* libsndfile accepts a data chunk whose header announces more bytes than the file
  * holds: it reads what is there and notes the mismatch only in its log, as
  * "data : 8000 (should be 3978)" (WAV; "SSND" in AIFF). A file cut short is an error
- * here, so the log is read for that note. (A WAV written to a pipe, whose writer could
- * not go back to fill in the sizes, reads as cut short too.) */
+ * here, so the log is read for that note. (A WAV written to a pipe, its sizes left at
+ * 0xFFFFFFFF because the writer could not go back to fill them in, reads as cut short
+ * too.) */
 static bool header_overstates_data(SNDFILE *f)
 {
     char log[8192];
@@ -70,22 +71,29 @@ fl_status fl_audio_read(const char *path, int sample_rate, fl_audio *out)
         status = FL_ERR_IO;
         goto done;
     }
+    if (sample_rate && (sample_rate > 256.0 * info.samplerate || 256.0 * sample_rate < info.samplerate)) {
+        fl_error(FL_ERR_VALUE, fn, "%s: cannot resample %d Hz to %d Hz: the rates must be within a factor of 256",
+                 path, info.samplerate, sample_rate);
+        status = FL_ERR_VALUE;
+        goto done;
+    }
     if (header_overstates_data(f)) {
         fl_error(FL_ERR_IO, fn, "%s: truncated: the header announces more audio data than the file holds", path);
         status = FL_ERR_IO;
         goto done;
     }
-    mono = malloc((size_t)info.frames * sizeof *mono);
-    chunk = malloc((size_t)READ_FRAMES * (size_t)info.channels * sizeof *chunk);
-    if (!mono || !chunk) {
-        fl_error(FL_ERR_MEMORY, fn, "%s: cannot allocate %lld frames of %d channels", path, (long long)info.frames,
-                 info.channels);
-        status = FL_ERR_MEMORY;
-        goto done;
-    }
+    /* the buffer grows as frames arrive rather than trusting the header's count, which
+     * a corrupt file can make absurd; chunks hold about READ_SAMPLES samples whatever
+     * the channel count */
+    int64_t capacity = info.frames < READ_SAMPLES ? info.frames : READ_SAMPLES;
+    sf_count_t per_read = READ_SAMPLES / info.channels > 0 ? READ_SAMPLES / info.channels : 1;
+    mono = malloc((size_t)capacity * sizeof *mono);
+    chunk = malloc((size_t)per_read * (size_t)info.channels * sizeof *chunk);
+    if (!mono || !chunk)
+        goto no_memory;
     int64_t got = 0;
     while (got < info.frames) {
-        sf_count_t want = info.frames - got < READ_FRAMES ? info.frames - got : READ_FRAMES;
+        sf_count_t want = info.frames - got < per_read ? info.frames - got : per_read;
         sf_count_t n = sf_readf_float(f, chunk, want);
         if (sf_error(f) != SF_ERR_NO_ERROR) {
             fl_error(FL_ERR_IO, fn, "%s: at frame %lld: %s", path, (long long)got, sf_strerror(f));
@@ -94,6 +102,14 @@ fl_status fl_audio_read(const char *path, int sample_rate, fl_audio *out)
         }
         if (n <= 0)
             break;
+        if (got + n > capacity) {
+            int64_t grown = capacity * 2 < info.frames ? capacity * 2 : info.frames;
+            float *bigger = realloc(mono, (size_t)grown * sizeof *mono);
+            if (!bigger)
+                goto no_memory;
+            mono = bigger;
+            capacity = grown;
+        }
         for (sf_count_t i = 0; i < n; i++) {
             /* the mean in double: 8 channels of f32 sums would otherwise round per channel */
             double sum = 0;
@@ -126,6 +142,11 @@ fl_status fl_audio_read(const char *path, int sample_rate, fl_audio *out)
         out->count = count;
         out->sample_rate = sample_rate;
     }
+    goto done;
+no_memory:
+    fl_error(FL_ERR_MEMORY, fn, "%s: cannot allocate its %lld frames of %d channels", path, (long long)info.frames,
+             info.channels);
+    status = FL_ERR_MEMORY;
 done:
     free(mono);
     free(chunk);

@@ -165,6 +165,42 @@ def tokenizers():
     }
 
 
+def wav(channels, rate, bits, samples, fmt_tag=None, data_size=None):
+    """A RIFF WAVE file: PCM of 8, 16 or 32 bits, or IEEE float (bits 32, fmt_tag 3),
+    interleaved samples in [-1, 1]; data_size overrides the data chunk's length."""
+    tag = fmt_tag or 1
+    if tag == 3:
+        data = struct.pack("<%df" % len(samples), *samples)
+    elif bits == 8:
+        data = bytes(int(128 + 127 * x) for x in samples)
+    else:
+        scale = 2 ** (bits - 1) - 1
+        data = struct.pack("<%d%s" % (len(samples), "h" if bits == 16 else "i"), *(int(scale * x) for x in samples))
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, rate * block, block, bits)
+    size = len(data) if data_size is None else data_size
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", size) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def audio():
+    """Seeds of the audio target: WAVs of each sample format, several channels and
+    rates (so that the target's resampling runs), and broken ones."""
+    import math
+    tone = [0.5 * math.sin(2 * math.pi * 440 * i / 8000) for i in range(600)]
+    stereo = [x for pair in zip(tone, tone[::-1]) for x in pair]
+    return {
+        "pcm16_8k.wav": wav(1, 8000, 16, tone),
+        "pcm8_stereo.wav": wav(2, 11025, 8, stereo),
+        "pcm32_16k.wav": wav(1, 16000, 32, tone),
+        "float_stereo_44k.wav": wav(2, 44100, 32, stereo, fmt_tag=3),
+        "no_samples.wav": wav(1, 16000, 16, []),
+        "data_overstated.wav": wav(1, 16000, 16, tone, data_size=4 * len(tone)),
+        "header_only.wav": wav(1, 16000, 16, tone)[:44],
+        "rate_zero.wav": wav(1, 0, 16, tone[:50]),
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -189,6 +225,7 @@ def main():
     write("idx", files)
     write("idx_gzip", IDX)  # the target gzips its input
     write("tokenizer", tokenizers())
+    write("audio", audio())
 
 
 if __name__ == "__main__":
