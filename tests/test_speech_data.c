@@ -300,11 +300,11 @@ static void lexicon_spellings(void **state)
     fl_token_set *ts = fl_token_set_new(pieces, 12, NULL);
     const char *path = tmp_file("lexicon.txt");
     write_text(path, "world\twor ld |\nhello\the llo |\n\nhello\th e l l o |\nwho  w h o |\r\n");
-    fl_lexicon *lex = fl_lexicon_load(path, ts);
+    fl_word_spellings *lex = fl_word_spellings_load(path, ts);
     assert_non_null(lex);
-    assert_int_equal(fl_lexicon_size(lex), 3);
+    assert_int_equal(fl_word_spellings_size(lex), 3);
     int64_t *ids, count;
-    assert_int_equal(fl_lexicon_encode(lex, " hello  world who", false, &ids, &count), FL_OK);
+    assert_int_equal(fl_word_spellings_encode(lex, " hello  world who", false, &ids, &count), FL_OK);
     int64_t expected[] = {1, 2, 0, 3, 4, 0, 9, 5, 8, 0};
     assert_int_equal(count, 10);
     assert_memory_equal(ids, expected, sizeof expected);
@@ -312,26 +312,26 @@ static void lexicon_spellings(void **state)
     assert_string_equal(text, "hello world who");
     free(text), free(ids);
     /* words it lacks: an error, or spelled by longest match with a boundary after */
-    assert_fails_status(fl_lexicon_encode(lex, "hello held", false, &ids, &count), FL_ERR_VALUE,
+    assert_fails_status(fl_word_spellings_encode(lex, "hello held", false, &ids, &count), FL_ERR_VALUE,
                         "the word \"held\" at byte offset 6 is not in the lexicon");
-    assert_int_equal(fl_lexicon_encode(lex, "hello held", true, &ids, &count), FL_OK);
+    assert_int_equal(fl_word_spellings_encode(lex, "hello held", true, &ids, &count), FL_OK);
     int64_t spelled[] = {1, 2, 0, 1, 4, 0}; /* he ld: "ld" is longer than "l" */
     assert_int_equal(count, 6);
     assert_memory_equal(ids, spelled, sizeof spelled);
     free(ids);
-    assert_fails_status(fl_lexicon_encode(lex, "hello hex", true, &ids, &count), FL_ERR_VALUE,
+    assert_fails_status(fl_word_spellings_encode(lex, "hello hex", true, &ids, &count), FL_ERR_VALUE,
                         "in the word \"hex\" at byte offset 6: character 'x' (U+0078) at byte offset 2");
-    fl_lexicon_free(lex);
+    fl_word_spellings_free(lex);
     fl_token_set_free(ts);
 
     /* broken lexicons, named by line */
     ts = letters();
     write_text(path, "hello\th e l l o |\nworld\n");
-    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the word \"world\" has no spelling");
+    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the word \"world\" has no spelling");
     write_text(path, "hello\th e l l o |\nworld\tw o r L d |\n");
-    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the spelling of \"world\" has \"L\"");
+    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the spelling of \"world\" has \"L\"");
     write_text(path, "\n");
-    assert_fails(fl_lexicon_load(path, ts), FL_ERR_IO, "no words");
+    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "no words");
 
     /* a manifest's targets through the corpus's lexicon (letters, "|" after each word) */
     char lexicon[4096] = "";
@@ -347,12 +347,12 @@ static void lexicon_spellings(void **state)
         }
     }
     write_text(path, lexicon);
-    lex = fl_lexicon_load(path, ts);
+    lex = fl_word_spellings_load(path, ts);
     assert_non_null(lex);
     fl_manifest_options o = fl_manifest_options_default();
     o.lexicon = lex;
     fl_dataset *ds = fl_manifest_dataset(write_corpus("train.tsv", ""), ts, &o);
-    fl_lexicon_free(lex);
+    fl_word_spellings_free(lex);
     assert_non_null(ds);
     fl_sample s;
     assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
@@ -364,14 +364,14 @@ static void lexicon_spellings(void **state)
     /* a lexicon of other tokens */
     fl_token_set *other = fl_token_set_new((const char *[]){"|", "a"}, 2, NULL);
     write_text(path, "a\ta |\n");
-    lex = fl_lexicon_load(path, other);
+    lex = fl_word_spellings_load(path, other);
     o.lexicon = lex;
     assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_VALUE, "other tokens");
     /* a transcript word it lacks, named by line */
-    o.lexicon = lex = (fl_lexicon_free(lex), fl_lexicon_load(path, ts));
+    o.lexicon = lex = (fl_word_spellings_free(lex), fl_word_spellings_load(path, ts));
     assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_IO,
                  "train.tsv:1: the word \"turn\" at byte offset 0 is not in the lexicon");
-    fl_lexicon_free(lex);
+    fl_word_spellings_free(lex);
     fl_token_set_free(other);
     fl_token_set_free(ts);
 }

@@ -10,7 +10,7 @@
 #include "flare/extension.h"
 #include "speech_data.h"
 
-struct fl_lexicon {
+struct fl_word_spellings {
     fl_token_set *tokens; /* a copy: spelling unknown words needs it */
     int64_t count;
     char **words;     /* sorted, unique */
@@ -20,7 +20,7 @@ struct fl_lexicon {
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-void fl_lexicon_free(fl_lexicon *lex)
+void fl_word_spellings_free(fl_word_spellings *lex)
 {
     if (!lex)
         return;
@@ -44,9 +44,9 @@ static int by_word(const void *a, const void *b)
     return c ? c : (x->line > y->line) - (x->line < y->line);
 }
 
-fl_lexicon *fl_lexicon_load(const char *path, const fl_token_set *tokens)
+fl_word_spellings *fl_word_spellings_load(const char *path, const fl_token_set *tokens)
 {
-    static const char fn[] = "fl_lexicon_load";
+    static const char fn[] = "fl_word_spellings_load";
     if (fl_null_args(fn, 2, path, tokens))
         return NULL;
     FILE *f = fopen(path, "rb");
@@ -130,7 +130,7 @@ fl_lexicon *fl_lexicon_load(const char *path, const fl_token_set *tokens)
     free(line);
     fclose(f);
 
-    fl_lexicon *lex = status == FL_OK ? calloc(1, sizeof *lex) : NULL;
+    fl_word_spellings *lex = status == FL_OK ? calloc(1, sizeof *lex) : NULL;
     if (status == FL_OK) {
         /* Sorted by word, then line: a word's first line is its spelling (wav2letter
          * takes the first of several for targets); the later ones are left out. */
@@ -163,23 +163,23 @@ fl_lexicon *fl_lexicon_load(const char *path, const fl_token_set *tokens)
     free(entries);
     free(ids);
     if (status != FL_OK) {
-        fl_lexicon_free(lex);
+        fl_word_spellings_free(lex);
         return NULL;
     }
     return lex;
 }
 
-const fl_token_set *fl__lexicon_tokens(const fl_lexicon *lex) { return lex->tokens; }
+const fl_token_set *fl__word_spellings_tokens(const fl_word_spellings *lex) { return lex->tokens; }
 
-int64_t fl_lexicon_size(const fl_lexicon *lex)
+int64_t fl_word_spellings_size(const fl_word_spellings *lex)
 {
     if (!lex)
-        return fl_error(FL_ERR_NULL, "fl_lexicon_size", "the lexicon is NULL"), -1;
+        return fl_error(FL_ERR_NULL, "fl_word_spellings_size", "the lexicon is NULL"), -1;
     return lex->count;
 }
 
 /* The index of the n-byte word at s, or -1. */
-static int64_t find_word(const fl_lexicon *lex, const char *s, size_t n)
+static int64_t find_word(const fl_word_spellings *lex, const char *s, size_t n)
 {
     int64_t lo = 0, hi = lex->count;
     while (lo < hi) {
@@ -199,7 +199,7 @@ static int64_t find_word(const fl_lexicon *lex, const char *s, size_t n)
     return -1;
 }
 
-fl_status fl__lexicon_encode(const fl_lexicon *lex, const char *text, bool spell_unknown, int64_t **ids,
+fl_status fl__word_spellings_encode(const fl_word_spellings *lex, const char *text, bool spell_unknown, int64_t **ids,
                              int64_t *count, const char *fn, const char *where)
 {
     *ids = NULL;
@@ -270,11 +270,11 @@ failed:
     return fl_last_status();
 }
 
-fl_status fl_lexicon_encode(const fl_lexicon *lex, const char *text, bool spell_unknown, int64_t **ids,
+fl_status fl_word_spellings_encode(const fl_word_spellings *lex, const char *text, bool spell_unknown, int64_t **ids,
                             int64_t *count)
 {
-    static const char fn[] = "fl_lexicon_encode";
+    static const char fn[] = "fl_word_spellings_encode";
     if (fl_null_args(fn, 4, lex, text, ids, count))
         return fl_last_status();
-    return fl__lexicon_encode(lex, text, spell_unknown, ids, count, fn, "");
+    return fl__word_spellings_encode(lex, text, spell_unknown, ids, count, fn, "");
 }
