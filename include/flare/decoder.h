@@ -1,0 +1,121 @@
+/*
+ * Flare's decoder layer: word n-gram language models and CTC decoding, the part of
+ * speech recognition (Flashlight's wav2letter) that needs tensors only.
+ *
+ * N-gram language models (fl_ngram) are read from ARPA files, the format of SRILM,
+ * KenLM and IRSTLM:
+ *
+ *     \data\
+ *     ngram 1=3
+ *     ngram 2=1
+ *
+ *     \1-grams:
+ *     -0.5  <s>   -0.3
+ *     -0.4  </s>
+ *     -0.6  the   -0.2
+ *
+ *     \2-grams:
+ *     -0.1  <s> the
+ *
+ *     \end\
+ *
+ * Each n-gram line is a log10 probability, the n words, and for every order but the
+ * highest an optional log10 backoff weight, separated by spaces or tabs. Any order
+ * from 1 to FL_NGRAM_MAX_ORDER. A model scores word w after context h as KenLM and
+ * SRILM do: log10 p(w | h) is the probability of the longest n-gram "h' w" in the
+ * file (h' a suffix of h), plus the backoff weights of the contexts longer than h'
+ * that are in the file. <s> and </s> are required; a word outside the vocabulary is
+ * scored as <unk>, or, if the file has no <unk>, with log10 probability -100 (KenLM's
+ * substitute).
+ *
+ * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
+ * the function. FL_ERR_IO: the file cannot be read or written; FL_ERR_VALUE: it is not
+ * an ARPA file this reader accepts, and the message names the file and the line (a
+ * missing or malformed \data\ header, a count that does not match its section, an
+ * n-gram order that was not declared, a malformed number, a wrong number of words, an
+ * n-gram given twice, a context missing from the file, no \end\).
+ *
+ * A model is immutable once made: threads may share one.
+ */
+#ifndef FLARE_DECODER_H
+#define FLARE_DECODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flare/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- n-gram language models ------------------------------------------------------- */
+
+/* The highest n-gram order read or built. */
+#define FL_NGRAM_MAX_ORDER 10
+
+typedef struct fl_ngram fl_ngram;
+
+/* A context: up to order - 1 word ids, oldest first. States are plain values: copy
+ * them, compare them with fl_ngram_state_equal. The scoring functions keep only the
+ * longest suffix of the history that is an n-gram of the model (the rest cannot
+ * change any later score), so that equal states mean equal futures. */
+typedef struct fl_ngram_state {
+    int32_t length;
+    int32_t words[FL_NGRAM_MAX_ORDER - 1];
+} fl_ngram_state;
+
+/* Reads an ARPA file. On error *out is NULL. */
+fl_status fl_ngram_load_arpa(const char *path, fl_ngram **out);
+
+void fl_ngram_free(fl_ngram *lm);
+
+/* The highest order, and the number of n-grams of an order (0 outside [1, order]). */
+int fl_ngram_order(const fl_ngram *lm);
+int64_t fl_ngram_count(const fl_ngram *lm, int order);
+
+/* The vocabulary: the words of the 1-grams, with ids 0, 1, ... in the file's order. */
+int64_t fl_ngram_vocab_size(const fl_ngram *lm);
+/* The id of a word, or -1 if it is not in the vocabulary. */
+int32_t fl_ngram_word_id(const fl_ngram *lm, const char *word);
+/* The word of an id, owned by lm; NULL outside the vocabulary. */
+const char *fl_ngram_word(const fl_ngram *lm, int32_t id);
+/* The id an unknown word is scored as: <unk>'s, or -1 if the file has none. */
+int32_t fl_ngram_unk(const fl_ngram *lm);
+
+/* The state at the start of a sentence (after <s>), and the empty state. */
+void fl_ngram_begin_state(const fl_ngram *lm, fl_ngram_state *state);
+void fl_ngram_null_state(fl_ngram_state *state);
+int fl_ngram_state_equal(const fl_ngram_state *a, const fl_ngram_state *b);
+
+/* log10 p(word | in), and in *out (which may be in) the state after word. A word id
+ * outside the vocabulary (-1 included) is scored as unknown. */
+double fl_ngram_score(const fl_ngram *lm, const fl_ngram_state *in, int32_t word, fl_ngram_state *out);
+
+/* What fl_ngram_evaluate counts over a text. log10_prob sums every word's and every
+ * sentence end's log10 probability, unknown words included (scored as above);
+ * perplexity = 10^(-log10_prob / (words + sentences)), KenLM's "perplexity including
+ * OOVs"; perplexity_without_oov leaves the unknown words out of both the sum and the
+ * count, as SRILM's ppl. */
+typedef struct fl_ngram_stats {
+    int64_t sentences;
+    int64_t words;
+    int64_t oov;
+    double log10_prob;
+    double perplexity;
+    double perplexity_without_oov;
+} fl_ngram_stats;
+
+/* Scores size bytes of text: each line a sentence, words separated by spaces or tabs,
+ * scored from <s> to </s> (an empty line scores </s> alone; a last line without a
+ * newline counts). */
+fl_status fl_ngram_evaluate(const fl_ngram *lm, const void *text, size_t size, fl_ngram_stats *stats);
+
+/* log10 of one sentence of n words (ids, -1 for unknown), from <s> to </s>. */
+double fl_ngram_sentence_log10(const fl_ngram *lm, const int32_t *words, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,236 @@
+/* The decoder layer: ARPA n-gram models scored by hand and against KenLM, bad ARPA
+ * files, modified Kneser-Ney estimation against an independent implementation, and
+ * CTC decoding (greedy, lexicon beam search with the language model, exhaustive
+ * search). Fixtures: tests/fixtures/gen_kenlm_ref.py. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flare/decoder.h"
+#include "support.h"
+
+static char tmp_path[] = "/tmp/flare_test_decoder_XXXXXX";
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static fl_ngram *load_text(const char *arpa)
+{
+    write_file(tmp_path, arpa);
+    fl_ngram *lm = NULL;
+    assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+    assert_non_null(lm);
+    return lm;
+}
+
+/* ---- the ARPA reader and scoring --------------------------------------------------- */
+
+static const char small_arpa[] = "\\data\\\n"
+                                 "ngram 1=5\n"
+                                 "ngram 2=4\n"
+                                 "ngram 3=2\n"
+                                 "\n"
+                                 "\\1-grams:\n"
+                                 "-1.0\t<unk>\n"
+                                 "-99\t<s>\t-0.5\n"
+                                 "-0.7\t</s>\n"
+                                 "-0.6\ta\t-0.3\n"
+                                 "-0.8\tb\t-0.2\n"
+                                 "\n"
+                                 "\\2-grams:\n"
+                                 "-0.4 <s> a -0.1\n"
+                                 "-0.3 a b -0.15\n"
+                                 "-0.5 b </s>\n"
+                                 "-0.2 b a\n"
+                                 "\n"
+                                 "\\3-grams:\n"
+                                 "-0.05 <s> a b\n"
+                                 "-0.1\ta b </s>\r\n"
+                                 "\n"
+                                 "\\end\\\n";
+
+static double sentence(const fl_ngram *lm, const char *text)
+{
+    int32_t ids[16];
+    size_t n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *w = strtok(buf, " "); w; w = strtok(NULL, " "))
+        ids[n++] = fl_ngram_word_id(lm, w);
+    return fl_ngram_sentence_log10(lm, ids, n);
+}
+
+/* The scores worked out by hand from the file, backoff by backoff. */
+static void arpa_scores_by_hand(void **state)
+{
+    fl_ngram *lm = load_text(small_arpa);
+    assert_int_equal(fl_ngram_order(lm), 3);
+    assert_int_equal(fl_ngram_count(lm, 1), 5);
+    assert_int_equal(fl_ngram_count(lm, 2), 4);
+    assert_int_equal(fl_ngram_count(lm, 3), 2);
+    assert_int_equal(fl_ngram_count(lm, 4), 0);
+    assert_int_equal(fl_ngram_vocab_size(lm), 5);
+    assert_int_equal(fl_ngram_word_id(lm, "a"), 3);
+    assert_int_equal(fl_ngram_word_id(lm, "c"), -1);
+    assert_string_equal(fl_ngram_word(lm, 4), "b");
+    assert_null(fl_ngram_word(lm, 5));
+    assert_int_equal(fl_ngram_unk(lm), 0);
+
+    /* <s> a: 2-gram; b | <s> a: 3-gram; </s> | a b: 3-gram */
+    assert_float_equal(sentence(lm, "a b"), -0.4 - 0.05 - 0.1, 1e-6);
+    /* b | <s>: bow(<s>) + p(b); a | b: 2-gram; b | b a: "b a" has no backoff, "a b";
+     * </s> | a b: 3-gram */
+    assert_float_equal(sentence(lm, "b a b"), -0.5 - 0.8 - 0.2 - 0.3 - 0.1, 1e-6);
+    /* c is <unk>: bow(<s> a) + bow(a) + p(<unk>); then </s> | <unk> backs off to p(</s>) */
+    assert_float_equal(sentence(lm, "a c"), -0.4 + (-0.1 - 0.3 - 1.0) - 0.7, 1e-6);
+
+    /* States keep the longest suffix that is an n-gram. */
+    fl_ngram_state s, t;
+    fl_ngram_begin_state(lm, &s);
+    assert_int_equal(s.length, 1);
+    assert_float_equal(fl_ngram_score(lm, &s, fl_ngram_word_id(lm, "b"), &t), -1.3, 1e-6);
+    assert_int_equal(t.length, 1); /* "<s> b" is not in the file: "b" */
+    assert_int_equal(t.words[0], 4);
+    assert_float_equal(fl_ngram_score(lm, &t, fl_ngram_word_id(lm, "a"), &t), -0.2, 1e-6);
+    assert_int_equal(t.length, 2);
+    fl_ngram_state u;
+    fl_ngram_null_state(&u);
+    assert_float_equal(fl_ngram_score(lm, &u, fl_ngram_word_id(lm, "b"), &u), -0.8, 1e-6);
+    assert_float_equal(fl_ngram_score(lm, &u, fl_ngram_word_id(lm, "a"), &u), -0.2, 1e-6);
+    assert_true(fl_ngram_state_equal(&t, &u));
+
+    fl_ngram_stats st;
+    const char text[] = "a b\n  b\ta b \r\na c";
+    assert_int_equal(fl_ngram_evaluate(lm, text, sizeof text - 1, &st), FL_OK);
+    assert_int_equal(st.sentences, 3);
+    assert_int_equal(st.words, 7);
+    assert_int_equal(st.oov, 1);
+    assert_float_equal(st.log10_prob, -4.95, 1e-5);
+    assert_float_equal(st.perplexity, pow(10.0, 4.95 / 10.0), 1e-5);
+    assert_float_equal(st.perplexity_without_oov, pow(10.0, 3.55 / 9.0), 1e-5);
+    assert_int_equal(fl_ngram_evaluate(lm, "", 0, &st), FL_OK);
+    assert_int_equal(st.sentences, 0);
+    assert_float_equal(st.perplexity, 1.0, 0);
+    fl_ngram_free(lm);
+}
+
+/* An order-6 model: every step of the sentence hits the longest n-gram, and a file
+ * without <unk> scores unknown words -100 as KenLM does. */
+static void arpa_order_six(void **state)
+{
+    char arpa[2048];
+    int len = snprintf(arpa, sizeof arpa, "\\data\\\nngram 1=7\n");
+    for (int n = 2; n <= 6; n++)
+        len += snprintf(arpa + len, sizeof arpa - len, "ngram %d=1\n", n);
+    len += snprintf(arpa + len, sizeof arpa - len, "\n\\1-grams:\n-99 <s>\n-1 </s>\n-1 a\n-1 b\n-1 c\n-1 d\n-1 e\n");
+    const char *words[] = {"<s>", "a", "b", "c", "d", "e"};
+    for (int n = 2; n <= 6; n++) {
+        len += snprintf(arpa + len, sizeof arpa - len, "\n\\%d-grams:\n-0.0%d", n, n);
+        for (int i = 0; i < n; i++)
+            len += snprintf(arpa + len, sizeof arpa - len, " %s", words[i]);
+        len += snprintf(arpa + len, sizeof arpa - len, "\n");
+    }
+    snprintf(arpa + len, sizeof arpa - len, "\n\\end\\\n");
+    fl_ngram *lm = load_text(arpa);
+    assert_int_equal(fl_ngram_order(lm), 6);
+    assert_int_equal(fl_ngram_count(lm, 6), 1);
+    assert_int_equal(fl_ngram_unk(lm), -1);
+    assert_float_equal(sentence(lm, "a b c d e"), -0.02 - 0.03 - 0.04 - 0.05 - 0.06 - 1, 1e-6);
+    assert_float_equal(sentence(lm, "a x"), -0.02 - 100 - 1, 1e-5);
+    fl_ngram_free(lm);
+}
+
+static void assert_arpa_fails(const char *arpa, fl_status status, const char *contains)
+{
+    write_file(tmp_path, arpa);
+    fl_ngram *lm = (fl_ngram *)1;
+    assert_fails_status(fl_ngram_load_arpa(tmp_path, &lm), status, contains);
+    assert_null(lm);
+}
+
+static void bad_arpa_files(void **state)
+{
+    assert_arpa_fails("", FL_ERR_VALUE, "expected the \\data\\ header, found an empty file");
+    assert_arpa_fails("\n\nhello\n", FL_ERR_VALUE, "line 3: expected the \\data\\ header");
+    assert_arpa_fails("\\data\\\nngram 1=x\n", FL_ERR_VALUE, "line 2: malformed count \"x\" of the 1-grams");
+    assert_arpa_fails("\\data\\\nngrams 1=2\n", FL_ERR_VALUE, "line 2: expected \"ngram N=COUNT\"");
+    assert_arpa_fails("\\data\\\nngram 11=2\n", FL_ERR_VALUE, "line 2: n-gram order 11 is not in [1, 10]");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 3=2\n", FL_ERR_VALUE, "line 3: the \\data\\ header gives ngram 3");
+    assert_arpa_fails("\\data\\\n\n\\1-grams:\n", FL_ERR_VALUE, "declares no n-gram counts");
+    assert_arpa_fails("\\data\\\nngram 1=99999999\n", FL_ERR_VALUE, "99999999 1-grams declared in a file of");
+    /* counts that do not match the sections */
+    assert_arpa_fails("\\data\\\nngram 1=3\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\n\\end\\\n", FL_ERR_VALUE,
+                      "line 8: 2 1-grams where the \\data\\ header declares 3");
+    assert_arpa_fails("\\data\\\nngram 1=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\n\\end\\\n", FL_ERR_VALUE,
+                      "line 6: more 1-grams than the 1 the \\data\\ header declares");
+    /* an order the header does not declare */
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\n\\2-grams:\n-1 <s> </s>\n\\end\\\n",
+                      FL_ERR_VALUE, "line 8: a \\2-grams: section, but the \\data\\ header declares orders up to 1");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\n\\3-grams:\n", FL_ERR_VALUE,
+                      "line 9: a \\3-grams: section, but the \\data\\ header declares orders up to 2");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n", FL_ERR_VALUE,
+                      "ends before the \\2-grams: section");
+    /* no \end\ */
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s>\n-1 </s>\n", FL_ERR_VALUE, "ends without \\end\\");
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\\fin\\\n", FL_ERR_VALUE,
+                      "line 7: expected \\end\\, found \"\\fin\\\"");
+    /* malformed numbers and lines */
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1x <s>\n-1 </s>\n\\end\\\n", FL_ERR_VALUE,
+                      "line 5: malformed log10 probability \"-1x\"");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1 <s> nan\n-1 </s>\n\\end\\\n", FL_ERR_VALUE,
+                      "line 6: malformed log10 backoff weight \"nan\"");
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s> -1\n-1 </s>\n\\end\\\n", FL_ERR_VALUE,
+                      "line 5: a 1-gram line has a log10 probability, 1 word; found 3 fields");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\\2-grams:\n-1 <s>\n\\end\\\n",
+                      FL_ERR_VALUE, "line 9: a 2-gram line has a log10 probability, 2 words; found 2 fields");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\\2-grams:\n-1 <s> x\n\\end\\\n",
+                      FL_ERR_VALUE, "line 9: the word \"x\" is not a 1-gram");
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s>\n-1 <s>\n\\end\\\n", FL_ERR_VALUE,
+                      "line 6: the 1-gram \"<s>\" is given twice");
+    assert_arpa_fails("\\data\\\nngram 1=2\nngram 2=2\n\n\\1-grams:\n-1 <s>\n-1 </s>\n\\2-grams:\n-1 <s> </s>\n"
+                      "-2 <s> </s>\n\\end\\\n",
+                      FL_ERR_VALUE, "line 10: this 2-gram is given twice");
+    assert_arpa_fails("\\data\\\nngram 1=3\nngram 2=1\nngram 3=1\n\n\\1-grams:\n-1 <s>\n-1 </s>\n-1 a\n\\2-grams:\n"
+                      "-1 <s> a\n\\3-grams:\n-1 a <s> </s>\n\\end\\\n",
+                      FL_ERR_VALUE, "line 13: the context of this 3-gram (its first 2 words) is not a 2-gram");
+    assert_arpa_fails("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 <s>\n-1 a\n\\end\\\n", FL_ERR_VALUE,
+                      "the 1-grams lack </s>");
+    /* the path is named */
+    assert_arpa_fails("\\data", FL_ERR_VALUE, tmp_path);
+    fl_ngram *lm = (fl_ngram *)1;
+    assert_fails_status(fl_ngram_load_arpa("/nonexistent/flare.arpa", &lm), FL_ERR_IO, "cannot open /nonexistent");
+    assert_null(lm);
+    assert_fails_status(fl_ngram_load_arpa(NULL, &lm), FL_ERR_NULL, "path");
+    fl_ngram_stats st;
+    assert_fails_status(fl_ngram_evaluate(NULL, "a", 1, &st), FL_ERR_NULL, "lm");
+    fl_ngram_free(NULL);
+    assert_int_equal(fl_ngram_order(NULL), 0);
+}
+
+static int make_tmp(void **state)
+{
+    int fd = mkstemp(tmp_path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int remove_tmp(void **state) { return unlink(tmp_path); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        scoped_test(arpa_scores_by_hand),
+        scoped_test(arpa_order_six),
+        scoped_test(bad_arpa_files),
+    };
+    return cmocka_run_group_tests_name("decoder", tests, make_tmp, remove_tmp);
+}
