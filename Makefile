@@ -111,6 +111,8 @@ $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers
+	@# KenLM's query module (compiled from source) cross-checks tests/fixtures/gen_kenlm_ref.py.
+	$(VENV)/bin/pip install -q kenlm
 
 venv: deps $(PYTHON)
 

@@ -214,6 +214,133 @@ static void bad_arpa_files(void **state)
     assert_int_equal(fl_ngram_order(NULL), 0);
 }
 
+/* ---- modified Kneser-Ney estimation ------------------------------------------------- */
+
+static char *read_fixture(const char *name, size_t *size)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", FLARE_FIXTURES, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = malloc((size_t)n + 1);
+    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
+    data[n] = '\0';
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
+/* Models of orders 1, 2, 3 and 5 estimated on fortunes of Debian's "cookie" file score
+ * the held-out "fortunes" file as the independent implementation of
+ * tests/fixtures/gen_kenlm_ref.py does (whose own ARPA files KenLM scores alike). */
+static void kneser_ney_matches_the_reference(void **state)
+{
+    size_t train_size, heldout_size, ref_size;
+    char *train = read_fixture("kn_train.txt", &train_size);
+    char *heldout = read_fixture("kn_heldout.txt", &heldout_size);
+    char *ref = read_fixture("kn_reference.txt", &ref_size);
+    int checked = 0;
+    for (char *line = strtok(ref, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        int order;
+        long long sentences, words, oov;
+        double log10_prob, perplexity;
+        assert_int_equal(sscanf(line, "%d %lld %lld %lld %lf %lf", &order, &sentences, &words, &oov, &log10_prob,
+                                &perplexity),
+                         6);
+        fl_ngram_build_options options;
+        fl_ngram_build_options_default(&options);
+        assert_int_equal(options.order, 3);
+        options.order = order;
+        assert_int_equal(fl_ngram_build_arpa(train, train_size, &options, tmp_path), FL_OK);
+        fl_ngram *lm = NULL;
+        assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+        assert_int_equal(fl_ngram_order(lm), order);
+        fl_ngram_stats st;
+        assert_int_equal(fl_ngram_evaluate(lm, heldout, heldout_size, &st), FL_OK);
+        assert_int_equal(st.sentences, sentences);
+        assert_int_equal(st.words, words);
+        assert_int_equal(st.oov, oov);
+        double rel = fabs(st.perplexity - perplexity) / perplexity;
+        print_message("order %d: perplexity %.6f, the reference %.6f (relative difference %.1e)\n", order,
+                      st.perplexity, perplexity, rel);
+        if (rel > 1e-6 || fabs(st.log10_prob - log10_prob) > 1e-6 * fabs(log10_prob))
+            fail_msg("order %d: perplexity %.8f, log10 %.8f; the reference gives %.8f, %.8f", order, st.perplexity,
+                     st.log10_prob, perplexity, log10_prob);
+        /* p(. | h) sums to 1 over the vocabulary (but <s>), for a seen and an unseen h */
+        fl_ngram_state h[2];
+        fl_ngram_begin_state(lm, &h[0]);
+        fl_ngram_score(lm, &h[0], fl_ngram_word_id(lm, "you"), &h[0]);
+        fl_ngram_null_state(&h[1]);
+        fl_ngram_score(lm, &h[1], fl_ngram_word_id(lm, "<unk>"), &h[1]);
+        for (int k = 0; k < 2; k++) {
+            double sum = 0;
+            for (int32_t w = 0; w < fl_ngram_vocab_size(lm); w++) {
+                fl_ngram_state out;
+                if (strcmp(fl_ngram_word(lm, w), "<s>"))
+                    sum += pow(10.0, fl_ngram_score(lm, &h[k], w, &out));
+            }
+            assert_float_equal(sum, 1.0, 1e-5);
+        }
+        fl_ngram_free(lm);
+        checked++;
+    }
+    assert_int_equal(checked, 4);
+    free(train), free(heldout), free(ref);
+}
+
+static void kneser_ney_by_hand(void **state)
+{
+    /* Bigrams of "a b" twice and "a" once: discounts need count-of-counts 1..4, which
+     * so small a text lacks, so the fallback 0.5, 1, 1.5 is used. */
+    const char text[] = "a b\na b\na\n";
+    fl_ngram_build_options options = {.order = 2, .discount_fallback = 0};
+    assert_fails_status(fl_ngram_build_arpa(text, sizeof text - 1, &options, tmp_path), FL_ERR_VALUE,
+                        "the text is too small for order 2: its 1-grams seen once, twice, three and four times");
+    options.discount_fallback = 1;
+    assert_int_equal(fl_ngram_build_arpa(text, sizeof text - 1, &options, tmp_path), FL_OK);
+    fl_ngram *lm = NULL;
+    assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+    /* vocabulary <unk> <s> </s> a b; adjusted unigram counts (continuation):
+     * a 1 (<s> a), b 1 (a b), </s> 2 (b </s>, a </s>), <unk> 0; S = 4, gamma = 3 x 0.5 / 4
+     * + 1 x 1 / 4 = 0.625, |V| = 4 */
+    assert_int_equal(fl_ngram_vocab_size(lm), 5);
+    assert_string_equal(fl_ngram_word(lm, 0), "<unk>");
+    double g1 = (0.5 * 2 + 1.0 * 1) / 4;
+    double pa = 0.5 / 4 + g1 / 4, pb = pa, peos = 1.0 / 4 + g1 / 4, punk = g1 / 4;
+    assert_float_equal(pa + pb + peos + punk, 1.0, 1e-12);
+    /* bigrams after a: b 2, </s> 1 (raw, the highest order); S = 3, gamma = (0.5 + 1) / 3 */
+    double ga = (0.5 * 1 + 1.0 * 1) / 3;
+    double p_b_a = (2 - 1.0) / 3 + ga * pb, p_eos_a = (1 - 0.5) / 3 + ga * peos;
+    /* after <s>: a 3; S = 3, gamma = 1.5 / 3 */
+    double gs = 1.5 / 3;
+    double p_a_s = (3 - 1.5) / 3 + gs * pa;
+    double p_eos_b = (2 - 1.0) / 2 + (1.0 * 1 / 2) * peos;
+    assert_float_equal(sentence(lm, "a b"), log10(p_a_s) + log10(p_b_a) + log10(p_eos_b), 1e-6);
+    assert_float_equal(sentence(lm, "a"), log10(p_a_s) + log10(p_eos_a), 1e-6);
+    /* b after <s> was never seen: gamma(<s>) p(b); <unk> after a: gamma(a) p(<unk>) */
+    assert_float_equal(sentence(lm, "b"), log10(gs * pb) + log10(p_eos_b), 1e-6);
+    assert_float_equal(sentence(lm, "a zebra"), log10(p_a_s) + log10(ga * punk) + log10(peos), 1e-6);
+    fl_ngram_free(lm);
+
+    /* bad input */
+    options.order = 0;
+    assert_fails_status(fl_ngram_build_arpa(text, 3, &options, tmp_path), FL_ERR_VALUE, "order 0 is not in [1, 10]");
+    options.order = 11;
+    assert_fails_status(fl_ngram_build_arpa(text, 3, &options, tmp_path), FL_ERR_VALUE, "order 11");
+    const char marked[] = "a b\nc <s> d\n";
+    assert_fails_status(fl_ngram_build_arpa(marked, sizeof marked - 1, NULL, tmp_path), FL_ERR_VALUE,
+                        "line 2 of the text holds <s>");
+    options.order = 2;
+    assert_fails_status(fl_ngram_build_arpa(text, 3, &options, "/nonexistent/lm.arpa"), FL_ERR_IO,
+                        "cannot create /nonexistent/lm.arpa.tmp.");
+    assert_fails_status(fl_ngram_build_arpa(NULL, 3, NULL, tmp_path), FL_ERR_NULL, "text");
+}
+
 static int make_tmp(void **state)
 {
     int fd = mkstemp(tmp_path);
@@ -231,6 +358,8 @@ int main(void)
         scoped_test(arpa_scores_by_hand),
         scoped_test(arpa_order_six),
         scoped_test(bad_arpa_files),
+        scoped_test(kneser_ney_matches_the_reference),
+        scoped_test(kneser_ney_by_hand),
     };
     return cmocka_run_group_tests_name("decoder", tests, make_tmp, remove_tmp);
 }

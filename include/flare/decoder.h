@@ -114,6 +114,44 @@ fl_status fl_ngram_evaluate(const fl_ngram *lm, const void *text, size_t size, f
 /* log10 of one sentence of n words (ids, -1 for unknown), from <s> to </s>. */
 double fl_ngram_sentence_log10(const fl_ngram *lm, const int32_t *words, size_t n);
 
+/* ---- estimating a model --------------------------------------------------------------- */
+
+/* How fl_ngram_build_arpa estimates. order: 3 by default, at most FL_NGRAM_MAX_ORDER.
+ * discount_fallback: when the text is too small for an order's discounts (no n-gram
+ * of that order seen exactly 1, 2, 3 or 4 times, or a discount out of range), use
+ * 0.5, 1 and 1.5 instead of failing (KenLM's --discount_fallback). */
+typedef struct fl_ngram_build_options {
+    int order;
+    int discount_fallback;
+} fl_ngram_build_options;
+
+void fl_ngram_build_options_default(fl_ngram_build_options *options);
+
+/* Estimates an interpolated modified Kneser-Ney model (Chen & Goodman) from size bytes
+ * of text and writes it to path as an ARPA file, through a temporary file renamed into
+ * place (a reader never sees half a file). The text is one sentence a line, words
+ * separated by spaces or tabs, each sentence padded with <s> and </s>; <s> and </s>
+ * in the text are an error naming the line. The vocabulary is every word seen, plus
+ * <s>, </s> and <unk>. For an n-gram h w:
+ *
+ *   a(h w)    adjusted count: the count at the highest order and for n-grams that
+ *             begin with <s>; else the number of distinct words seen before h w;
+ *   D_n(c)    discounts of order n for a = 1, 2, 3+: with t_k the number of n-grams
+ *             with a = k and Y = t1 / (t1 + 2 t2), D_k = k - (k + 1) Y t_{k+1} / t_k;
+ *   p(w | h)  = (a(h w) - D_n(a(h w))) / S(h) + gamma(h) p(w | h minus its first word),
+ *             S(h) the sum of a(h v) over v, gamma(h) = (D1 N1 + D2 N2 + D3+ N3+) / S(h)
+ *             with N_k the number of v with a(h v) = k (3+: at least 3); order 1
+ *             interpolates with the uniform distribution over the vocabulary but <s>.
+ *
+ * The file holds p(w | h) of every n-gram seen and gamma(h) as each context's backoff
+ * weight, so the backoff rule of fl_ngram_score gives back the interpolated model.
+ * <s> has log10 probability -99 (it is never predicted). options may be NULL for the
+ * defaults. FL_ERR_VALUE: a bad order, <s> or </s> in the text, a text too small
+ * for the discounts (without discount_fallback); FL_ERR_IO: the file cannot be
+ * written. */
+fl_status fl_ngram_build_arpa(const void *text, size_t size, const fl_ngram_build_options *options,
+                              const char *path);
+
 #ifdef __cplusplus
 }
 #endif
