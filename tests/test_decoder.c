@@ -3,11 +3,13 @@
  * CTC decoding (greedy, lexicon beam search with the language model, exhaustive
  * search). Fixtures: tests/fixtures/gen_kenlm_ref.py. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "decoder/lexicon.h"
 #include "flare/decoder.h"
 #include "support.h"
 
@@ -341,6 +343,388 @@ static void kneser_ney_by_hand(void **state)
     assert_fails_status(fl_ngram_build_arpa(NULL, 3, NULL, tmp_path), FL_ERR_NULL, "text");
 }
 
+/* ---- CTC decoding ------------------------------------------------------------------- */
+
+/* Frames of probabilities: each row lists (token, probability) pairs ending with -1; the
+ * mass left is spread evenly over the other tokens. Returns ln of them, [frames, C]. */
+static float *emissions_of(int frames, int tokens, const double rows[][9])
+{
+    float *e = malloc((size_t)frames * tokens * sizeof *e);
+    for (int t = 0; t < frames; t++) {
+        double p[16] = {0}, used = 0;
+        int named = 0;
+        bool set[16] = {0};
+        for (int i = 0; rows[t][i] >= 0; i += 2) {
+            p[(int)rows[t][i]] = rows[t][i + 1];
+            set[(int)rows[t][i]] = true;
+            used += rows[t][i + 1];
+            named++;
+        }
+        for (int k = 0; k < tokens; k++)
+            e[t * tokens + k] = (float)log(set[k] ? p[k] : (1.0 - used) / (tokens - named));
+    }
+    return e;
+}
+
+static void add_word(fl_lexicon *lex, const char *word, const char *spelling, const char *alphabet)
+{
+    int64_t ids[32];
+    size_t n = 0;
+    for (const char *c = spelling; *c; c++)
+        ids[n++] = strchr(alphabet, *c) - alphabet;
+    assert_int_equal(fl_lexicon_add(lex, word, ids, n), FL_OK);
+}
+
+static void assert_words(const fl_ctc_result *r, const fl_lexicon *lex, const char *expected)
+{
+    char got[256] = "";
+    for (int64_t i = 0; i < r->count; i++) {
+        if (i)
+            strcat(got, " ");
+        strcat(got, fl_lexicon_word(lex, r->ids[i]));
+    }
+    if (strcmp(got, expected))
+        fail_msg("decoded \"%s\", expected \"%s\"", got, expected);
+}
+
+/* tokens: blank, the boundary "|", letters */
+static const char letters[] = "_|thecabs";
+
+static fl_lexicon *small_lexicon(void)
+{
+    fl_lexicon *lex;
+    assert_int_equal(fl_lexicon_new((int64_t)strlen(letters), &lex), FL_OK);
+    add_word(lex, "the", "the|", letters);
+    add_word(lex, "cat", "cat|", letters);
+    add_word(lex, "bat", "bat|", letters);
+    add_word(lex, "sat", "sat|", letters);
+    assert_int_equal(fl_lexicon_size(lex), 4);
+    assert_int_equal(fl_lexicon_word_id(lex, "bat"), 2);
+    assert_int_equal(fl_lexicon_word_id(lex, "dog"), -1);
+    return lex;
+}
+
+#define L(c) (double)(strchr(letters, c) - letters)
+
+/* "the ?at": the acoustics say b a little more than c; greedy reads "the bat", the
+ * beam search without a language model too, and with one trained on "the cat" it reads
+ * "the cat". */
+static void ctc_language_model_corrects_greedy(void **state)
+{
+    const double rows[][9] = {
+        {L('t'), 0.9, -1}, {L('_'), 0.9, -1}, {L('h'), 0.9, -1}, {L('e'), 0.9, -1}, {L('|'), 0.9, -1},
+        {L('b'), 0.5, L('c'), 0.4, -1}, {L('a'), 0.9, -1}, {L('t'), 0.9, -1}, {L('|'), 0.9, -1},
+    };
+    int frames = 9, tokens = (int)strlen(letters);
+    float *e = emissions_of(frames, tokens, rows);
+    fl_ctc_result r;
+    assert_int_equal(fl_ctc_greedy(e, frames, tokens, 0, &r), FL_OK);
+    int64_t expected[] = {2, 3, 4, 1, 7, 6, 2, 1}; /* t h e | b a t | */
+    assert_int_equal(r.count, 8);
+    assert_memory_equal(r.ids, expected, sizeof expected);
+    double sum = 0;
+    for (int t = 0; t < frames; t++)
+        sum += rows[t][0] == L('b') ? log(0.5) : log(0.9);
+    assert_float_equal(r.score, sum, 1e-5);
+    fl_ctc_result_free(&r);
+
+    const char text[] = "the cat sat\nthe cat ran\nthe cat ate\na bat flew\n";
+    fl_ngram_build_options build = {.order = 2, .discount_fallback = 1};
+    assert_int_equal(fl_ngram_build_arpa(text, sizeof text - 1, &build, tmp_path), FL_OK);
+    fl_ngram *lm;
+    assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+    fl_lexicon *lex = small_lexicon();
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    o.silence = 1;
+    assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "the bat");
+    assert_float_equal(r.score, sum, 1e-5);
+    fl_ctc_result_free(&r);
+    assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r), FL_OK);
+    assert_words(&r, lex, "the cat");
+    /* the score: emissions + ln p(the | <s>) + ln p(cat | the) + ln p(</s> | cat) */
+    fl_ngram_state st;
+    fl_ngram_begin_state(lm, &st);
+    double lp = fl_ngram_score(lm, &st, fl_ngram_word_id(lm, "the"), &st);
+    lp += fl_ngram_score(lm, &st, fl_ngram_word_id(lm, "cat"), &st);
+    lp += fl_ngram_score(lm, &st, fl_ngram_word_id(lm, "</s>"), &st);
+    assert_float_equal(r.score, sum - log(0.5) + log(0.4) + lp * log(10.0), 1e-5);
+    fl_ctc_result_free(&r);
+    /* an LM weight of 0 is no LM */
+    o.lm_weight = 0;
+    assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r), FL_OK);
+    assert_words(&r, lex, "the bat");
+    fl_ctc_result_free(&r);
+
+    /* The same through tensors (f32 and f64), on the backend under test. */
+    fl_tensor *t32 = fl_from_data(e, FL_F32, FL_SHAPE(frames, tokens));
+    fl_tensor *t64 = fl_cast(t32, FL_F64);
+    o.lm_weight = 1;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(fl_ctc_beam_search_tensor(i ? t64 : t32, lex, lm, &o, &r), FL_OK);
+        assert_words(&r, lex, "the cat");
+        fl_ctc_result_free(&r);
+        assert_int_equal(fl_ctc_greedy_tensor(i ? t64 : t32, 0, &r), FL_OK);
+        assert_int_equal(r.count, 8);
+        assert_memory_equal(r.ids, expected, sizeof expected);
+        fl_ctc_result_free(&r);
+    }
+    fl_lexicon_free(lex);
+    fl_ngram_free(lm);
+    free(e);
+}
+
+/* The acoustics spell "cst", which no word is: greedy gives those tokens, the lexicon
+ * makes it "cat". */
+static void ctc_lexicon_forbids_non_words(void **state)
+{
+    const double rows[][9] = {
+        {L('c'), 0.9, -1}, {L('s'), 0.5, L('a'), 0.4, -1}, {L('t'), 0.9, -1}, {L('|'), 0.9, -1},
+    };
+    int tokens = (int)strlen(letters);
+    float *e = emissions_of(4, tokens, rows);
+    fl_ctc_result r;
+    assert_int_equal(fl_ctc_greedy(e, 4, tokens, 0, &r), FL_OK);
+    int64_t cst[] = {5, 8, 2, 1};
+    assert_int_equal(r.count, 4);
+    assert_memory_equal(r.ids, cst, sizeof cst);
+    fl_ctc_result_free(&r);
+    fl_lexicon *lex = small_lexicon();
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    o.silence = 1;
+    assert_int_equal(fl_ctc_beam_search(e, 4, tokens, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "cat");
+    fl_ctc_result_free(&r);
+    fl_lexicon_free(lex);
+    free(e);
+}
+
+/* A beam of one commits to the best first token, b, and ends with "ba"; a wider beam
+ * keeps c and finds "cd", which scores better. */
+static void ctc_beam_size_one_commits_early(void **state)
+{
+    const char abc[] = "_abcd";
+    const double rows[][9] = {{2, 0.55, 3, 0.4, 0, 0.05, -1}, {4, 0.85, 1, 0.1, 0, 0.05, -1}};
+    float *e = emissions_of(2, 5, rows);
+    fl_lexicon *lex;
+    assert_int_equal(fl_lexicon_new(5, &lex), FL_OK);
+    add_word(lex, "ba", "ba", abc);
+    add_word(lex, "cd", "cd", abc);
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    fl_ctc_result r;
+    o.beam_size = 1;
+    assert_int_equal(fl_ctc_beam_search(e, 2, 5, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "ba");
+    assert_float_equal(r.score, log(0.55) + log(0.1), 1e-6);
+    fl_ctc_result_free(&r);
+    o.beam_size = 3;
+    assert_int_equal(fl_ctc_beam_search(e, 2, 5, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "cd");
+    assert_float_equal(r.score, log(0.4) + log(0.85), 1e-6);
+    fl_ctc_result_free(&r);
+    /* a threshold of 0 keeps only the best of each frame, as a beam of one here */
+    o.beam_size = 100;
+    o.beam_threshold = 0;
+    assert_int_equal(fl_ctc_beam_search(e, 2, 5, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "ba");
+    fl_ctc_result_free(&r);
+    fl_lexicon_free(lex);
+    free(e);
+}
+
+/* ---- exhaustive search over every path of a tiny vocabulary ---- */
+
+typedef struct {
+    const fl_lexicon *lex;
+    const fl_ngram *lm;
+    const fl_ctc_beam_options *o;
+    const int64_t *seq;
+    int len;
+    double best;
+    int64_t best_words[16];
+    int best_count;
+    int64_t words[16];
+} exhaustive;
+
+/* Every split of seq[pos..] into silences and spellings, each scored. */
+static void split_words(exhaustive *x, int pos, int count, double score, fl_ngram_state lm_state)
+{
+    if (pos == x->len) {
+        fl_ngram_state end;
+        double total = score + x->o->lm_weight * log(10.0) *
+                                   fl_ngram_score(x->lm, &lm_state, fl_ngram_word_id(x->lm, "</s>"), &end);
+        if (total > x->best) {
+            x->best = total;
+            x->best_count = count;
+            memcpy(x->best_words, x->words, (size_t)count * sizeof *x->words);
+        }
+        return;
+    }
+    if (x->seq[pos] == x->o->silence)
+        split_words(x, pos + 1, count, score + x->o->silence_score, lm_state);
+    int32_t node = 0;
+    for (int j = pos; j < x->len; j++) {
+        node = lexicon_child(x->lex, node, x->seq[j]);
+        if (node < 0)
+            break;
+        const lexicon_node *n = &x->lex->nodes[node];
+        for (int32_t i = 0; i < n->word_count; i++) {
+            fl_ngram_state next;
+            int32_t id = fl_ngram_word_id(x->lm, fl_lexicon_word(x->lex, n->words[i]));
+            double lp = fl_ngram_score(x->lm, &lm_state, id, &next);
+            x->words[count] = n->words[i];
+            split_words(x, j + 1, count + 1, score + x->o->lm_weight * log(10.0) * lp + x->o->word_score, next);
+        }
+    }
+}
+
+static void ctc_beam_search_matches_exhaustive_search(void **state)
+{
+    const char abx[] = "_|ab";
+    const int frames = 7, tokens = 4;
+    fl_lexicon *lex;
+    assert_int_equal(fl_lexicon_new(tokens, &lex), FL_OK);
+    add_word(lex, "a", "a|", abx);
+    add_word(lex, "A", "a|", abx); /* a homophone */
+    add_word(lex, "b", "b|", abx);
+    add_word(lex, "ab", "ab|", abx);
+    add_word(lex, "ba", "ba|", abx);
+    add_word(lex, "aa", "aa|", abx); /* needs a blank between the a's */
+    add_word(lex, "x", "b", abx);    /* no boundary: "b|" is also x and a silence */
+    const char text[] = "a b\nab ba a\nb a x\naa A b\nx x\nA\n";
+    fl_ngram_build_options build = {.order = 2, .discount_fallback = 1};
+    assert_int_equal(fl_ngram_build_arpa(text, sizeof text - 1, &build, tmp_path), FL_OK);
+    fl_ngram *lm;
+    assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    o.silence = 1;
+    o.silence_score = 0.3;
+    o.word_score = -0.5;
+    o.lm_weight = 0.8;
+    o.beam_size = 1000000;
+    o.beam_threshold = INFINITY;
+    float e[7 * 4];
+    uint64_t seed = 12345;
+    int64_t paths = 1;
+    for (int t = 0; t < frames; t++)
+        paths *= tokens;
+    for (int trial = 0; trial < 12; trial++) {
+        for (int t = 0; t < frames; t++) {
+            double z[4], sum = 0;
+            for (int k = 0; k < tokens; k++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                z[k] = exp(3.0 * (double)(seed >> 11) / 9007199254740992.0);
+                sum += z[k];
+            }
+            for (int k = 0; k < tokens; k++)
+                e[t * tokens + k] = (float)log(z[k] / sum);
+        }
+        exhaustive x = {.lex = lex, .lm = lm, .o = &o, .best = -INFINITY, .best_count = -1};
+        for (int64_t p = 0; p < paths; p++) {
+            int64_t seq[7], prev = -1, rest = p;
+            double score = 0;
+            x.len = 0;
+            for (int t = 0; t < frames; t++, rest /= tokens) {
+                int64_t k = rest % tokens;
+                score += e[t * tokens + k];
+                if (k != prev && k != o.blank)
+                    seq[x.len++] = k;
+                prev = k;
+            }
+            x.seq = seq;
+            fl_ngram_state begin;
+            fl_ngram_begin_state(lm, &begin);
+            split_words(&x, 0, 0, score, begin);
+        }
+        fl_ctc_result r;
+        assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r), FL_OK);
+        if (fabs(r.score - x.best) > 1e-9 * fabs(x.best) || r.count != x.best_count ||
+            (r.count && memcmp(r.ids, x.best_words, (size_t)r.count * sizeof *r.ids)))
+            fail_msg("trial %d: the beam search gives %.9f with %lld words, exhaustive search %.9f with %d", trial,
+                     r.score, (long long)r.count, x.best, x.best_count);
+        fl_ctc_result_free(&r);
+    }
+    fl_lexicon_free(lex);
+    fl_ngram_free(lm);
+}
+
+static void ctc_bad_input(void **state)
+{
+    fl_lexicon *lex = small_lexicon();
+    int tokens = (int)strlen(letters);
+    float e[2 * 9] = {0};
+    fl_ctc_result r;
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    assert_int_equal(o.beam_size, 100);
+    assert_int_equal(o.silence, -1);
+    o.blank = 9;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "blank 9 is not a token");
+    o.blank = 0, o.silence = 0;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "silence 0 must be -1");
+    o.silence = 1, o.beam_size = 0;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_size 0");
+    o.beam_size = 10, o.beam_threshold = NAN;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_threshold");
+    o.beam_threshold = 10, o.lm_weight = NAN;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "lm_weight");
+    o.lm_weight = 1;
+    assert_fails_status(fl_ctc_beam_search(e, 2, 8, lex, NULL, &o, &r), FL_ERR_SHAPE,
+                        "emissions of 8 tokens, a lexicon of 9");
+    e[12] = NAN;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE,
+                        "emissions hold NaN at frame 1, token 3");
+    assert_fails_status(fl_ctc_greedy(e, 2, tokens, 0, &r), FL_ERR_VALUE, "NaN at frame 1, token 3");
+    e[12] = 0;
+    /* two frames without blanks cannot spell any word: no hypothesis ends at a
+     * boundary */
+    o.silence = -1;
+    e[0] = e[9] = -INFINITY;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE,
+                        "no hypothesis of the beam ends at a word boundary after 2 frames");
+    /* no frames: no words */
+    assert_int_equal(fl_ctc_beam_search(NULL, 0, tokens, lex, NULL, &o, &r), FL_OK);
+    assert_int_equal(r.count, 0);
+    assert_null(r.ids);
+    assert_int_equal(fl_ctc_greedy(NULL, 0, tokens, 0, &r), FL_OK);
+    assert_int_equal(r.count, 0);
+    assert_fails_status(fl_ctc_greedy(e, 2, tokens, 9, &r), FL_ERR_VALUE, "blank 9");
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, NULL, NULL, &o, &r), FL_ERR_NULL, "lex");
+    fl_tensor *t3 = fl_zeros(FL_F32, FL_SHAPE(2, 3, 4));
+    assert_fails_status(fl_ctc_greedy_tensor(t3, 0, &r), FL_ERR_SHAPE, "emissions f32[2, 3, 4]: expected [frames, tokens]");
+    fl_tensor *ti = fl_zeros(FL_I32, FL_SHAPE(2, 9));
+    assert_fails_status(fl_ctc_beam_search_tensor(ti, lex, NULL, &o, &r), FL_ERR_DTYPE, "i32[2, 9]");
+    assert_fails_status(fl_ctc_greedy_tensor(NULL, 0, &r), FL_ERR_NULL, "emissions");
+
+    /* lexicons */
+    int64_t bad[] = {2, 9};
+    assert_fails_status(fl_lexicon_add(lex, "x", bad, 2), FL_ERR_INDEX, "token 1 of the spelling of \"x\" is 9");
+    assert_fails_status(fl_lexicon_add(lex, "x", bad, 0), FL_ERR_VALUE, "has no tokens");
+    fl_lexicon *l2;
+    assert_fails_status(fl_lexicon_new(0, &l2), FL_ERR_VALUE, "0 tokens");
+    const char *names[] = {"_", "|", "t", "h", "e", "c", "a", "b", "s"};
+    write_file(tmp_path, "the t h e |\n\ncat\tc a t |\nthe t h e\n");
+    assert_int_equal(fl_lexicon_load(tmp_path, names, 9, &l2), FL_OK);
+    assert_int_equal(fl_lexicon_size(l2), 2);
+    assert_string_equal(fl_lexicon_word(l2, 1), "cat");
+    assert_null(fl_lexicon_word(l2, 2));
+    fl_lexicon_free(l2);
+    write_file(tmp_path, "the t h e |\ncat c a x |\n");
+    assert_fails_status(fl_lexicon_load(tmp_path, names, 9, &l2), FL_ERR_VALUE, "line 2: \"x\" is not a token");
+    assert_null(l2);
+    write_file(tmp_path, "the t h e |\n\ncat\n");
+    assert_fails_status(fl_lexicon_load(tmp_path, names, 9, &l2), FL_ERR_VALUE,
+                        "line 3: the word \"cat\" has no tokens");
+    assert_fails_status(fl_lexicon_load("/nonexistent/lexicon.txt", names, 9, &l2), FL_ERR_IO, "cannot open");
+    fl_lexicon_free(lex);
+    fl_lexicon_free(NULL);
+    fl_ctc_result_free(NULL);
+}
+
 static int make_tmp(void **state)
 {
     int fd = mkstemp(tmp_path);
@@ -360,6 +744,11 @@ int main(void)
         scoped_test(bad_arpa_files),
         scoped_test(kneser_ney_matches_the_reference),
         scoped_test(kneser_ney_by_hand),
+        scoped_test(ctc_language_model_corrects_greedy),
+        scoped_test(ctc_lexicon_forbids_non_words),
+        scoped_test(ctc_beam_size_one_commits_early),
+        scoped_test(ctc_beam_search_matches_exhaustive_search),
+        scoped_test(ctc_bad_input),
     };
     return cmocka_run_group_tests_name("decoder", tests, make_tmp, remove_tmp);
 }

@@ -152,6 +152,89 @@ void fl_ngram_build_options_default(fl_ngram_build_options *options);
 fl_status fl_ngram_build_arpa(const void *text, size_t size, const fl_ngram_build_options *options,
                               const char *path);
 
+/* ---- CTC decoding ---------------------------------------------------------------------- */
+
+/* Emissions are [frames, tokens] log-probabilities (log-softmax outputs, natural log),
+ * frame after frame, as a float host buffer or a 2-D tensor of any float dtype (read
+ * to the host as f32). A CTC path picks one token a frame; collapsing repeats and
+ * dropping blanks gives its token sequence. */
+
+/* A decoded sequence: ids (token ids for fl_ctc_greedy, lexicon word ids for the beam
+ * search; allocated with malloc, NULL when count is 0) and its score (below). */
+typedef struct fl_ctc_result {
+    int64_t *ids;
+    int64_t count;
+    double score;
+} fl_ctc_result;
+
+void fl_ctc_result_free(fl_ctc_result *result);
+
+/* Best path decoding: the best token of each frame (the first on ties), repeats
+ * collapsed, blanks dropped; score is the path's summed emissions. */
+fl_status fl_ctc_greedy(const float *emissions, int64_t frames, int64_t tokens, int64_t blank,
+                        fl_ctc_result *result);
+fl_status fl_ctc_greedy_tensor(const fl_tensor *emissions, int64_t blank, fl_ctc_result *result);
+
+/* A lexicon: words and their spellings in token ids (a word may have several), kept as
+ * a trie over tokens. Word ids are 0, 1, ... in the order words are first added. */
+typedef struct fl_lexicon fl_lexicon;
+
+/* An empty lexicon over token ids [0, tokens). */
+fl_status fl_lexicon_new(int64_t tokens, fl_lexicon **out);
+/* Adds a spelling of word (added if new). A spelling is at least one token
+ * (FL_ERR_VALUE); a token outside [0, tokens) is an error (FL_ERR_INDEX). A token twice
+ * in a row ("l l" of hello) needs a blank between them in a path, as CTC has it. A
+ * spelling given again for the same word changes nothing. */
+fl_status fl_lexicon_add(fl_lexicon *lex, const char *word, const int64_t *spelling, size_t length);
+/* Reads a wav2letter lexicon file: a line per spelling, the word then its tokens,
+ * separated by spaces or tabs ("hello h e l l o |"), the tokens named by
+ * token_names[0 .. tokens). Blank lines are skipped. Errors name the file and line: a
+ * word with no tokens, a token not among the names. */
+fl_status fl_lexicon_load(const char *path, const char *const *token_names, int64_t tokens, fl_lexicon **out);
+void fl_lexicon_free(fl_lexicon *lex);
+int64_t fl_lexicon_size(const fl_lexicon *lex);
+/* The word of an id, owned by lex; NULL outside [0, size). */
+const char *fl_lexicon_word(const fl_lexicon *lex, int64_t id);
+/* The id of a word, or -1. */
+int64_t fl_lexicon_word_id(const fl_lexicon *lex, const char *word);
+
+typedef struct fl_ctc_beam_options {
+    int64_t beam_size;     /* hypotheses kept after each frame (default 100) */
+    double beam_threshold; /* and only those within this of the best (default 25) */
+    double lm_weight;      /* weight of the language model's natural-log probability (default 1) */
+    double word_score;     /* added for each word (the insertion score; default 0) */
+    double silence_score;  /* added for each silence token between words (default 0) */
+    int64_t blank;         /* the blank token (default 0) */
+    int64_t silence;       /* the token allowed between words, wav2letter's "|"; -1: none (default) */
+} fl_ctc_beam_options;
+
+void fl_ctc_beam_options_default(fl_ctc_beam_options *options);
+
+/* Lexicon-constrained beam search with a word language model, wav2letter's lexicon
+ * decoder with Viterbi (max) scores. A hypothesis is a CTC path read as words: its
+ * collapsed token sequence must split into silence tokens (between words, at the start
+ * and at the end) and spellings of the lexicon, ending at a word boundary. Its score:
+ *
+ *   sum of the path's emissions
+ *   + lm_weight * ln p_LM(w1 .. wk </s> | <s>)   (lm may be NULL: no LM term)
+ *   + word_score * k + silence_score * (the silence tokens between words).
+ *
+ * Each word is scored by the language model as it ends (the lexicon word's spelling
+ * looked up in the model's vocabulary; one it lacks is <unk>), </s> at the last frame.
+ * Hypotheses in the same trie node, with the same last token and the same language
+ * model state are merged, keeping the best; after each frame at most beam_size are
+ * kept, each within beam_threshold of the best. With a beam large enough, the result
+ * is the best-scoring word sequence over all paths and splits (the tests check it
+ * against exhaustive search). The result holds lexicon word ids and that score.
+ * FL_ERR_VALUE: no hypothesis ends at a word boundary, or bad options (a blank or
+ * silence outside [0, tokens), the silence equal to the blank, beam_size < 1, a
+ * negative or NaN threshold, a NaN weight or score); FL_ERR_SHAPE: emissions not 2-D
+ * or with another number of tokens than the lexicon. */
+fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tokens, const fl_lexicon *lex,
+                             const fl_ngram *lm, const fl_ctc_beam_options *options, fl_ctc_result *result);
+fl_status fl_ctc_beam_search_tensor(const fl_tensor *emissions, const fl_lexicon *lex, const fl_ngram *lm,
+                                    const fl_ctc_beam_options *options, fl_ctc_result *result);
+
 #ifdef __cplusplus
 }
 #endif
