@@ -11,6 +11,7 @@
 
 #include "decoder/lexicon.h"
 #include "flare/decoder.h"
+#include "flare/meter.h"
 #include "support.h"
 
 static char tmp_path[] = "/tmp/flare_test_decoder_XXXXXX";
@@ -652,6 +653,129 @@ static void ctc_beam_search_matches_exhaustive_search(void **state)
     fl_ngram_free(lm);
 }
 
+/* End to end on real text: sentences of the held-out fortunes spelled in letters,
+ * with noisy emissions (a third of the letters confused with another), decoded by
+ * greedy search and by the beam search with a lexicon of the training vocabulary and
+ * the Kneser-Ney trigram model of the training fortunes; word error rates by the
+ * edit-distance meter. The language model must lower the error rate. */
+static void ctc_decodes_fortunes(void **state)
+{
+    size_t train_size, heldout_size;
+    char *train = read_fixture("kn_train.txt", &train_size);
+    char *heldout = read_fixture("kn_heldout.txt", &heldout_size);
+    assert_int_equal(fl_ngram_build_arpa(train, train_size, NULL, tmp_path), FL_OK);
+    fl_ngram *lm;
+    assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
+    static const char alphabet[] = "_|abcdefghijklmnopqrstuvwxyz'";
+    const int64_t tokens = (int64_t)strlen(alphabet);
+    fl_lexicon *lex;
+    assert_int_equal(fl_lexicon_new(tokens, &lex), FL_OK);
+    for (int32_t w = 0; w < fl_ngram_vocab_size(lm); w++) {
+        const char *word = fl_ngram_word(lm, w);
+        int64_t spelling[64];
+        size_t n = 0;
+        if (strspn(word, alphabet + 2) != strlen(word) || strlen(word) > 60)
+            continue; /* <s>, punctuation */
+        for (const char *c = word; *c; c++)
+            spelling[n++] = strchr(alphabet, *c) - alphabet;
+        spelling[n++] = 1;
+        assert_int_equal(fl_lexicon_add(lex, word, spelling, n), FL_OK);
+    }
+    fl_ctc_beam_options o;
+    fl_ctc_beam_options_default(&o);
+    o.silence = 1;
+    o.beam_size = 50;
+    o.lm_weight = 1.0;
+    fl_edit_distance_meter greedy_wer, beam_wer, beam_no_lm_wer;
+    fl_edit_distance_meter_reset(&greedy_wer);
+    fl_edit_distance_meter_reset(&beam_wer);
+    fl_edit_distance_meter_reset(&beam_no_lm_wer);
+    uint64_t seed = 7;
+    int decoded = 0;
+    for (char *line = strtok(heldout, "\n"); line && decoded < 40; line = strtok(NULL, "\n")) {
+        /* sentences of 3 to 10 words (punctuation left out), every word in the lexicon */
+        int64_t ref[16];
+        int nref = 0;
+        bool usable = true;
+        char copy[512];
+        snprintf(copy, sizeof copy, "%s", line);
+        for (char *save, *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+            if (strspn(w, alphabet + 2) != strlen(w))
+                continue;
+            int64_t id = fl_lexicon_word_id(lex, w);
+            if (id < 0 || nref == 16) {
+                usable = false;
+                break;
+            }
+            ref[nref++] = id;
+        }
+        if (!usable || nref < 3 || nref > 10)
+            continue;
+        /* two frames a token: the letter (or |), then a blank */
+        float e[2 * 160 * 29];
+        int frames = 0;
+        for (int i = 0; i < nref; i++) {
+            const char *w = fl_lexicon_word(lex, ref[i]);
+            size_t len = strlen(w);
+            for (size_t c = 0; c <= len; c++) {
+                int64_t truth = c < len ? strchr(alphabet, w[c]) - alphabet : 1;
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                bool confused = (seed >> 33) % 3 == 0;
+                int64_t other = 2 + (int64_t)((seed >> 40) % (uint64_t)(tokens - 2));
+                if (other == truth)
+                    confused = false;
+                for (int64_t k = 0; k < tokens; k++) {
+                    double p = confused ? (k == other ? 0.5 : k == truth ? 0.3 : 0.2 / (tokens - 2))
+                                        : (k == truth ? 0.7 : 0.3 / (tokens - 1));
+                    e[frames * tokens + k] = (float)log(p);
+                    e[(frames + 1) * tokens + k] = (float)log(k == 0 ? 0.9 : 0.1 / (tokens - 1));
+                }
+                frames += 2;
+            }
+        }
+        /* greedy: the tokens cut at each | into words; a non-word counts as an error */
+        fl_ctc_result r;
+        assert_int_equal(fl_ctc_greedy(e, frames, tokens, 0, &r), FL_OK);
+        int64_t hyp[64];
+        int nhyp = 0;
+        char word[128];
+        size_t wl = 0;
+        for (int64_t i = 0; i <= r.count; i++) {
+            if (i == r.count || r.ids[i] == 1) {
+                if (wl) {
+                    word[wl] = '\0';
+                    int64_t id = fl_lexicon_word_id(lex, word);
+                    hyp[nhyp] = id >= 0 ? id : -1 - nhyp; /* a non-word: an id no reference has */
+                    nhyp++;
+                }
+                wl = 0;
+            } else if (wl < sizeof word - 1) {
+                word[wl++] = alphabet[r.ids[i]];
+            }
+        }
+        fl_ctc_result_free(&r);
+        assert_int_equal(fl_edit_distance_meter_add(&greedy_wer, hyp, nhyp, ref, nref), FL_OK);
+        if (fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r) != FL_OK)
+            fail_msg("%s", fl_last_error());
+        assert_int_equal(fl_edit_distance_meter_add(&beam_wer, r.ids, r.count, ref, nref), FL_OK);
+        fl_ctc_result_free(&r);
+        assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, NULL, &o, &r), FL_OK);
+        assert_int_equal(fl_edit_distance_meter_add(&beam_no_lm_wer, r.ids, r.count, ref, nref), FL_OK);
+        fl_ctc_result_free(&r);
+        decoded++;
+    }
+    assert_int_equal(decoded, 40);
+    double g = fl_edit_distance_meter_error_rate(&greedy_wer), b = fl_edit_distance_meter_error_rate(&beam_wer),
+           n = fl_edit_distance_meter_error_rate(&beam_no_lm_wer);
+    print_message("WER on %d held-out fortunes: greedy %.1f%%, lexicon beam %.1f%%, lexicon beam + trigram LM %.1f%%\n",
+                  decoded, g, n, b);
+    assert_true(n < g);
+    assert_true(b < n);
+    fl_lexicon_free(lex);
+    fl_ngram_free(lm);
+    free(train), free(heldout);
+}
+
 static void ctc_bad_input(void **state)
 {
     fl_lexicon *lex = small_lexicon();
@@ -748,6 +872,7 @@ int main(void)
         scoped_test(ctc_lexicon_forbids_non_words),
         scoped_test(ctc_beam_size_one_commits_early),
         scoped_test(ctc_beam_search_matches_exhaustive_search),
+        scoped_test(ctc_decodes_fortunes),
         scoped_test(ctc_bad_input),
     };
     return cmocka_run_group_tests_name("decoder", tests, make_tmp, remove_tmp);

@@ -206,6 +206,7 @@ typedef struct fl_ctc_beam_options {
     double silence_score;  /* added for each silence token between words (default 0) */
     int64_t blank;         /* the blank token (default 0) */
     int64_t silence;       /* the token allowed between words, wav2letter's "|"; -1: none (default) */
+    int smearing;          /* LM look-ahead inside words (wav2letter's max smearing; default 1, on) */
 } fl_ctc_beam_options;
 
 void fl_ctc_beam_options_default(fl_ctc_beam_options *options);
@@ -223,7 +224,11 @@ void fl_ctc_beam_options_default(fl_ctc_beam_options *options);
  * looked up in the model's vocabulary; one it lacks is <unk>), </s> at the last frame.
  * Hypotheses in the same trie node, with the same last token and the same language
  * model state are merged, keeping the best; after each frame at most beam_size are
- * kept, each within beam_threshold of the best. With a beam large enough, the result
+ * kept, each within beam_threshold of the best. With smearing (and an LM), a
+ * hypothesis inside a word is ranked as if it had the best weighted unigram score of
+ * the words its trie node leads to (less the best of all words), replaced by the
+ * word's real score as it ends: words not yet paid for do not crowd out those that
+ * are. It changes which hypotheses are pruned, never a finished hypothesis's score. With a beam large enough, the result
  * is the best-scoring word sequence over all paths and splits (the tests check it
  * against exhaustive search). The result holds lexicon word ids and that score.
  * FL_ERR_VALUE: no hypothesis ends at a word boundary, or bad options (a blank or

@@ -130,6 +130,7 @@ void fl_ctc_beam_options_default(fl_ctc_beam_options *options)
     options->lm_weight = 1.0;
     options->blank = 0;
     options->silence = -1;
+    options->smearing = 1;
 }
 
 /* ---- the beam search ------------------------------------------------------------------- */
@@ -158,6 +159,7 @@ typedef struct {
     const fl_ngram *lm;
     const fl_ctc_beam_options *opt;
     int32_t *lm_ids; /* the language model's id of each lexicon word */
+    double *offset;  /* per trie node: the look-ahead a hypothesis there carries (see below) */
     history *hist;
     int64_t hist_count, hist_cap;
     double best; /* the best candidate of the frame so far */
@@ -270,9 +272,10 @@ static fl_status expand(search *s, const hypothesis *h, const float *e, int64_t 
         if (child < 0)
             continue;
         const lexicon_node *c = &lex->nodes[child];
+        double here = s->offset ? s->offset[h->node] : 0.0;
         if (c->child_count > 0) {
             x = *h;
-            x.score = base;
+            x.score = base + (s->offset ? s->offset[child] : 0.0) - here;
             x.prev = k;
             x.node = child;
             if (!candidate(s, next, &x))
@@ -283,7 +286,7 @@ static fl_status expand(search *s, const hypothesis *h, const float *e, int64_t 
             x = *h;
             x.prev = k;
             x.node = 0;
-            x.score = base + lm_term(s, &h->lm, s->lm_ids[w], &x.lm) + o->word_score;
+            x.score = base - here + lm_term(s, &h->lm, s->lm_ids[w], &x.lm) + o->word_score;
             if (x.score < s->best - o->beam_threshold)
                 continue;
             if (s->hist_count == s->hist_cap) {
@@ -350,14 +353,43 @@ fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tok
     s.lm_ids = malloc((size_t)(lex->word_count ? lex->word_count : 1) * sizeof *s.lm_ids);
     if (!s.lm_ids)
         return no_memory(fn);
+    status = FL_OK;
     for (int64_t w = 0; w < lex->word_count; w++)
         s.lm_ids[w] = lm ? fl_ngram_word_id(lm, lex->words[w]) : -1;
+    /* Look-ahead (wav2letter's max smearing): a hypothesis inside a word carries the
+     * best weighted unigram score of the words its node leads to, less the best of
+     * all, and trades it for the word's real score as the word ends. Hypotheses that
+     * have not paid for a word yet then do not crowd out those that have; at a word
+     * boundary, and so in the result, the offset is 0. */
+    if (lm && options->smearing && status == FL_OK) {
+        s.offset = malloc((size_t)lex->node_count * sizeof *s.offset);
+        if (!s.offset)
+            status = no_memory(fn);
+        /* children have larger indices than their parents */
+        for (int64_t i = lex->node_count - 1; i >= 0 && status == FL_OK; i--) {
+            const lexicon_node *n = &lex->nodes[i];
+            double best = -INFINITY;
+            for (int32_t k = 0; k < n->word_count; k++) {
+                fl_ngram_state null, out;
+                fl_ngram_null_state(&null);
+                double v = lm_term(&s, &null, s.lm_ids[n->words[k]], &out);
+                best = v > best ? v : best;
+            }
+            for (int32_t k = 0; k < n->child_count; k++)
+                best = s.offset[n->children[k].node] > best ? s.offset[n->children[k].node] : best;
+            s.offset[i] = best;
+        }
+        for (int64_t i = 1; i < lex->node_count && status == FL_OK; i++)
+            s.offset[i] -= s.offset[0];
+        if (status == FL_OK)
+            s.offset[0] = 0.0;
+    }
     hypothesis start = {.score = 0.0, .node = 0, .prev = -1, .history = -1};
     if (lm)
         fl_ngram_begin_state(lm, &start.lm);
     else
         fl_ngram_null_state(&start.lm);
-    if (!push(&beam, &start))
+    if (status == FL_OK && !push(&beam, &start))
         status = no_memory(fn);
     for (int64_t t = 0; t < frames && status == FL_OK; t++) {
         next.count = 0;
@@ -402,7 +434,7 @@ fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tok
             result->score = best_score;
         }
     }
-    free(beam.items), free(next.items), free(s.hist), free(s.lm_ids);
+    free(beam.items), free(next.items), free(s.hist), free(s.lm_ids), free(s.offset);
     return status;
 }
 
