@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "decoder/lexicon.h"
@@ -306,6 +307,12 @@ static void kneser_ney_by_hand(void **state)
                         "the text is too small for order 2: its 1-grams seen once, twice, three and four times");
     options.discount_fallback = 1;
     assert_int_equal(fl_ngram_build_arpa(text, sizeof text - 1, &options, tmp_path), FL_OK);
+    /* written with a new file's mode, not a temporary's 0600 */
+    mode_t mask = umask(022);
+    umask(mask);
+    struct stat info;
+    assert_int_equal(stat(tmp_path, &info), 0);
+    assert_int_equal(info.st_mode & 0777, 0666 & ~mask);
     fl_ngram *lm = NULL;
     assert_int_equal(fl_ngram_load_arpa(tmp_path, &lm), FL_OK);
     /* vocabulary <unk> <s> </s> a b; adjusted unigram counts (continuation):
