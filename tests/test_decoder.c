@@ -109,6 +109,13 @@ static void arpa_scores_by_hand(void **state)
     assert_float_equal(fl_ngram_score(lm, &u, fl_ngram_word_id(lm, "b"), &u), -0.8, 1e-6);
     assert_float_equal(fl_ngram_score(lm, &u, fl_ngram_word_id(lm, "a"), &u), -0.2, 1e-6);
     assert_true(fl_ngram_state_equal(&t, &u));
+    /* a state not made by the API is read as far as it can hold */
+    fl_ngram_state odd = {.length = 1000, .words = {3}};
+    /* its last two words, <unk> <unk>: b backs off to bow(<unk>) + p(b) */
+    assert_float_equal(fl_ngram_score(lm, &odd, 4, &odd), -0.8, 1e-6);
+    assert_int_equal(odd.length, 1);
+    odd.length = -5;
+    assert_float_equal(fl_ngram_score(lm, &odd, 4, &odd), -0.8, 1e-6);
 
     fl_ngram_stats st;
     const char text[] = "a b\n  b\ta b \r\na c";

@@ -1,6 +1,12 @@
 /*
  * Flare's decoder layer: word n-gram language models and CTC decoding, the part of
- * speech recognition (Flashlight's wav2letter) that needs tensors only.
+ * speech recognition (Flashlight's wav2letter) that needs tensors only
+ * (docs/SPEECH.md, "Language models and decoding"). Three parts, each below:
+ *
+ * - n-gram language models (fl_ngram): read from ARPA files and scored;
+ * - estimating them: interpolated modified Kneser-Ney from text, written as ARPA;
+ * - CTC decoding: best path, and a lexicon (fl_lexicon) beam search scored with a
+ *   language model at each word's end.
  *
  * N-gram language models (fl_ngram) are read from ARPA files, the format of SRILM,
  * KenLM and IRSTLM:
@@ -35,7 +41,8 @@
  * n-gram order that was not declared, a malformed number, a wrong number of words, an
  * n-gram given twice, a context missing from the file, no \end\).
  *
- * A model is immutable once made: threads may share one.
+ * Models and lexicons are immutable once made (a lexicon once its words are added):
+ * threads may share them.
  */
 #ifndef FLARE_DECODER_H
 #define FLARE_DECODER_H

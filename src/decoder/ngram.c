@@ -478,7 +478,9 @@ void fl_ngram_begin_state(const fl_ngram *lm, fl_ngram_state *state)
 
 int fl_ngram_state_equal(const fl_ngram_state *a, const fl_ngram_state *b)
 {
-    return a->length == b->length && !memcmp(a->words, b->words, (size_t)a->length * sizeof a->words[0]);
+    if (a->length != b->length || a->length < 0 || a->length > FL_NGRAM_MAX_ORDER - 1)
+        return a->length == b->length;
+    return !memcmp(a->words, b->words, (size_t)a->length * sizeof a->words[0]);
 }
 
 double fl_ngram_score(const fl_ngram *lm, const fl_ngram_state *in, int32_t word, fl_ngram_state *out)
@@ -491,10 +493,12 @@ double fl_ngram_score(const fl_ngram *lm, const fl_ngram_state *in, int32_t word
         fl_ngram_null_state(out);
         return -100.0;
     }
-    /* history + word, the history cut to order - 1 words */
+    /* history + word, the history cut to order - 1 words (and a state not made by
+     * this API to what it can hold) */
     int32_t ids[FL_NGRAM_MAX_ORDER];
-    int len = in->length < lm->order - 1 ? in->length : lm->order - 1;
-    memcpy(ids, in->words + (in->length - len), (size_t)len * sizeof *ids);
+    int have = in->length < 0 ? 0 : in->length > FL_NGRAM_MAX_ORDER - 1 ? FL_NGRAM_MAX_ORDER - 1 : in->length;
+    int len = have < lm->order - 1 ? have : lm->order - 1;
+    memcpy(ids, in->words + (have - len), (size_t)len * sizeof *ids);
     ids[len] = word;
     /* The longest n-gram "context-suffix word"; every longer context in the file adds
      * its backoff weight. */
