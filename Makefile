@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev 
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
 FUZZ_SECONDS    ?= 60
-FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer arpa
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer arpa lexicon
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -189,6 +189,18 @@ def arpa():
     }
 
 
+def lexicons():
+    """wav2letter lexicons over the tokens _ | a b c d e (tests/fuzz/lexicon.c): words
+    spelled with and without the boundary, homophones, a doubled letter, and broken
+    ones (an unknown token, a word without tokens)."""
+    return {
+        "words": b"ab a b |\nba b a |\ncab c a b |\nadd a d d |\n",
+        "homophones": b"ab\ta b |\nAB\ta b |\nab a b\r\n\nb b\n",
+        "unknown_token": b"ab a b |\nax a x |\n",
+        "no_tokens": b"ab a b |\nlonely\n",
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -214,6 +226,7 @@ def main():
     write("idx_gzip", IDX)  # the target gzips its input
     write("tokenizer", tokenizers())
     write("arpa", arpa())
+    write("lexicon", lexicons())
 
 
 if __name__ == "__main__":
