@@ -858,6 +858,33 @@ static void ctc_bad_input(void **state)
     assert_fails_status(fl_lexicon_load(tmp_path, names, 9, &l2), FL_ERR_VALUE,
                         "line 3: the word \"cat\" has no tokens");
     assert_fails_status(fl_lexicon_load("/nonexistent/lexicon.txt", names, 9, &l2), FL_ERR_IO, "cannot open");
+    const char *twice[] = {"_", "|", "a", "b", "a"};
+    assert_fails_status(fl_lexicon_load(tmp_path, twice, 5, &l2), FL_ERR_VALUE, "tokens 2 and 4 are both named \"a\"");
+    /* names found by search: a lexicon over the last of many tokens */
+    char many_names[300][8];
+    const char *many[300];
+    for (int i = 0; i < 300; i++) {
+        snprintf(many_names[i], sizeof many_names[i], "t%d", (i * 7919) % 300);
+        many[i] = many_names[i];
+    }
+    many[5] = NULL;
+    write_file(tmp_path, "w t0 t299 t1\n");
+    assert_int_equal(fl_lexicon_load(tmp_path, many, 300, &l2), FL_OK);
+    int64_t spelling[3] = {0, 0, 0};
+    for (int i = 0; i < 300; i++) {
+        if (many[i] && !strcmp(many[i], "t0"))
+            spelling[0] = i;
+        if (many[i] && !strcmp(many[i], "t299"))
+            spelling[1] = i;
+        if (many[i] && !strcmp(many[i], "t1"))
+            spelling[2] = i;
+    }
+    int32_t node = 0;
+    for (int i = 0; i < 3; i++)
+        node = lexicon_child(l2, node, spelling[i]);
+    assert_true(node > 0);
+    assert_int_equal(l2->nodes[node].word_count, 1);
+    fl_lexicon_free(l2);
     fl_lexicon_free(lex);
     fl_lexicon_free(NULL);
     fl_ctc_result_free(NULL);

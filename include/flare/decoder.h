@@ -195,8 +195,9 @@ fl_status fl_lexicon_new(int64_t tokens, fl_lexicon **out);
 fl_status fl_lexicon_add(fl_lexicon *lex, const char *word, const int64_t *spelling, size_t length);
 /* Reads a wav2letter lexicon file: a line per spelling, the word then its tokens,
  * separated by spaces or tabs ("hello h e l l o |"), the tokens named by
- * token_names[0 .. tokens). Blank lines are skipped. Errors name the file and line: a
- * word with no tokens, a token not among the names. */
+ * token_names[0 .. tokens) (a NULL name names no token; two tokens of one name are an
+ * error). Blank lines are skipped. Errors name the file and line: a word with no
+ * tokens, a token not among the names. */
 fl_status fl_lexicon_load(const char *path, const char *const *token_names, int64_t tokens, fl_lexicon **out);
 void fl_lexicon_free(fl_lexicon *lex);
 int64_t fl_lexicon_size(const fl_lexicon *lex);

@@ -166,6 +166,17 @@ fl_status fl_lexicon_add(fl_lexicon *lex, const char *word, const int64_t *spell
     return FL_OK;
 }
 
+/* The names by_name sorts by: qsort takes no context. Per thread, so that threads
+ * may load lexicons at once. */
+static _Thread_local const char *const *sort_names;
+
+static int by_name(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    int c = strcmp(sort_names[x], sort_names[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
 fl_status fl_lexicon_load(const char *path, const char *const *token_names, int64_t tokens, fl_lexicon **out)
 {
     static const char fn[] = "fl_lexicon_load";
@@ -178,8 +189,29 @@ fl_status fl_lexicon_load(const char *path, const char *const *token_names, int6
     fl_status status = fl_lexicon_new(tokens, &lex);
     if (status)
         return status;
+    /* the token names sorted, for binary search (a word-piece set has thousands) */
+    int64_t *sorted = malloc((size_t)tokens * sizeof *sorted);
+    if (!sorted) {
+        fl_lexicon_free(lex);
+        return no_memory(fn);
+    }
+    size_t named = 0;
+    for (int64_t k = 0; k < tokens; k++)
+        if (token_names[k])
+            sorted[named++] = k;
+    sort_names = token_names;
+    qsort(sorted, named, sizeof *sorted, by_name);
+    for (size_t i = 1; i < named; i++)
+        if (!strcmp(token_names[sorted[i - 1]], token_names[sorted[i]])) {
+            fl_error(FL_ERR_VALUE, fn, "tokens %lld and %lld are both named \"%.40s\"", (long long)sorted[i - 1],
+                     (long long)sorted[i], token_names[sorted[i]]);
+            free(sorted);
+            fl_lexicon_free(lex);
+            return FL_ERR_VALUE;
+        }
     FILE *f = fopen(path, "r");
     if (!f) {
+        free(sorted);
         fl_lexicon_free(lex);
         return fl_error(FL_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno)), FL_ERR_IO;
     }
@@ -197,9 +229,19 @@ fl_status fl_lexicon_load(const char *path, const char *const *token_names, int6
         size_t n = 0;
         for (char *t; (t = strtok_r(NULL, " \t\r\n", &save));) {
             int64_t id = -1;
-            for (int64_t k = 0; k < tokens && id < 0; k++)
-                if (token_names[k] && !strcmp(token_names[k], t))
-                    id = k;
+            size_t lo = 0, hi = named;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(token_names[sorted[mid]], t);
+                if (c == 0) {
+                    id = sorted[mid];
+                    break;
+                }
+                if (c < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
             if (id < 0) {
                 fl_error(FL_ERR_VALUE, fn, "%s, line %lld: \"%.40s\" is not a token", path, number, t);
                 status = FL_ERR_VALUE;
@@ -230,7 +272,7 @@ fl_status fl_lexicon_load(const char *path, const char *const *token_names, int6
         status = FL_ERR_IO;
     }
     fclose(f);
-    free(line), free(spelling);
+    free(line), free(spelling), free(sorted);
     if (status) {
         fl_lexicon_free(lex);
         return status;
