@@ -512,6 +512,13 @@ static void ctc_lexicon_forbids_non_words(void **state)
     assert_int_equal(fl_ctc_beam_search(e, 4, tokens, lex, NULL, &o, &r), FL_OK);
     assert_words(&r, lex, "cat");
     fl_ctc_result_free(&r);
+    /* trying only each frame's best token is greedy search: "cst" is no word */
+    o.beam_size_token = 1;
+    assert_fails_status(fl_ctc_beam_search(e, 4, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "no hypothesis");
+    o.beam_size_token = 2;
+    assert_int_equal(fl_ctc_beam_search(e, 4, tokens, lex, NULL, &o, &r), FL_OK);
+    assert_words(&r, lex, "cat");
+    fl_ctc_result_free(&r);
     fl_lexicon_free(lex);
     free(e);
 }
@@ -806,7 +813,9 @@ static void ctc_bad_input(void **state)
     assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "silence 0 must be -1");
     o.silence = 1, o.beam_size = 0;
     assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_size 0");
-    o.beam_size = 10, o.beam_threshold = NAN;
+    o.beam_size = 10, o.beam_size_token = -1;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_size_token -1");
+    o.beam_size_token = 0, o.beam_threshold = NAN;
     assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_threshold");
     o.beam_threshold = 10, o.lm_weight = NAN;
     assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "lm_weight");

@@ -246,11 +246,15 @@ static double lm_term(const search *s, const fl_ngram_state *in, int32_t lm_word
     return s->opt->lm_weight * M_LN10 * fl_ngram_score(s->lm, in, lm_word, out);
 }
 
-static fl_status expand(search *s, const hypothesis *h, const float *e, int64_t tokens, hypotheses *next)
+/* Extends h by each token of the frame's list (all tokens, or the best
+ * beam_size_token of them). */
+static fl_status expand(search *s, const hypothesis *h, const float *e, const int64_t *list, int64_t count,
+                        hypotheses *next)
 {
     const fl_ctc_beam_options *o = s->opt;
     const fl_lexicon *lex = s->lex;
-    for (int64_t k = 0; k < tokens; k++) {
+    for (int64_t j = 0; j < count; j++) {
+        int64_t k = list[j];
         double base = h->score + e[k];
         if (base < s->best - o->beam_threshold)
             continue;
@@ -306,6 +310,21 @@ static fl_status expand(search *s, const hypothesis *h, const float *e, int64_t 
     return FL_OK;
 }
 
+/* Moves the n tokens of highest emission to the front of list (ties to the lower
+ * id): a partial selection sort, as n is small where it is used. */
+static void best_tokens(const float *e, int64_t *list, int64_t tokens, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t best = i;
+        for (int64_t j = i + 1; j < tokens; j++)
+            if (e[list[j]] > e[list[best]] || (e[list[j]] == e[list[best]] && list[j] < list[best]))
+                best = j;
+        int64_t x = list[i];
+        list[i] = list[best];
+        list[best] = x;
+    }
+}
+
 static fl_status check_options(const char *fn, const fl_ctc_beam_options *o, int64_t tokens)
 {
     if (o->blank < 0 || o->blank >= tokens)
@@ -318,6 +337,10 @@ static fl_status check_options(const char *fn, const fl_ctc_beam_options *o, int
                FL_ERR_VALUE;
     if (o->beam_size < 1)
         return fl_error(FL_ERR_VALUE, fn, "beam_size %lld must be at least 1", (long long)o->beam_size),
+               FL_ERR_VALUE;
+    if (o->beam_size_token < 0)
+        return fl_error(FL_ERR_VALUE, fn, "beam_size_token %lld must be 0 (every token) or more",
+                        (long long)o->beam_size_token),
                FL_ERR_VALUE;
     if (!(o->beam_threshold >= 0))
         return fl_error(FL_ERR_VALUE, fn, "beam_threshold %g must be at least 0", o->beam_threshold), FL_ERR_VALUE;
@@ -391,11 +414,21 @@ fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tok
         fl_ngram_null_state(&start.lm);
     if (status == FL_OK && !push(&beam, &start))
         status = no_memory(fn);
+    int64_t per_frame = options->beam_size_token > 0 && options->beam_size_token < tokens ? options->beam_size_token
+                                                                                             : tokens;
+    int64_t *list = status == FL_OK ? malloc((size_t)tokens * sizeof *list) : NULL;
+    if (status == FL_OK && !list)
+        status = no_memory(fn);
     for (int64_t t = 0; t < frames && status == FL_OK; t++) {
+        const float *e = emissions + t * tokens;
+        for (int64_t k = 0; k < tokens; k++)
+            list[k] = k;
+        if (per_frame < tokens)
+            best_tokens(e, list, tokens, per_frame);
         next.count = 0;
         s.best = -INFINITY;
         for (int64_t i = 0; i < beam.count && status == FL_OK; i++)
-            status = expand(&s, &beam.items[i], emissions + t * tokens, tokens, &next);
+            status = expand(&s, &beam.items[i], e, list, per_frame, &next);
         prune(&s, &next);
         hypotheses swap = beam;
         beam = next;
@@ -434,7 +467,7 @@ fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tok
             result->score = best_score;
         }
     }
-    free(beam.items), free(next.items), free(s.hist), free(s.lm_ids), free(s.offset);
+    free(beam.items), free(next.items), free(s.hist), free(s.lm_ids), free(s.offset), free(list);
     return status;
 }
 
