@@ -485,8 +485,26 @@ static void ctc_language_model_corrects_greedy(void **state)
         assert_memory_equal(r.ids, expected, sizeof expected);
         fl_ctc_result_free(&r);
     }
-    fl_lexicon_free(lex);
     fl_ngram_free(lm);
+
+    /* A model giving bat probability 0 (-inf): the look-ahead of its subtree is left
+     * out, and "the cat" wins whatever the acoustics. One giving every word 0 leaves
+     * the empty sentence. Scores stay numbers. */
+    lm = load_text("\\data\\\nngram 1=6\n\n\\1-grams:\n-99 <s>\n-0.5 </s>\n-1 the\n-2 cat\n-inf bat\n"
+                   "-2 sat\n\n\\end\\\n");
+    assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r), FL_OK);
+    assert_words(&r, lex, "the cat");
+    assert_true(isfinite(r.score));
+    fl_ctc_result_free(&r);
+    fl_ngram_free(lm);
+    lm = load_text("\\data\\\nngram 1=6\n\n\\1-grams:\n-99 <s>\n-0.5 </s>\n-inf the\n-inf cat\n-inf bat\n"
+                   "-inf sat\n\n\\end\\\n");
+    assert_int_equal(fl_ctc_beam_search(e, frames, tokens, lex, lm, &o, &r), FL_OK);
+    assert_int_equal(r.count, 0);
+    assert_true(isfinite(r.score));
+    fl_ctc_result_free(&r);
+    fl_ngram_free(lm);
+    fl_lexicon_free(lex);
     free(e);
 }
 
@@ -818,8 +836,11 @@ static void ctc_bad_input(void **state)
     o.beam_size_token = 0, o.beam_threshold = NAN;
     assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "beam_threshold");
     o.beam_threshold = 10, o.lm_weight = NAN;
-    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "lm_weight");
-    o.lm_weight = 1;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE, "lm_weight nan");
+    o.lm_weight = 1, o.word_score = INFINITY;
+    assert_fails_status(fl_ctc_beam_search(e, 2, tokens, lex, NULL, &o, &r), FL_ERR_VALUE,
+                        "word_score inf and silence_score 0 must be finite");
+    o.word_score = 0;
     assert_fails_status(fl_ctc_beam_search(e, 2, 8, lex, NULL, &o, &r), FL_ERR_SHAPE,
                         "emissions of 8 tokens, a lexicon of 9");
     e[12] = NAN;

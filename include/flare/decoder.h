@@ -242,7 +242,8 @@ void fl_ctc_beam_options_default(fl_ctc_beam_options *options);
  * against exhaustive search). The result holds lexicon word ids and that score.
  * FL_ERR_VALUE: no hypothesis ends at a word boundary, or bad options (a blank or
  * silence outside [0, tokens), the silence equal to the blank, beam_size < 1, a
- * negative beam_size_token, a negative or NaN threshold, a NaN weight or score); FL_ERR_SHAPE: emissions not 2-D
+ * negative beam_size_token, a negative or NaN threshold, a weight or score that is
+ * not finite); FL_ERR_SHAPE: emissions not 2-D
  * or with another number of tokens than the lexicon. */
 fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tokens, const fl_lexicon *lex,
                              const fl_ngram *lm, const fl_ctc_beam_options *options, fl_ctc_result *result);

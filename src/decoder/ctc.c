@@ -344,8 +344,10 @@ static fl_status check_options(const char *fn, const fl_ctc_beam_options *o, int
                FL_ERR_VALUE;
     if (!(o->beam_threshold >= 0))
         return fl_error(FL_ERR_VALUE, fn, "beam_threshold %g must be at least 0", o->beam_threshold), FL_ERR_VALUE;
-    if (isnan(o->lm_weight) || isnan(o->word_score) || isnan(o->silence_score))
-        return fl_error(FL_ERR_VALUE, fn, "lm_weight, word_score and silence_score must be numbers"), FL_ERR_VALUE;
+    if (!isfinite(o->lm_weight) || !isfinite(o->word_score) || !isfinite(o->silence_score))
+        return fl_error(FL_ERR_VALUE, fn, "lm_weight %g, word_score %g and silence_score %g must be finite",
+                        o->lm_weight, o->word_score, o->silence_score),
+               FL_ERR_VALUE;
     return FL_OK;
 }
 
@@ -402,9 +404,15 @@ fl_status fl_ctc_beam_search(const float *emissions, int64_t frames, int64_t tok
                 best = s.offset[n->children[k].node] > best ? s.offset[n->children[k].node] : best;
             s.offset[i] = best;
         }
-        for (int64_t i = 1; i < lex->node_count && status == FL_OK; i++)
-            s.offset[i] -= s.offset[0];
-        if (status == FL_OK)
+        /* Words the LM gives probability 0 have no look-ahead to offer: a subtree of
+         * only those carries none, and a lexicon of only those gets no smearing. */
+        if (status == FL_OK && !isfinite(s.offset[0])) {
+            free(s.offset);
+            s.offset = NULL;
+        }
+        for (int64_t i = 1; s.offset && i < lex->node_count; i++)
+            s.offset[i] = isfinite(s.offset[i]) ? s.offset[i] - s.offset[0] : 0.0;
+        if (s.offset)
             s.offset[0] = 0.0;
     }
     hypothesis start = {.score = 0.0, .node = 0, .prev = -1, .history = -1};
