@@ -352,6 +352,8 @@ static void kneser_ney_by_hand(void **state)
     const char marked[] = "a b\nc <s> d\n";
     assert_fails_status(fl_ngram_build_arpa(marked, sizeof marked - 1, NULL, tmp_path), FL_ERR_VALUE,
                         "line 2 of the text holds <s>");
+    assert_fails_status(fl_ngram_build_arpa("a\nb\0c\n", 6, NULL, tmp_path), FL_ERR_VALUE,
+                        "line 2 of the text holds a NUL byte");
     options.order = 2;
     assert_fails_status(fl_ngram_build_arpa(text, 3, &options, "/nonexistent/lm.arpa"), FL_ERR_IO,
                         "cannot create /nonexistent/lm.arpa.tmp.");

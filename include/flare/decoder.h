@@ -137,8 +137,8 @@ void fl_ngram_build_options_default(fl_ngram_build_options *options);
 /* Estimates an interpolated modified Kneser-Ney model (Chen & Goodman) from size bytes
  * of text and writes it to path as an ARPA file, through a temporary file renamed into
  * place (a reader never sees half a file). The text is one sentence a line, words
- * separated by spaces or tabs, each sentence padded with <s> and </s>; <s> and </s>
- * in the text are an error naming the line. The vocabulary is every word seen, plus
+ * separated by spaces or tabs, each sentence padded with <s> and </s>; <s>, </s> or
+ * a NUL byte in the text is an error naming the line. The vocabulary is every word seen, plus
  * <s>, </s> and <unk>. For an n-gram h w:
  *
  *   a(h w)    adjusted count: the count at the highest order and for n-grams that

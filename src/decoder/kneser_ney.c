@@ -257,6 +257,12 @@ static fl_status count(model *m, const char *text, size_t size)
             if (p == w)
                 break;
             size_t wl = (size_t)(p - w);
+            if (memchr(w, '\0', wl)) {
+                fl_error(FL_ERR_VALUE, FN, "line %lld of the text holds a NUL byte, which no ARPA word can",
+                         (long long)line);
+                status = FL_ERR_VALUE;
+                break;
+            }
             if ((wl == 3 && !memcmp(w, "<s>", 3)) || (wl == 4 && !memcmp(w, "</s>", 4))) {
                 fl_error(FL_ERR_VALUE, FN, "line %lld of the text holds %.*s, which marks sentences",
                          (long long)line, (int)wl, w);
