@@ -26,7 +26,7 @@ SEED            ?= 1
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
 FUZZ_SECONDS    ?= 60
-FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer audio
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer audio arpa lexicon
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -125,6 +125,8 @@ $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers librosa
+	@# KenLM's query module (compiled from source) cross-checks tests/fixtures/gen_kenlm_ref.py.
+	$(VENV)/bin/pip install -q kenlm
 
 venv: deps $(PYTHON)
 

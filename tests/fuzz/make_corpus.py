@@ -201,6 +201,42 @@ def audio():
     }
 
 
+ARPA_SMALL = (b"\\data\\\nngram 1=5\nngram 2=4\nngram 3=2\n\n"
+              b"\\1-grams:\n-1.0\t<unk>\n-99\t<s>\t-0.5\n-0.7\t</s>\n-0.6\ta\t-0.3\n-0.8\tb\t-0.2\n\n"
+              b"\\2-grams:\n-0.4 <s> a -0.1\n-0.3 a b -0.15\n-0.5 b </s>\n-0.2 b a\n\n"
+              b"\\3-grams:\n-0.05 <s> a b\n-0.1\ta b </s>\r\n\n\\end\\\n")
+
+
+def arpa():
+    """ARPA language models (fl_ngram_load_arpa): a trigram model with backoffs, one
+    of order 4 without <unk>, and broken ones (counts off, no \\end\\, a bad number,
+    an undeclared order, a context missing)."""
+    order4 = (b"\\data\\\nngram 1=4\nngram 2=2\nngram 3=1\nngram 4=1\n\n\\1-grams:\n-99 <s> -0.1\n-1 </s>\n"
+              b"-0.5 x -0.2\n-0.6 y 0\n\n\\2-grams:\n-0.1 <s> x -0.3\n-0.2 x y\n\n\\3-grams:\n-0.3 <s> x y\n\n"
+              b"\\4-grams:\n-0.01 <s> x y </s>\n\n\\end\\\n")
+    return {
+        "trigram": ARPA_SMALL,
+        "order4": order4,
+        "count_off": ARPA_SMALL.replace(b"ngram 2=4", b"ngram 2=3"),
+        "no_end": ARPA_SMALL[:-6],
+        "bad_number": ARPA_SMALL.replace(b"-0.15", b"-0.1.5"),
+        "undeclared_order": order4.replace(b"ngram 4=1\n", b""),
+        "missing_context": order4.replace(b"-0.3 <s> x y", b"-0.3 y x y"),
+    }
+
+
+def lexicons():
+    """wav2letter lexicons over the tokens _ | a b c d e (tests/fuzz/lexicon.c): words
+    spelled with and without the boundary, homophones, a doubled letter, and broken
+    ones (an unknown token, a word without tokens)."""
+    return {
+        "words": b"ab a b |\nba b a |\ncab c a b |\nadd a d d |\n",
+        "homophones": b"ab\ta b |\nAB\ta b |\nab a b\r\n\nb b\n",
+        "unknown_token": b"ab a b |\nax a x |\n",
+        "no_tokens": b"ab a b |\nlonely\n",
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -226,6 +262,8 @@ def main():
     write("idx_gzip", IDX)  # the target gzips its input
     write("tokenizer", tokenizers())
     write("audio", audio())
+    write("arpa", arpa())
+    write("lexicon", lexicons())
 
 
 if __name__ == "__main__":
