@@ -14,6 +14,7 @@ THREADS    ?= 2
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-dev libdnnl-dev libcmocka-dev \
                    zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes python3-venv ninja-build openmpi-bin libopenmpi-dev \
                    ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo \
+                   espeak-ng sox \
                    libsndfile1-dev libsamplerate0-dev libfftw3-dev
 
 # What `make speech-data` needs besides: the synthesiser and sox.
