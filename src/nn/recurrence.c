@@ -80,32 +80,32 @@ static void release_steps(fl_tensor **list, int64_t count)
 
 /* ---- LSTM ---- */
 
-/* saved: the activated gates [T, N, 4H], the output [T, N, 2H], h0, c0, w_hh. Each
- * step of the walk is the cell's fused gradient (fl_lstm_cell_backward, one pass over
- * the step's gates and states) and the matmul with W_hh. */
+/* saved: the output [2T, N, H] (h_t at t, c_t at T + t), h0, c0, w_hh, then the
+ * activated gates [N, 4H] of each step t, as the steps made them (stacking them would
+ * copy them once more). Each step of the walk is the cell's fused gradient
+ * (fl_lstm_cell_backward, one pass over the step's gates and states) and the matmul
+ * with W_hh. */
 static void lstm_grad(fl_grad *g)
 {
     const recurrence_context *c = g->context;
-    fl_tensor *gates = g->saved[0], *out = g->saved[1], *h0 = g->saved[2], *c0 = g->saved[3], *w_hh = g->saved[4];
-    int64_t steps = fl_dim(out, 0), h = fl_dim(h0, -1);
-    fl_tensor *hidden = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, h)));
-    fl_tensor *cells = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(h, 2 * h)));
-    fl_tensor *cells_before = previous_states(cells, c0, c->reverse);
+    fl_tensor *out = g->saved[0], *h0 = g->saved[1], *c0 = g->saved[2], *w_hh = g->saved[3];
+    fl_tensor *const *gates = g->saved + 4;
+    int64_t steps = fl_dim(out, 0) / 2;
+    int64_t first = c->reverse ? steps - 1 : 0; /* the step that starts from h0 and c0 */
     fl_tensor **dgates = step_list(steps), *dh_next = NULL, *dc_next = NULL;
-    bool ok = dgates && cells_before;
+    bool ok = dgates != NULL;
     for (int64_t s = steps - 1; ok && s >= 0; s--) {
         int64_t t = c->reverse ? steps - 1 - s : s;
         fl_scope step = fl_scope_begin();
-        fl_tensor *dout = step_of(g->output_grad, t);
-        fl_tensor *dh = columns(dout, 0, h), *dc = columns(dout, h, 2 * h);
+        fl_tensor *dh = step_of(g->output_grad, t), *dc = step_of(g->output_grad, steps + t);
         if (dh_next) {
             dh = fl_add(dh, dh_next);
             dc = fl_add(dc, dc_next);
         }
+        const fl_tensor *c_prev = t == first ? c0 : step_of(out, steps + (c->reverse ? t + 1 : t - 1));
         fl_tensor *d = NULL, *dc_prev = NULL;
-        ok = dh && dc &&
-             fl_lstm_cell_backward(dh, dc, step_of(gates, t), step_of(cells_before, t), step_of(cells, t), &d,
-                                   &dc_prev) == FL_OK;
+        ok = dh && dc && c_prev &&
+             fl_lstm_cell_backward(dh, dc, gates[t], c_prev, step_of(out, steps + t), &d, &dc_prev) == FL_OK;
         dgates[t] = fl_keep(d);
         fl_tensor *dh_prev = ok ? fl_keep(fl_matmul(d, w_hh)) : NULL;
         dc_prev = fl_keep(dc_prev);
@@ -126,13 +126,15 @@ static void lstm_grad(fl_grad *g)
     g->input_grads[0] = dxproj;
     g->input_grads[1] = to_scope(dh_next);
     g->input_grads[2] = to_scope(dc_next);
-    if (g->needs_grad[3])
+    if (g->needs_grad[3]) {
+        fl_tensor *hidden = fl_index(out, FL_INDEX(FL_RANGE(0, steps)));
         g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
+    }
 }
 
 /* Each step is the product with W_hh and the fused cell (fl_lstm_cell); its gates
  * and new states stay tensors of their own (the next step reads them as they are),
- * and the saved gates and the output are assembled once after the last step. */
+ * and the output is one stack of every step's h and then every step's c. */
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
                                  bool reverse)
 {
@@ -140,13 +142,21 @@ fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variabl
         return NULL;
     const fl_tensor *x = fl_v_value(xproj);
     int64_t steps = fl_dim(x, 0);
-    fl_tensor **acts = step_list(steps), **hs = step_list(steps), **cs = step_list(steps);
+    /* states: every h, then every c; save: out, h0, c0, w_hh, then the gates acts */
+    fl_tensor **acts = step_list(steps), **states = step_list(2 * steps);
+    const fl_tensor **save = calloc((size_t)steps + 4, sizeof *save);
+    if (!acts || !states || !save) {
+        free(acts);
+        free(states);
+        free(save);
+        return fl_error(FL_ERR_MEMORY, "lstm recurrence", "no memory for %lld steps", (long long)steps);
+    }
     fl_scope scope = fl_scope_begin();
     /* Dense once, so that each step's small product reads W_hh^T row by row (oneDNN's
      * sgemm is about a fifth slower on a transposed operand of this size). */
     fl_tensor *w_t = fl_copy(fl_transpose(fl_v_value(w_hh), 0, 1));
     const fl_tensor *hidden = fl_v_value(h0), *cell = fl_v_value(c0);
-    bool ok = acts && hs && cs;
+    bool ok = true;
     for (int64_t s = 0; ok && s < steps; s++) {
         int64_t t = reverse ? steps - 1 - s : s;
         fl_scope step = fl_scope_begin();
@@ -154,27 +164,28 @@ fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variabl
         fl_tensor *gates = NULL, *c = NULL, *next = NULL;
         ok = pre && fl_lstm_cell(pre, cell, &gates, &c, &next) == FL_OK;
         acts[t] = fl_keep(gates);
-        hs[t] = fl_keep(next);
-        cs[t] = fl_keep(c);
+        states[t] = fl_keep(next);
+        states[steps + t] = fl_keep(c);
         fl_scope_end(step);
-        ok = ok && acts[t] && hs[t] && cs[t];
-        hidden = hs[t];
-        cell = cs[t];
+        ok = ok && acts[t] && states[t] && states[steps + t];
+        hidden = states[t];
+        cell = states[steps + t];
     }
-    fl_tensor *saved_acts = NULL, *out = NULL;
-    if (ok) {
-        saved_acts = fl_stack(acts, (int)steps, 0);
-        out = fl_concat((fl_tensor *[]){fl_stack(hs, (int)steps, 0), fl_stack(cs, (int)steps, 0)}, 2, 2);
+    fl_tensor *out = ok ? fl_stack(states, (int)(2 * steps), 0) : NULL;
+    release_steps(states, 2 * steps);
+    recurrence_context c = {.reverse = reverse};
+    fl_variable *y = NULL;
+    if (out) {
+        save[0] = out;
+        save[1] = fl_v_value(h0);
+        save[2] = fl_v_value(c0);
+        save[3] = fl_v_value(w_hh);
+        for (int64_t t = 0; t < steps; t++)
+            save[4 + t] = acts[t];
+        y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad, save, (int)steps + 4, &c, sizeof c);
     }
     release_steps(acts, steps);
-    release_steps(hs, steps);
-    release_steps(cs, steps);
-    recurrence_context c = {.reverse = reverse};
-    fl_variable *y = out && saved_acts
-                         ? fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad,
-                                       FL_SAVE(saved_acts, out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh)), &c,
-                                       sizeof c)
-                         : NULL;
+    free(save);
     return fl_v_scope_return(scope, y);
 }
 
