@@ -44,8 +44,9 @@
  *
  * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu and the LSTM cell
  * compute what the tensor layer also composes from the primitives, in one pass
- * instead of several. A backend may leave any of them NULL and the composition is used; the composition
- * defines the semantics, and the tests check each fused kernel against it. They exist
+ * instead of several. A backend may leave any of them NULL and the composition is
+ * used; the composition defines the semantics, and the tests check each fused kernel
+ * against it. They exist
  * where a composition cannot come near a framework's fused kernel on speed (softmax:
  * five passes over memory against one). A researcher who replaces exp and wants
  * softmax to follow sets softmax to NULL.
