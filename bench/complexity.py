@@ -78,6 +78,8 @@ PERFORMS = {
     "gelu": (),
     # host access, for the layers that hand memory to outside code
     "empty": (), "host_data": (),
+    # the fused LSTM cell: c = f c_prev + i g, and its gradient's sums of products
+    "lstm_cell": ("add",), "lstm_cell_backward": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

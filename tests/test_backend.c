@@ -108,11 +108,12 @@ static void the_entry_list_describes_the_table(void **state)
 {
     int count = fl_backend_primitive_count();
     assert_string_equal(fl_backend_primitive_name(0), "from_host");
-    assert_string_equal(fl_backend_primitive_name(count - 1), "host_data");
+    assert_string_equal(fl_backend_primitive_name(count - 1), "lstm_cell_backward");
     assert_null(fl_backend_primitive_name(count));
-    assert_int_equal(sizeof(fl_backend), offsetof(fl_backend, host_data) + sizeof(void *));
+    assert_int_equal(sizeof(fl_backend), offsetof(fl_backend, lstm_cell_backward) + sizeof(void *));
     assert_int_equal(fl_backend_size(FL_BACKEND_VERSION), sizeof(fl_backend));
     assert_int_equal(fl_backend_size(1), offsetof(fl_backend, gelu) + sizeof(void *));
+    assert_int_equal(fl_backend_size(2), offsetof(fl_backend, host_data) + sizeof(void *));
     assert_int_equal(fl_backend_size(0), 0);
     assert_int_equal(fl_backend_size(FL_BACKEND_VERSION + 1), 0);
     /* Versions never decrease along the table: entries are only appended. */
@@ -121,8 +122,9 @@ static void the_entry_list_describes_the_table(void **state)
     assert_int_equal(fl_backend_primitive_version(0), 1);
     assert_int_equal(fl_backend_primitive_version(count - 1), FL_BACKEND_VERSION);
     /* The table stays small: growing it is a decision, not an accident. 62 required
-     * primitives, 4 optional fused kernels, then the 2 host-access entries. */
-    assert_int_equal(count, 68);
+     * primitives, 4 optional fused kernels, the 2 host-access entries, then the 2
+     * entries of the fused LSTM cell. */
+    assert_int_equal(count, 70);
 }
 
 static int from_host_calls;
@@ -240,6 +242,11 @@ static void operands_on_two_backends_are_refused(void **state)
     REFUSED(fl_index_select(b, 3, rows), "fl_index_select", t, h);
     REFUSED(fl_index_assign(a, FL_INDEX(FL_AT(0)), b), "fl_index_assign", h, t);
     REFUSED(fl_gelu_backward(a, b, false), "fl_gelu_backward", h, t);
+    fl_tensor *cell = fl_zeros(FL_F32, FL_SHAPE(2, 1)), *far_cell = fl_to_backend(cell, t);
+    fl_tensor *pre = fl_zeros(FL_F32, FL_SHAPE(2, 4)), *out = NULL;
+    REFUSED(fl_lstm_cell(pre, far_cell, &out, NULL, NULL) == FL_OK ? out : NULL, "fl_lstm_cell", h, t);
+    REFUSED(fl_lstm_cell_backward(cell, cell, pre, cell, far_cell, &out, NULL) == FL_OK ? out : NULL,
+            "fl_lstm_cell_backward", h, t);
 }
 
 /* Registering while other threads compute through the registry is safe: readers see

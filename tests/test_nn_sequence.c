@@ -746,6 +746,107 @@ static void recurrence_gradients_match_finite_differences(void **state)
 
 /* ---- errors ---- */
 
+/* A step of the cell and its gradient, fused or composed (whichever the default
+ * backend's table holds): every output, owned by the test's scope. */
+static void lstm_cell_step(const fl_tensor *pre, const fl_tensor *c_prev, const fl_tensor *dh, const fl_tensor *dc,
+                           fl_tensor **out)
+{
+    assert_int_equal(fl_lstm_cell(pre, c_prev, &out[0], &out[1], &out[2]), FL_OK);
+    assert_int_equal(fl_lstm_cell_backward(dh, dc, out[0], c_prev, out[1], &out[3], &out[4]), FL_OK);
+}
+
+/* The backend's fused LSTM cell (backend.h, lstm_cell) gives what the composition of
+ * primitives gives, forward and backward, f32 and f64, for one row and one unit, a
+ * language model's step, and strided inputs. */
+static void fused_lstm_cell_matches_the_composition(void **state)
+{
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    if (!composing.lstm_cell && !composing.lstm_cell_backward) /* nothing fused to compare */
+        skip();
+    composing.lstm_cell = NULL;
+    composing.lstm_cell_backward = NULL;
+    const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 1}, {5, 13}, {20, 256}};
+    for (int k = 0; k < 5; k++)
+        for (int dtype = 0; dtype < 2; dtype++)
+            for (int strided = 0; strided < 2; strided++) {
+                fl_scope scope = fl_scope_begin();
+                fl_dtype dt = dtype ? FL_F64 : FL_F32;
+                int64_t n = shapes[k][0], h = shapes[k][1];
+                /* preactivations wide enough to saturate some gates */
+                fl_tensor *pre = strided ? fl_transpose(fl_mul_scalar(fl_randn(dt, FL_SHAPE(4 * h, n)), 4), 0, 1)
+                                         : fl_mul_scalar(fl_randn(dt, FL_SHAPE(n, 4 * h)), 4);
+                fl_tensor *c_prev = fl_randn(dt, FL_SHAPE(n, h));
+                fl_tensor *dh = fl_randn(dt, FL_SHAPE(n, h));
+                fl_tensor *dc = strided ? fl_expand(fl_randn(dt, FL_SHAPE(1, h)), 2, (int64_t[]){n, h})
+                                        : fl_randn(dt, FL_SHAPE(n, h));
+                fl_tensor *fused[5], *composed[5];
+                fl_backend original = support_override(&composing);
+                lstm_cell_step(pre, c_prev, dh, dc, composed);
+                support_override(&original);
+                lstm_cell_step(pre, c_prev, dh, dc, fused);
+                double tol = dtype ? 1e-13 : 2e-6;
+                for (int i = 0; i < 5; i++) {
+                    assert_dtype(fused[i], dt);
+                    assert_close(fused[i], composed[i], tol, tol);
+                }
+                fl_scope_end(scope);
+            }
+    assert_no_error();
+}
+
+/* The cell's values against the formulas, at points where they are known exactly. */
+static void lstm_cell_computes_the_gates_and_states(void **state)
+{
+    /* N = 1, H = 1: i = f = o = sigmoid(0) = 0.5, g = tanh(0) = 0; c = 0.5 * 2 = 1. */
+    fl_tensor *gates, *c, *h, *dpre, *dc_prev;
+    assert_int_equal(fl_lstm_cell(fl_zeros(FL_F64, FL_SHAPE(1, 4)), T_F64(FL_SHAPE(1, 1), 2), &gates, &c, &h), FL_OK);
+    assert_values(gates, 1e-15, 0, 0.5, 0.5, 0, 0.5);
+    assert_values(c, 1e-15, 0, 1);
+    assert_values(h, 1e-15, 0, 0.5 * tanh(1.0));
+    /* dh = 1, dc = 0: dc' = o (1 - tanh(1)^2); di = dc' g s'(i) = 0, df = dc' c_prev / 4,
+     * dg = dc' i, do = tanh(1) / 4; dc_prev = dc' f. */
+    fl_tensor *one = fl_ones(FL_F64, FL_SHAPE(1, 1)), *zero = fl_zeros(FL_F64, FL_SHAPE(1, 1));
+    assert_int_equal(fl_lstm_cell_backward(one, zero, gates, T_F64(FL_SHAPE(1, 1), 2), c, &dpre, &dc_prev), FL_OK);
+    double t = tanh(1.0), total = 0.5 * (1 - t * t);
+    assert_values(dpre, 1e-15, 1e-15, 0, total * 2 * 0.25, total * 0.5, t * 0.25);
+    assert_values(dc_prev, 1e-15, 0, total * 0.5);
+    /* Outputs not asked for are not handed out. */
+    assert_int_equal(fl_lstm_cell(fl_zeros(FL_F32, FL_SHAPE(2, 8)), fl_zeros(FL_F32, FL_SHAPE(2, 2)), NULL, NULL, &h),
+                     FL_OK);
+    assert_values(h, 0, 0, 0, 0, 0, 0);
+    assert_no_error();
+}
+
+static void lstm_cell_refuses_bad_inputs(void **state)
+{
+    fl_tensor *pre = fl_zeros(FL_F32, FL_SHAPE(2, 8)), *cell = fl_zeros(FL_F32, FL_SHAPE(2, 2)), *out = NULL;
+    fl_tensor *gates = NULL, *dpre = NULL;
+    assert_fails_status(fl_lstm_cell(pre, fl_zeros(FL_F32, FL_SHAPE(2, 3)), &out, NULL, NULL), FL_ERR_SHAPE,
+                        "fl_lstm_cell: needs pre [N, 4H] and c_prev [N, H] of one dtype, got pre f32[2, 8] and "
+                        "c_prev f32[2, 3]");
+    assert_null(out);
+    assert_fails_status(fl_lstm_cell(fl_zeros(FL_F32, FL_SHAPE(2, 7)), cell, &out, NULL, NULL), FL_ERR_SHAPE,
+                        "got pre f32[2, 7]");
+    assert_fails_status(fl_lstm_cell(fl_zeros(FL_F32, FL_SHAPE(3, 8)), cell, &out, NULL, NULL), FL_ERR_SHAPE,
+                        "c_prev f32[2, 2]");
+    assert_fails_status(fl_lstm_cell(pre, fl_zeros(FL_F64, FL_SHAPE(2, 2)), &out, NULL, NULL), FL_ERR_SHAPE,
+                        "c_prev f64[2, 2]");
+    assert_fails_status(fl_lstm_cell(fl_zeros(FL_I32, FL_SHAPE(2, 8)), cell, &out, NULL, NULL), FL_ERR_DTYPE,
+                        "fl_lstm_cell: takes float tensors, got pre i32[2, 8]");
+    assert_fails_status(fl_lstm_cell(NULL, cell, &out, NULL, NULL), FL_ERR_NULL, "fl_lstm_cell");
+    assert_int_equal(fl_lstm_cell(pre, cell, &gates, NULL, NULL), FL_OK);
+    assert_fails_status(fl_lstm_cell_backward(fl_zeros(FL_F32, FL_SHAPE(2, 3)), cell, gates, cell, cell, &dpre, NULL),
+                        FL_ERR_SHAPE,
+                        "fl_lstm_cell_backward: needs dh [N, H] of the dtype of gates f32[2, 8], got f32[2, 3]");
+    assert_fails_status(fl_lstm_cell_backward(cell, cell, gates, cell, fl_zeros(FL_F64, FL_SHAPE(2, 2)), &dpre, NULL),
+                        FL_ERR_SHAPE, "needs c [N, H] of the dtype of gates f32[2, 8], got f64[2, 2]");
+    assert_fails_status(fl_lstm_cell_backward(cell, cell, fl_zeros(FL_F32, FL_SHAPE(2, 6)), cell, cell, &dpre, NULL),
+                        FL_ERR_SHAPE, "fl_lstm_cell_backward: needs gates [N, 4H], got f32[2, 6]");
+    assert_fails_status(fl_lstm_cell_backward(cell, NULL, gates, cell, cell, &dpre, NULL), FL_ERR_NULL,
+                        "fl_lstm_cell_backward");
+    assert_null(dpre);
+}
+
 static void bad_arguments_are_refused(void **state)
 {
     assert_fails(fl_nn_multihead_attention(10, 3, 0, true, true), FL_ERR_VALUE, "multiple of num_heads");
@@ -851,6 +952,9 @@ int main(void)
         scoped_test(attention_gradients_match_finite_differences),
         scoped_test(ctc_gradient_matches_finite_differences),
         scoped_test(recurrence_gradients_match_finite_differences),
+        scoped_test(fused_lstm_cell_matches_the_composition),
+        scoped_test(lstm_cell_computes_the_gates_and_states),
+        scoped_test(lstm_cell_refuses_bad_inputs),
         scoped_test(bad_arguments_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

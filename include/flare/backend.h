@@ -42,10 +42,11 @@
  *    docs/BACKENDS.md ("Replacing an entry") has the example and what a replaced
  *    cpu entry means under the lazy backend.
  *
- * Fused kernels. softmax, batch_norm, batch_norm_backward and gelu compute what the
- * tensor layer also composes from the primitives, in one pass instead of several. A
- * backend may leave any of them NULL and the composition is used; the composition
- * defines the semantics, and the tests check each fused kernel against it. They exist
+ * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu and the LSTM cell
+ * compute what the tensor layer also composes from the primitives, in one pass
+ * instead of several. A backend may leave any of them NULL and the composition is
+ * used; the composition defines the semantics, and the tests check each fused kernel
+ * against it. They exist
  * where a composition cannot come near a framework's fused kernel on speed (softmax:
  * five passes over memory against one). A researcher who replaces exp and wants
  * softmax to follow sets softmax to NULL.
@@ -65,6 +66,17 @@
  *    weight may be NULL (as 1).
  *  - gelu: GELU of a (dy NULL), or its gradient dy * GELU'(a); the erf form, or the
  *    tanh approximation if approximate; f32 and f64, dy of a's shape and dtype.
+ *  - lstm_cell (version 3): one step of an LSTM cell from its preactivations pre
+ *    [N, 4H] (gates i, f, g, o in PyTorch's order) and the cell state c_prev [N, H]:
+ *    gates [N, 4H] receives sigmoid of i, f, o and tanh of g; c = f c_prev + i g and
+ *    h = o tanh(c) ([N, H]). All of one dtype, f32 or f64.
+ *  - lstm_cell_backward (version 3): the gradients of lstm_cell from dh and dc [N, H]
+ *    (dc: what flows into c from outside h), its gates and c, and c_prev: with
+ *    dc' = dc + dh o (1 - tanh(c)^2), dpre [N, 4H] = (dc' g, dc' c_prev, dc' i,
+ *    dh tanh(c)) times each gate's slope (s - s^2 for a sigmoid, 1 - t^2 for tanh), and
+ *    dc_prev [N, H] = dc' f.
+ *    The pair exists because an LSTM step composed of primitives is about ten passes
+ *    over small tensors, each a call with its own overhead, against one.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
@@ -198,7 +210,11 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(1, gelu, (fl_tensor *out, const fl_tensor *a, const fl_tensor *dy, bool approximate))                      \
     /* -- version 2: host access (see "Host access" above) -- */                                               \
     X(2, empty, (fl_tensor *out))                                                                                \
-    X(2, host_data, (const fl_tensor *t, void **data))
+    X(2, host_data, (const fl_tensor *t, void **data))                                                           \
+    /* -- version 3: the fused LSTM cell (see "Fused kernels" above) -- */                                     \
+    X(3, lstm_cell, (fl_tensor *gates, fl_tensor *c, fl_tensor *h, const fl_tensor *pre, const fl_tensor *c_prev)) \
+    X(3, lstm_cell_backward, (fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh, const fl_tensor *dc,       \
+                              const fl_tensor *gates, const fl_tensor *c_prev, const fl_tensor *c))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -206,7 +222,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 2
+#define FL_BACKEND_VERSION 3
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -399,6 +399,19 @@ fl_tensor *fl_log_softmax(const fl_tensor *t, int axis);
  * fl_gelu_backward is dy GELU'(x), dy of x's shape and dtype. */
 fl_tensor *fl_gelu(const fl_tensor *x, bool approximate);
 fl_tensor *fl_gelu_backward(const fl_tensor *x, const fl_tensor *dy, bool approximate);
+/* One step of an LSTM cell, as PyTorch's LSTM computes it: pre [N, 4H] holds the
+ * preactivations of the gates i, f, g, o (x W_ih^T + h W_hh^T + biases) and c_prev
+ * [N, H] the cell state, of one float dtype. *gates [N, 4H] receives sigmoid(i),
+ * sigmoid(f), tanh(g), sigmoid(o); *c = f c_prev + i g; *h = o tanh(c). Any output
+ * pointer may be NULL. One pass where the backend has the fused kernel (backend.h,
+ * lstm_cell), else composed. */
+fl_status fl_lstm_cell(const fl_tensor *pre, const fl_tensor *c_prev, fl_tensor **gates, fl_tensor **c,
+                       fl_tensor **h);
+/* The gradients of fl_lstm_cell: from dh and dc [N, H] (the gradients reaching h, and
+ * c from elsewhere than h), the step's gates and c and c_prev, *dpre [N, 4H] and
+ * *dc_prev [N, H]. Either output pointer may be NULL. */
+fl_status fl_lstm_cell_backward(const fl_tensor *dh, const fl_tensor *dc, const fl_tensor *gates,
+                                const fl_tensor *c_prev, const fl_tensor *c, fl_tensor **dpre, fl_tensor **dc_prev);
 
 /* ---- linear algebra and convolution --------------------------------------------- */
 

@@ -70,65 +70,6 @@ static fl_tensor **step_list(int64_t count)
     return list ? list : fl_error(FL_ERR_MEMORY, "recurrence", "no memory for %lld steps", (long long)count);
 }
 
-/* ---- LSTM ---- */
-
-/* saved: the activated gates [T, N, 4H], the output [T, N, 2H], h0, c0, w_hh.
- * Everything elementwise that does not depend on the gradient flowing back (tanh of
- * the cells, the slopes of every gate) is computed for all steps at once before the
- * walk, so each step is a handful of products, one concat and the matmul with W_hh. */
-static void lstm_grad(fl_grad *g)
-{
-    const recurrence_context *c = g->context;
-    fl_tensor *gates = g->saved[0], *out = g->saved[1], *h0 = g->saved[2], *c0 = g->saved[3], *w_hh = g->saved[4];
-    int64_t steps = fl_dim(out, 0), h = fl_dim(h0, -1);
-    fl_tensor *hidden = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, h)));
-    fl_tensor *cells = fl_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(h, 2 * h)));
-    fl_tensor *cells_before = previous_states(cells, c0, c->reverse);
-    fl_tensor *tanh_cells = fl_tanh(cells);
-    fl_tensor *tanh_cells_slope = tanh_slope(tanh_cells);
-    fl_tensor *sig_slopes = sigmoid_slope(gates); /* right for i, f and o; g's column is replaced */
-    fl_tensor *slopes = fl_concat((fl_tensor *[]){fl_index(sig_slopes, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, 2 * h))),
-                                                  tanh_slope(fl_index(gates, FL_INDEX(FL_SPAN, FL_SPAN,
-                                                                                       FL_RANGE(2 * h, 3 * h)))),
-                                                  fl_index(sig_slopes, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(3 * h, 4 * h)))},
-                                  3, 2);
-    fl_tensor **dgates = step_list(steps), *dh_next = NULL, *dc_next = NULL;
-    for (int64_t s = steps - 1; dgates && slopes && s >= 0; s--) {
-        int64_t t = c->reverse ? steps - 1 - s : s;
-        fl_scope step = fl_scope_begin();
-        fl_tensor *dout = step_of(g->output_grad, t);
-        fl_tensor *dh = columns(dout, 0, h), *dc = columns(dout, h, 2 * h);
-        if (dh_next) {
-            dh = fl_add(dh, dh_next);
-            dc = fl_add(dc, dc_next);
-        }
-        fl_tensor *a = step_of(gates, t);
-        fl_tensor *i = columns(a, 0, h), *f = columns(a, h, 2 * h), *u = columns(a, 2 * h, 3 * h),
-                  *o = columns(a, 3 * h, 4 * h);
-        fl_tensor *tanh_c = step_of(tanh_cells, t);
-        dc = fl_add(dc, fl_mul(fl_mul(dh, o), step_of(tanh_cells_slope, t)));
-        fl_tensor *dact = fl_concat((fl_tensor *[]){fl_mul(dc, u), fl_mul(dc, step_of(cells_before, t)), fl_mul(dc, i),
-                                                    fl_mul(dh, tanh_c)},
-                                    4, 1);
-        fl_tensor *d = fl_mul(dact, step_of(slopes, t));
-        dgates[t] = fl_keep(d);
-        fl_tensor *dh_prev = fl_keep(fl_matmul(d, w_hh)), *dc_prev = fl_keep(fl_mul(dc, f));
-        fl_scope_end(step);
-        fl_release(dh_next);
-        fl_release(dc_next);
-        dh_next = dh_prev;
-        dc_next = dc_prev;
-    }
-    fl_tensor *dxproj = dgates && slopes ? stack_steps(dgates, steps) : NULL;
-    if (dgates && !slopes)
-        free(dgates);
-    g->input_grads[0] = dxproj;
-    g->input_grads[1] = to_scope(dh_next);
-    g->input_grads[2] = to_scope(dc_next);
-    if (g->needs_grad[3])
-        g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
-}
-
 /* Releases the first count of a list of owned steps, and the list. */
 static void release_steps(fl_tensor **list, int64_t count)
 {
@@ -137,63 +78,114 @@ static void release_steps(fl_tensor **list, int64_t count)
     free(list);
 }
 
-/* Each step keeps its sigmoid of all four gates' preactivations, tanh of g's, and the
- * new hidden and cell states as tensors of their own (the next step reads them as
- * they are); the saved gates and the output are assembled once after the last step,
- * instead of concatenating inside every step. */
+/* ---- LSTM ---- */
+
+/* saved: the output [2T, N, H] (h_t at t, c_t at T + t), h0, c0, w_hh, then the
+ * activated gates [N, 4H] of each step t, as the steps made them (stacking them would
+ * copy them once more). Each step of the walk is the cell's fused gradient
+ * (fl_lstm_cell_backward, one pass over the step's gates and states) and the matmul
+ * with W_hh. */
+static void lstm_grad(fl_grad *g)
+{
+    const recurrence_context *c = g->context;
+    fl_tensor *out = g->saved[0], *h0 = g->saved[1], *c0 = g->saved[2], *w_hh = g->saved[3];
+    fl_tensor *const *gates = g->saved + 4;
+    int64_t steps = fl_dim(out, 0) / 2;
+    int64_t first = c->reverse ? steps - 1 : 0; /* the step that starts from h0 and c0 */
+    fl_tensor **dgates = step_list(steps), *dh_next = NULL, *dc_next = NULL;
+    bool ok = dgates != NULL;
+    for (int64_t s = steps - 1; ok && s >= 0; s--) {
+        int64_t t = c->reverse ? steps - 1 - s : s;
+        fl_scope step = fl_scope_begin();
+        fl_tensor *dh = step_of(g->output_grad, t), *dc = step_of(g->output_grad, steps + t);
+        if (dh_next) {
+            dh = fl_add(dh, dh_next);
+            dc = fl_add(dc, dc_next);
+        }
+        const fl_tensor *c_prev = t == first ? c0 : step_of(out, steps + (c->reverse ? t + 1 : t - 1));
+        fl_tensor *d = NULL, *dc_prev = NULL;
+        ok = dh && dc && c_prev &&
+             fl_lstm_cell_backward(dh, dc, gates[t], c_prev, step_of(out, steps + t), &d, &dc_prev) == FL_OK;
+        dgates[t] = fl_keep(d);
+        fl_tensor *dh_prev = ok ? fl_keep(fl_matmul(d, w_hh)) : NULL;
+        dc_prev = fl_keep(dc_prev);
+        fl_scope_end(step);
+        fl_release(dh_next);
+        fl_release(dc_next);
+        dh_next = dh_prev;
+        dc_next = dc_prev;
+        ok = ok && dh_next && dc_next;
+    }
+    if (!ok) {
+        release_steps(dgates, steps);
+        fl_release(dh_next);
+        fl_release(dc_next);
+        return;
+    }
+    fl_tensor *dxproj = stack_steps(dgates, steps);
+    g->input_grads[0] = dxproj;
+    g->input_grads[1] = to_scope(dh_next);
+    g->input_grads[2] = to_scope(dc_next);
+    if (g->needs_grad[3]) {
+        fl_tensor *hidden = fl_index(out, FL_INDEX(FL_RANGE(0, steps)));
+        g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
+    }
+}
+
+/* Each step is the product with W_hh and the fused cell (fl_lstm_cell); its gates
+ * and new states stay tensors of their own (the next step reads them as they are),
+ * and the output is one stack of every step's h and then every step's c. */
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
                                  bool reverse)
 {
     if (fl_null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
         return NULL;
     const fl_tensor *x = fl_v_value(xproj);
-    int64_t steps = fl_dim(x, 0), h = fl_dim(fl_v_value(h0), -1);
-    fl_tensor **sigs = step_list(steps), **tanhs = step_list(steps), **hs = step_list(steps), **cs = step_list(steps);
+    int64_t steps = fl_dim(x, 0);
+    /* states: every h, then every c; save: out, h0, c0, w_hh, then the gates acts */
+    fl_tensor **acts = step_list(steps), **states = step_list(2 * steps);
+    const fl_tensor **save = calloc((size_t)steps + 4, sizeof *save);
+    if (!acts || !states || !save) {
+        free(acts);
+        free(states);
+        free(save);
+        return fl_error(FL_ERR_MEMORY, "lstm recurrence", "no memory for %lld steps", (long long)steps);
+    }
     fl_scope scope = fl_scope_begin();
     /* Dense once, so that each step's small product reads W_hh^T row by row (oneDNN's
      * sgemm is about a fifth slower on a transposed operand of this size). */
     fl_tensor *w_t = fl_copy(fl_transpose(fl_v_value(w_hh), 0, 1));
     const fl_tensor *hidden = fl_v_value(h0), *cell = fl_v_value(c0);
-    bool ok = sigs && tanhs && hs && cs;
+    bool ok = true;
     for (int64_t s = 0; ok && s < steps; s++) {
         int64_t t = reverse ? steps - 1 - s : s;
         fl_scope step = fl_scope_begin();
         fl_tensor *pre = fl_add(step_of(x, t), fl_matmul(hidden, w_t));
-        fl_tensor *sig = fl_sigmoid(pre);
-        fl_tensor *i = columns(sig, 0, h), *f = columns(sig, h, 2 * h), *o = columns(sig, 3 * h, 4 * h);
-        fl_tensor *u = fl_tanh(columns(pre, 2 * h, 3 * h));
-        fl_tensor *c = fl_add(fl_mul(f, cell), fl_mul(i, u));
-        fl_tensor *next = fl_mul(o, fl_tanh(c));
-        sigs[t] = fl_keep(sig);
-        tanhs[t] = fl_keep(u);
-        hs[t] = fl_keep(next);
-        cs[t] = fl_keep(c);
+        fl_tensor *gates = NULL, *c = NULL, *next = NULL;
+        ok = pre && fl_lstm_cell(pre, cell, &gates, &c, &next) == FL_OK;
+        acts[t] = fl_keep(gates);
+        states[t] = fl_keep(next);
+        states[steps + t] = fl_keep(c);
         fl_scope_end(step);
-        if (!hs[t] || !cs[t] || !sigs[t] || !tanhs[t]) {
-            ok = false;
-            break;
-        }
-        hidden = hs[t];
-        cell = cs[t];
+        ok = ok && acts[t] && states[t] && states[steps + t];
+        hidden = states[t];
+        cell = states[steps + t];
     }
-    fl_tensor *acts = NULL, *out = NULL;
-    if (ok) {
-        fl_tensor *sig = fl_stack(sigs, (int)steps, 0);
-        acts = fl_concat((fl_tensor *[]){fl_index(sig, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, 2 * h))),
-                                         fl_stack(tanhs, (int)steps, 0),
-                                         fl_index(sig, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(3 * h, 4 * h)))},
-                         3, 2);
-        out = fl_concat((fl_tensor *[]){fl_stack(hs, (int)steps, 0), fl_stack(cs, (int)steps, 0)}, 2, 2);
-    }
-    release_steps(sigs, steps);
-    release_steps(tanhs, steps);
-    release_steps(hs, steps);
-    release_steps(cs, steps);
+    fl_tensor *out = ok ? fl_stack(states, (int)(2 * steps), 0) : NULL;
+    release_steps(states, 2 * steps);
     recurrence_context c = {.reverse = reverse};
-    fl_variable *y = out && acts ? fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad,
-                                               FL_SAVE(acts, out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh)),
-                                               &c, sizeof c)
-                                 : NULL;
+    fl_variable *y = NULL;
+    if (out) {
+        save[0] = out;
+        save[1] = fl_v_value(h0);
+        save[2] = fl_v_value(c0);
+        save[3] = fl_v_value(w_hh);
+        for (int64_t t = 0; t < steps; t++)
+            save[4 + t] = acts[t];
+        y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad, save, (int)steps + 4, &c, sizeof c);
+    }
+    release_steps(acts, steps);
+    free(save);
     return fl_v_scope_return(scope, y);
 }
 

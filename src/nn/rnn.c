@@ -117,9 +117,9 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
                 fl_variable *out = fl__lstm_recurrence(xproj, initial(h0, index, batch, h, xt),
                                                        initial(c0, index, batch, h, xt),
                                                        weight(m, "weight_hh", layer, d), d == 1);
-                outputs[d] = fl_v_index(out, FL_INDEX(FL_SPAN, FL_SPAN, FL_RANGE(0, h)));
-                finals_h[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(0, h)));
-                finals_c[index] = fl_v_index(out, FL_INDEX(FL_AT(end), FL_SPAN, FL_RANGE(h, FL_END)));
+                outputs[d] = fl_v_index(out, FL_INDEX(FL_RANGE(0, last + 1)));
+                finals_h[index] = fl_v_index(out, FL_INDEX(FL_AT(end)));
+                finals_c[index] = fl_v_index(out, FL_INDEX(FL_AT(last + 1 + end)));
             } else {
                 /* The GRU's b_hn sits inside r * (W_hn h + b_hn): b_hh goes to the recurrence. */
                 outputs[d] = fl__gru_recurrence(fl_f_linear(seq, w_ih, b_ih), initial(h0, index, batch, h, xt),

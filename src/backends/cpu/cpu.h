@@ -114,7 +114,7 @@ void cpu_register_conv(fl_backend *b);        /* conv.c */
  * whichever variant runs, there is one of everything else. */
 #define CPU_FAMILIES(X, variant)                                                                  \
     X(convert, variant) X(random, variant) X(elementwise, variant) X(reduce, variant) X(index, variant) \
-    X(pool, variant) X(softmax, variant) X(batch_norm, variant) X(gelu, variant)
+    X(pool, variant) X(softmax, variant) X(batch_norm, variant) X(gelu, variant) X(lstm, variant)
 /* X(name, ISA level): best first; the last runs anywhere. */
 #define CPU_VARIANTS(X) X(x86_64_v4, "x86-64-v4") X(x86_64_v3, "x86-64-v3") X(x86_64, "x86-64")
 
@@ -130,6 +130,7 @@ void cpu_register_conv(fl_backend *b);        /* conv.c */
 #define cpu_register_softmax CPU_JOIN(cpu_register_softmax, CPU_VARIANT)
 #define cpu_register_batch_norm CPU_JOIN(cpu_register_batch_norm, CPU_VARIANT)
 #define cpu_register_gelu CPU_JOIN(cpu_register_gelu, CPU_VARIANT)
+#define cpu_register_lstm CPU_JOIN(cpu_register_lstm, CPU_VARIANT)
 #define cpu_sort CPU_JOIN(cpu_sort, CPU_VARIANT)
 #endif
 void cpu_register_convert(fl_backend *b);     /* convert.c: full and cast */
@@ -143,6 +144,7 @@ void cpu_register_pool(fl_backend *b);        /* pool.c */
 void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */
 void cpu_register_batch_norm(fl_backend *b);  /* batchnorm.c: the optional fused batch norm */
 void cpu_register_gelu(fl_backend *b);        /* gelu.c: the optional fused GELU */
+void cpu_register_lstm(fl_backend *b);        /* lstm.c: the optional fused LSTM cell */
 
 /* The instruction set of the kernel families in use ("x86-64-v4", ...; "native" in a
  * build for this machine only). FLARE_CPU_KERNELS names a lower one to use instead. */

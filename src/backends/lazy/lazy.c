@@ -200,6 +200,20 @@ static int finish(fl_tensor *out, fl_tensor *result, int rc)
     return lazy_adopt(out, result);
 }
 
+/* finish for a primitive of count outputs: out[k] takes result[k], or on failure
+ * every result is released. */
+static int adopt_all(int count, fl_tensor **out, fl_tensor **result, int rc)
+{
+    for (int k = 0; k < count; k++) {
+        if (!rc) {
+            rc = lazy_adopt(out[k], result[k]);
+            continue;
+        }
+        fl_release(result[k]);
+    }
+    return rc;
+}
+
 #define MATERIALIZE(var, t)                     \
     fl_tensor *var = value_of(t);               \
     if (!var)                                   \
@@ -673,6 +687,32 @@ static int lazy_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a,
     return finish(out, r, ON_CPU(gelu, r, va, vdy, approximate));
 }
 
+/* The LSTM cell runs cpu's fused kernel on its materialized inputs: its outputs are
+ * several, which the expression graph does not fuse. */
+static int lazy_lstm_cell(const fl_backend *self, fl_tensor *gates, fl_tensor *c, fl_tensor *h, const fl_tensor *pre,
+                          const fl_tensor *c_prev)
+{
+    MATERIALIZE(vpre, pre);
+    MATERIALIZE(vc_prev, c_prev);
+    fl_tensor *r[3] = {cpu_twin(gates), cpu_twin(c), cpu_twin(h)};
+    int rc = r[0] && r[1] && r[2] ? ON_CPU(lstm_cell, r[0], r[1], r[2], vpre, vc_prev) : FL_ERR_MEMORY;
+    return adopt_all(3, (fl_tensor *[]){gates, c, h}, r, rc);
+}
+
+static int lazy_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh,
+                                   const fl_tensor *dc, const fl_tensor *gates, const fl_tensor *c_prev,
+                                   const fl_tensor *c)
+{
+    MATERIALIZE(vdh, dh);
+    MATERIALIZE(vdc, dc);
+    MATERIALIZE(vgates, gates);
+    MATERIALIZE(vc_prev, c_prev);
+    MATERIALIZE(vc, c);
+    fl_tensor *r[2] = {cpu_twin(dpre), cpu_twin(dc_prev)};
+    int rc = r[0] && r[1] ? ON_CPU(lstm_cell_backward, r[0], r[1], vdh, vdc, vgates, vc_prev, vc) : FL_ERR_MEMORY;
+    return adopt_all(2, (fl_tensor *[]){dpre, dc_prev}, r, rc);
+}
+
 /* ---- the table ---- */
 
 static const fl_backend lazy_backend_table = {
@@ -716,6 +756,8 @@ static const fl_backend lazy_backend_table = {
     .pool2d_backward = lazy_pool2d_backward,
     .softmax = lazy_softmax,
     .gelu = lazy_gelu,
+    .lstm_cell = lazy_lstm_cell,
+    .lstm_cell_backward = lazy_lstm_cell_backward,
     .empty = lazy_empty,
     .host_data = lazy_host_data,
 };

@@ -1,6 +1,6 @@
 /*
  * The fused kernels of the backend contract (flare/backend.h, "Fused kernels"):
- * softmax, batch norm forward and backward, GELU. Their semantics are the cpu
+ * softmax, batch norm forward and backward, GELU, the LSTM cell. Their semantics are the cpu
  * backend's (cpu/softmax.c, batchnorm.c, gelu.c), and they compute with its formulas:
  * f32 kernels carry the cpu backend's vecmath.h and gelu.h, as generated kernels do.
  *
@@ -483,10 +483,127 @@ static int ocl_gelu(const fl_backend *self, fl_tensor *out, const fl_tensor *a, 
     return a->dtype == FL_F64 ? ocl_run_now("gelu", out, op, a, dy) : ocl_defer(out, op, a, dy);
 }
 
+/* ---- the LSTM cell ----
+ * One work item per element of [N, H]: it reads the row's four preactivations (or
+ * gates) of its column and writes every output of that column, with the cpu
+ * kernel's activations (vecmath.h's for f32, the built-ins for f64) and its order of
+ * products (cpu/lstm.c). */
+
+static const char lstm_cell_source[] =
+    "__kernel void lstm_cell(long total, long hs, __global const T *pre, long po, __global const T *cprev, long cpo,\n"
+    "                        __global T *gates, long go, __global T *c, long co, __global T *h, long ho)\n"
+    "{\n"
+    "    long e = get_global_id(0);\n"
+    "    if (e >= total) return;\n"
+    "    long r = e / hs, j = e % hs;\n"
+    "    __global const T *p = pre + po + r * 4 * hs + j;\n"
+    "    __global T *a = gates + go + r * 4 * hs + j;\n"
+    "    T i = vm_sigmoidf(p[0]), f = vm_sigmoidf(p[hs]), g = vm_tanhf(p[2 * hs]), o = vm_sigmoidf(p[3 * hs]);\n"
+    "    T cell = f * cprev[cpo + e] + i * g;\n"
+    "    a[0] = i; a[hs] = f; a[2 * hs] = g; a[3 * hs] = o;\n"
+    "    c[co + e] = cell;\n"
+    "    h[ho + e] = o * vm_tanhf(cell);\n"
+    "}\n";
+
+static const char lstm_cell_grad_source[] =
+    "__kernel void lstm_cell_grad(long total, long hs, __global const T *dh, long dho, __global const T *dc, long dco,\n"
+    "                             __global const T *gates, long go, __global const T *cprev, long cpo,\n"
+    "                             __global const T *c, long co, __global T *dpre, long dpo, __global T *dcprev,\n"
+    "                             long dcpo)\n"
+    "{\n"
+    "    long e = get_global_id(0);\n"
+    "    if (e >= total) return;\n"
+    "    long r = e / hs, j = e % hs;\n"
+    "    __global const T *a = gates + go + r * 4 * hs + j;\n"
+    "    __global T *d = dpre + dpo + r * 4 * hs + j;\n"
+    "    T i = a[0], f = a[hs], g = a[2 * hs], o = a[3 * hs];\n"
+    "    T t = vm_tanhf(c[co + e]), dhe = dh[dho + e];\n"
+    "    T total_ = dc[dco + e] + (dhe * o) * (1 - t * t);\n"
+    "    d[0] = (total_ * g) * (i - i * i);\n"
+    "    d[hs] = (total_ * cprev[cpo + e]) * (f - f * f);\n"
+    "    d[2 * hs] = (total_ * i) * (1 - g * g);\n"
+    "    d[3 * hs] = (dhe * t) * (o - o * o);\n"
+    "    dcprev[dcpo + e] = total_ * f;\n"
+    "}\n";
+
+static int ocl_lstm_cell(const fl_backend *self, fl_tensor *gates, fl_tensor *c, fl_tensor *h, const fl_tensor *pre,
+                         const fl_tensor *c_prev)
+{
+    (void)self;
+    int rc = check_float("lstm_cell", pre->dtype);
+    if (rc)
+        return rc;
+    if (pre->ndim != 2 || c_prev->ndim != 2 || c_prev->dtype != pre->dtype || pre->shape[0] != c_prev->shape[0] ||
+        pre->shape[1] != 4 * c_prev->shape[1])
+        return fl_backend_error(FL_ERR_SHAPE, "lstm_cell needs pre [N, 4H] and c_prev [N, H] of one dtype");
+    const fl_tensor *inputs[2] = {pre, c_prev};
+    fl_tensor *d[2];
+    if (!dense_all(2, inputs, d))
+        return FL_ERR_BACKEND;
+    fl_tensor *outs[3] = {gates, c, h};
+    cl_kernel k = NULL;
+    if (!(rc = alloc_all(3, outs)) && c_prev->numel > 0 &&
+        !(rc = (k = nn_kernel(lstm_cell_source, "lstm_cell", pre->dtype, 1)) ? 0 : FL_ERR_BACKEND)) {
+        cl_long total = c_prev->numel, hs = c_prev->shape[1], po = ocl_element_offset(d[0]),
+                cpo = ocl_element_offset(d[1]), go = ocl_element_offset(gates), co = ocl_element_offset(c),
+                ho = ocl_element_offset(h);
+        ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(hs), OCL_MEM(ocl_impl(d[0])->buffer), OCL_VALUE(po),
+                          OCL_MEM(ocl_impl(d[1])->buffer), OCL_VALUE(cpo), OCL_MEM(ocl_impl(gates)->buffer),
+                          OCL_VALUE(go), OCL_MEM(ocl_impl(c)->buffer), OCL_VALUE(co), OCL_MEM(ocl_impl(h)->buffer),
+                          OCL_VALUE(ho)};
+        rc = ocl_launch("lstm_cell", k, (size_t)total, 12, args);
+    }
+    release_all(2, d);
+    return rc;
+}
+
+static int ocl_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh,
+                                  const fl_tensor *dc, const fl_tensor *gates, const fl_tensor *c_prev,
+                                  const fl_tensor *c)
+{
+    (void)self;
+    int rc = check_float("lstm_cell_backward", gates->dtype);
+    if (rc)
+        return rc;
+    enum { DH, DC, GATES, CPREV, C, INPUTS };
+    const fl_tensor *inputs[INPUTS] = {dh, dc, gates, c_prev, c};
+    int64_t rows = gates->ndim == 2 ? gates->shape[0] : -1, hs = gates->ndim == 2 ? gates->shape[1] / 4 : -1;
+    for (int k = 0; k < INPUTS; k++)
+        if (k != GATES && (inputs[k]->ndim != 2 || inputs[k]->shape[0] != rows || inputs[k]->shape[1] != hs ||
+                           inputs[k]->dtype != gates->dtype || gates->shape[1] != 4 * hs))
+            return fl_backend_error(FL_ERR_SHAPE,
+                                    "lstm_cell_backward needs gates [N, 4H] and the rest [N, H] of one dtype");
+    fl_tensor *d[INPUTS];
+    if (!dense_all(INPUTS, inputs, d))
+        return FL_ERR_BACKEND;
+    fl_tensor *outs[2] = {dpre, dc_prev};
+    cl_kernel k = NULL;
+    if (!(rc = alloc_all(2, outs)) && c->numel > 0 &&
+        !(rc = (k = nn_kernel(lstm_cell_grad_source, "lstm_cell_grad", gates->dtype, 1)) ? 0 : FL_ERR_BACKEND)) {
+        cl_long total = c->numel, h = hs, offsets[INPUTS];
+        for (int i = 0; i < INPUTS; i++)
+            offsets[i] = ocl_element_offset(d[i]);
+        cl_long dpo = ocl_element_offset(dpre), dcpo = ocl_element_offset(dc_prev);
+        ocl_arg args[] = {OCL_VALUE(total), OCL_VALUE(h),
+                          OCL_MEM(ocl_impl(d[DH])->buffer), OCL_VALUE(offsets[DH]),
+                          OCL_MEM(ocl_impl(d[DC])->buffer), OCL_VALUE(offsets[DC]),
+                          OCL_MEM(ocl_impl(d[GATES])->buffer), OCL_VALUE(offsets[GATES]),
+                          OCL_MEM(ocl_impl(d[CPREV])->buffer), OCL_VALUE(offsets[CPREV]),
+                          OCL_MEM(ocl_impl(d[C])->buffer), OCL_VALUE(offsets[C]),
+                          OCL_MEM(ocl_impl(dpre)->buffer), OCL_VALUE(dpo),
+                          OCL_MEM(ocl_impl(dc_prev)->buffer), OCL_VALUE(dcpo)};
+        rc = ocl_launch("lstm_cell_backward", k, (size_t)total, 16, args);
+    }
+    release_all(INPUTS, d);
+    return rc;
+}
+
 void ocl_register_nn(fl_backend *b)
 {
     b->softmax = ocl_softmax;
     b->batch_norm = ocl_batch_norm;
     b->batch_norm_backward = ocl_batch_norm_backward;
     b->gelu = ocl_gelu;
+    b->lstm_cell = ocl_lstm_cell;
+    b->lstm_cell_backward = ocl_lstm_cell_backward;
 }
