@@ -15,6 +15,7 @@
  * warm-up's tokens must equal gpt_generate's on the same prompt, so the loop timed is
  * the library's greedy decoding. Prints one JSON line: median prefill and decode
  * seconds, decode tokens per second (N (G - 1) / decode seconds) and the new tokens.
+ * With FLARE_PROFILE=1 the profile printed at exit covers the timed runs only.
  * bench/run_generate.py runs it alternately with PyTorch and compares the tokens.
  */
 #include <inttypes.h>
@@ -25,6 +26,7 @@
 #include "flare/extension.h"
 #include "flare/io.h"
 #include "flare/nn.h"
+#include "flare/profile.h"
 #include "flare/tensor.h"
 #include "flare/tensor_map.h"
 #include "cli.h"
@@ -200,6 +202,7 @@ int main(int argc, char **argv)
                         ", gpt_generate %" PRId64 "\n", i, j, ids[i * g + j], expected[i * (p + g) + p + j]);
                 return 1;
             }
+    fl_profile_reset(); /* FLARE_PROFILE=1: the table covers the timed runs only */
     for (int i = 0; i < o.runs; i++)
         if (!generate(model, prompt, g, ids, &prefill[i], &decode[i]))
             return fail("generating");
