@@ -5,7 +5,7 @@ second with the ratio of decode times Flare / PyTorch eager (below 1 means Flare
 faster), and the same ratio for the prefill.
 
     python bench/run_generate.py [--flare build/bench_generate] [--batches "1 8"]
-                                 [--prompt 64] [--new 32] [--runs 3] [--repeats 2]
+                                 [--prompt 64] [--new 32] [--runs 3] [--repeats 3]
                                  [--threads 2] [--no-compile] [--compile-timeout 300]
                                  [--out build/bench-generate.json]
 
@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3, help="timed generations per process; the median is kept")
-    parser.add_argument("--repeats", type=int, default=2, help="processes per side and batch; the median is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="processes per side and batch; the median is kept")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--compile-timeout", type=float, default=300, help="seconds per torch.compile process")
