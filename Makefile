@@ -43,7 +43,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl bench-speech complexity speech-data \
+        bench-opencl bench-speech bench-generate complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -198,6 +198,15 @@ bench-opencl: build
 	python3 bench/run_opencl.py --benchmark $(BUILD)/benchmark --bench-opencl $(BUILD)/bench_opencl \
 	    --out $(BUILD)/bench-opencl.json --threads $(THREADS) --size $(or $(SIZE),tiny) \
 	    $(if $(ITERS),--iters $(ITERS)) $(if $(MODELS),--models '$(MODELS)')
+
+# KV-cached greedy generation with the GPT benchmark model ("cpu" size) at batch 1 and 8,
+# Flare (bench/generate.c) against PyTorch eager and torch.compile on the same weights,
+# alternating processes, same threads (bench/run_generate.py); the greedy tokens must
+# match. Writes build/bench-generate.json. BATCHES="1 8", PROMPT=64, NEW=32.
+bench-generate: build venv
+	$(PYTHON) bench/run_generate.py --threads $(THREADS) --flare $(BUILD)/bench_generate \
+	    --out $(BUILD)/bench-generate.json $(if $(BATCHES),--batches '$(BATCHES)') \
+	    $(if $(PROMPT),--prompt $(PROMPT)) $(if $(NEW),--new $(NEW))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
