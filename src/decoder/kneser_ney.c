@@ -26,6 +26,7 @@
 
 #include "flare/decoder.h"
 #include "flare/extension.h"
+#include "hash.h"
 
 static const char FN[] = "fl_ngram_build_arpa";
 
@@ -45,32 +46,6 @@ typedef struct {
     double *prob;  /* log10 of the interpolated probability */
     double *gamma; /* the interpolation weight as a context; 1 (no mass moved) if none */
 } grams;
-
-static uint64_t mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t hash_ids(const int32_t *ids, int n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)n;
-    for (int i = 0; i < n; i++)
-        h = mix(h ^ (uint32_t)ids[i]) + 0x9e3779b97f4a7c15ULL;
-    return h;
-}
-
-static uint64_t hash_string(const char *s, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
-    return mix(h);
-}
 
 static void grams_free(grams *g)
 {
@@ -96,7 +71,7 @@ static bool grams_grow(grams *g)
         return false;
     g->cap = cap;
     for (int64_t i = 0; i < g->count; i++) {
-        uint64_t s = hash_ids(g->keys + i * g->n, g->n) & g->mask;
+        uint64_t s = decoder_hash_ids(g->keys + i * g->n, g->n) & g->mask;
         while (g->slots[s])
             s = (s + 1) & g->mask;
         g->slots[s] = (uint32_t)(i + 1);
@@ -108,7 +83,7 @@ static int64_t grams_find(const grams *g, const int32_t *ids)
 {
     if (!g->slots)
         return -1;
-    for (uint64_t s = hash_ids(ids, g->n) & g->mask;; s = (s + 1) & g->mask) {
+    for (uint64_t s = decoder_hash_ids(ids, g->n) & g->mask;; s = (s + 1) & g->mask) {
         uint32_t v = g->slots[s];
         if (!v)
             return -1;
@@ -132,7 +107,7 @@ static bool grams_add(grams *g, const int32_t *ids)
     i = g->count++;
     memcpy(g->keys + i * g->n, ids, (size_t)g->n * sizeof *ids);
     g->raw[i] = 1;
-    uint64_t s = hash_ids(ids, g->n) & g->mask;
+    uint64_t s = decoder_hash_ids(ids, g->n) & g->mask;
     while (g->slots[s])
         s = (s + 1) & g->mask;
     g->slots[s] = (uint32_t)(i + 1);
@@ -157,7 +132,7 @@ static void vocab_free(vocab *v)
 static int32_t vocab_id(vocab *v, const char *s, size_t len)
 {
     if (v->slots)
-        for (uint64_t i = hash_string(s, len) & v->mask;; i = (i + 1) & v->mask) {
+        for (uint64_t i = decoder_hash_string(s, len) & v->mask;; i = (i + 1) & v->mask) {
             uint32_t k = v->slots[i];
             if (!k)
                 break;
@@ -179,7 +154,7 @@ static int32_t vocab_id(vocab *v, const char *s, size_t len)
             return -1;
         v->cap = cap;
         for (int64_t i = 0; i < v->count; i++) {
-            uint64_t k = hash_string(v->words[i], strlen(v->words[i])) & v->mask;
+            uint64_t k = decoder_hash_string(v->words[i], strlen(v->words[i])) & v->mask;
             while (v->slots[k])
                 k = (k + 1) & v->mask;
             v->slots[k] = (uint32_t)(i + 1);
@@ -192,7 +167,7 @@ static int32_t vocab_id(vocab *v, const char *s, size_t len)
     w[len] = '\0';
     int64_t id = v->count++;
     v->words[id] = w;
-    uint64_t k = hash_string(s, len) & v->mask;
+    uint64_t k = decoder_hash_string(s, len) & v->mask;
     while (v->slots[k])
         k = (k + 1) & v->mask;
     v->slots[k] = (uint32_t)(id + 1);

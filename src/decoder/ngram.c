@@ -12,6 +12,7 @@
 
 #include "flare/decoder.h"
 #include "flare/extension.h"
+#include "hash.h"
 
 typedef struct {
     int64_t count;
@@ -31,32 +32,6 @@ struct fl_ngram {
     int32_t bos, eos, unk;
 };
 
-static uint64_t mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t hash_ids(const int32_t *ids, int n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)n;
-    for (int i = 0; i < n; i++)
-        h = mix(h ^ (uint32_t)ids[i]) + 0x9e3779b97f4a7c15ULL;
-    return h;
-}
-
-static uint64_t hash_string(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return mix(h);
-}
-
 static uint64_t table_capacity(int64_t count)
 {
     uint64_t cap = 16;
@@ -73,7 +48,7 @@ static int64_t find(const fl_ngram *lm, const int32_t *ids, int n)
         return ids[0] >= 0 && ids[0] < t->count ? ids[0] : -1;
     if (!t->slots)
         return -1;
-    for (uint64_t i = hash_ids(ids, n) & t->mask;; i = (i + 1) & t->mask) {
+    for (uint64_t i = decoder_hash_ids(ids, n) & t->mask;; i = (i + 1) & t->mask) {
         uint32_t s = t->slots[i];
         if (!s)
             return -1;
@@ -87,7 +62,7 @@ static bool insert(fl_ngram *lm, int n, int64_t index)
 {
     ngram_table *t = &lm->tables[n - 1];
     const int32_t *ids = t->words + index * n;
-    for (uint64_t i = hash_ids(ids, n) & t->mask;; i = (i + 1) & t->mask) {
+    for (uint64_t i = decoder_hash_ids(ids, n) & t->mask;; i = (i + 1) & t->mask) {
         uint32_t s = t->slots[i];
         if (!s) {
             t->slots[i] = (uint32_t)(index + 1);
@@ -102,7 +77,7 @@ int32_t fl_ngram_word_id(const fl_ngram *lm, const char *word)
 {
     if (!lm || !word || !lm->vocab_slots)
         return -1;
-    for (uint64_t i = hash_string(word) & lm->vocab_mask;; i = (i + 1) & lm->vocab_mask) {
+    for (uint64_t i = decoder_hash_string(word, strlen(word)) & lm->vocab_mask;; i = (i + 1) & lm->vocab_mask) {
         uint32_t s = lm->vocab_slots[i];
         if (!s)
             return -1;
@@ -284,7 +259,7 @@ static fl_status read_ngram(reader *r, fl_ngram *lm, int n, int64_t index, char 
         memcpy(word, fields[1], len + 1);
         lm->vocab[index] = word;
         ids[0] = (int32_t)index;
-        for (uint64_t i = hash_string(word) & lm->vocab_mask;; i = (i + 1) & lm->vocab_mask) {
+        for (uint64_t i = decoder_hash_string(word, strlen(word)) & lm->vocab_mask;; i = (i + 1) & lm->vocab_mask) {
             uint32_t s = lm->vocab_slots[i];
             if (!s) {
                 lm->vocab_slots[i] = (uint32_t)(index + 1);
