@@ -582,8 +582,9 @@ static int write_json(const options *o, const epoch_result *results, int first_e
     if (!output_open(&out, "asr", o->json))
         return 1;
     FILE *f = out.f;
-    fprintf(f, "{\n  \"program\": \"asr\",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n  \"parameters\": %" PRId64 ",\n",
-            fl_default_backend()->name, fl_num_threads(), parameters);
+    fprintf(f, "{\n  \"program\": \"asr\",\n  \"backend\": \"%s\",\n  \"threads\": %d,\n",
+            fl_default_backend()->name, fl_num_threads());
+    fprintf(f, "  \"parameters\": %" PRId64 ",\n", parameters);
     fprintf(f,
             "  \"model\": {\"channels\": %" PRId64 ", \"d_model\": %" PRId64 ", \"heads\": %" PRId64
             ", \"dim_ff\": %" PRId64 ", \"layers\": %" PRId64 ", \"tokens\": %" PRId64 ", \"stride\": %d},\n",
@@ -730,7 +731,8 @@ int main(int argc, char **argv)
         printf("CTC model: %" PRId64 " parameters (%" PRId64 " layers of %" PRId64 ", %" PRId64 " heads, stride %d); %"
                PRId64 " tokens and the blank; %" PRId64 " training, %" PRId64 " dev, %" PRId64
                " test utterances; %d threads, %d data workers, on the %s backend\n",
-               fl_module_parameter_count(model), o.model.layers, o.model.d_model, o.model.heads, o.model.stride, letters,
+               fl_module_parameter_count(model), o.model.layers, o.model.d_model, o.model.heads, o.model.stride,
+               letters,
                train.utterances, dev.utterances, test.utterances, fl_num_threads(), o.workers,
                fl_default_backend()->name);
 
