@@ -70,7 +70,7 @@ typedef struct fl_audio {
 
 /* Reads an audio file, mixes its channels down to their mean and, if sample_rate is
  * not 0, resamples it to sample_rate Hz (else keeps the file's rate). A file of no
- * samples, a missing, unreadable, corrupt or cut-short file is FL_ERR_IO naming path;
+ * samples (or too few to leave one at sample_rate), a missing, unreadable, corrupt or cut-short file is FL_ERR_IO naming path;
  * *out is then zeroed. A file is cut short if it yields fewer frames than its header
  * announces. */
 fl_status fl_audio_read(const char *path, int sample_rate, fl_audio *out);

@@ -133,6 +133,13 @@ fl_status fl_audio_read(const char *path, int sample_rate, fl_audio *out)
         float *resampled;
         int64_t count;
         status = fl_audio_resample(out->samples, out->count, info.samplerate, sample_rate, &resampled, &count);
+        if (status == FL_OK && count == 0) {
+            /* fewer samples than one period of the new rate: nothing is left */
+            free(resampled);
+            fl_error(FL_ERR_IO, fn, "%s: its %lld samples at %d Hz are no sample at %d Hz", path,
+                     (long long)out->count, info.samplerate, sample_rate);
+            status = FL_ERR_IO;
+        }
         if (status != FL_OK) {
             fl_audio_free(out);
             goto done;
