@@ -6,8 +6,8 @@
  *         [--layers N] [--d-model N] [--heads N] [--ff N] [--channels N] [--dropout P]
  *         [--train-limit N] [--eval-limit N] [--workers N] [--no-augment] [--beam N]
  *         [--beam-threshold T] [--lm-weight W] [--word-score S] [--lm FILE] [--seed S]
- *         [--threads T] [--json FILE] [--save FILE] [--load FILE] [--eval-only] [--eval-split S]
- *         [--transcribe FILE] [--quiet] [--backend NAME]
+ *         [--threads T] [--json FILE] [--save FILE] [--load FILE] [--eval-only]
+ *         [--eval-split S] [--transcribe FILE] [--quiet] [--backend NAME]
  *
  * Audio (DIR's train.tsv, dev.tsv and test.tsv manifests) becomes log-mel features
  * normalized per utterance on --workers threads, SpecAugment masks them in training,
@@ -24,7 +24,8 @@
  * --save writes a checkpoint after every epoch (the model's shape in its metadata);
  * --load resumes from one, training on to --epochs; --eval-only loads and evaluates
  * without training (--eval-split dev decodes the dev voices instead of the test voices
- * at the end, to choose the decoder's options on voices the test does not use); --transcribe FILE prints the transcript of an audio file (any rate,
+ * at the end, to choose the decoder's options on voices the test does not use);
+ * --transcribe FILE prints the transcript of an audio file (any rate,
  * any channels) with the beam search and the language model.
  */
 #include <errno.h>
@@ -121,8 +122,8 @@ static void parse_args(int argc, char **argv, options *o)
                       "           [--layers N] [--d-model N] [--heads N] [--ff N] [--channels N] [--dropout P]\n"
                       "           [--train-limit N] [--eval-limit N] [--workers N] [--no-augment] [--beam N]\n"
                       "           [--beam-threshold T] [--lm-weight W] [--word-score S] [--lm FILE] [--seed S]\n"
-                      "           [--threads T] [--json FILE] [--save FILE] [--load FILE] [--eval-only] [--eval-split S]\n"
-                      "           [--transcribe FILE] [--quiet] [--backend NAME]\n"
+                      "           [--threads T] [--json FILE] [--save FILE] [--load FILE] [--eval-only]\n"
+                      "           [--eval-split S] [--transcribe FILE] [--quiet] [--backend NAME]\n"
                       "       --data DIR: the corpus of make speech-data (default ~/.cache/flare/speech)\n"
                       "       --batch-seconds S: padded seconds of audio in a batch (default 60)\n"
                       "       --train-limit N, --eval-limit N: use at most N utterances of a split\n"
@@ -523,18 +524,6 @@ static int open_lm(const options *o, fl_ngram **lm)
 
 /* ---- checkpoints ---- */
 
-static bool meta_integer(const fl_tensor_map *map, const char *key, int64_t low, int64_t high, int64_t *out)
-{
-    const char *s = fl_tensor_map_metadata(map, key);
-    char *end;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || *end || errno || v < low || v > high)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* The model's shape and the epochs trained from a checkpoint this program saved. */
 static int read_checkpoint_header(const char *path, speech_ctc_config *c, int *epoch)
 {
@@ -545,7 +534,7 @@ static int read_checkpoint_header(const char *path, speech_ctc_config *c, int *e
     const char *keys[] = {"epoch", "channels", "d_model", "heads", "dim_ff", "layers", "tokens", "dropout_ppm"};
     bool ok = true;
     for (int i = 0; i < 8 && ok; i++)
-        ok = meta_integer(map, keys[i], 0, 1 << 30, &v[i]);
+        ok = cli_metadata_integer(map, keys[i], 0, 1 << 30, &v[i]);
     fl_tensor_map_free(map);
     if (!ok)
         return fprintf(stderr, "asr: %s: not a checkpoint of asr (its metadata lacks the model's shape)\n", path), 1;

@@ -85,3 +85,15 @@ double cli_number(const cli *c, double low, double high)
         cli_fail(c, "%s wants a number in [%g, %g], not '%s'", c->option, low, high, optarg);
     return v;
 }
+
+bool cli_metadata_integer(const fl_tensor_map *map, const char *key, int64_t low, int64_t high, int64_t *out)
+{
+    const char *s = fl_tensor_map_metadata(map, key);
+    char *end;
+    errno = 0;
+    long long v = s && *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : -1;
+    if (!s || errno || *end || v < low || v > high)
+        return false;
+    *out = v;
+    return true;
+}

@@ -18,6 +18,10 @@
 #define FLARE_CLI_H
 
 #include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flare/tensor_map.h"
 
 typedef struct cli {
     const char *program; /* for messages */
@@ -46,6 +50,11 @@ double cli_number(const cli *c, double low, double high);
 void cli_backend(const cli *c);
 /* What the usages say of --backend, as their last line. */
 #define CLI_BACKEND_HELP "--backend NAME: compute on backend NAME (cpu, lazy, opencl; default FLARE_BACKEND, else cpu)"
+
+/* A checkpoint's metadata value under key as a whole number in [low, high], in the
+ * same strict form as cli_integer's decimals (no sign, space or trailing text); false
+ * if it is absent or anything else. For the programs' own checkpoint headers. */
+bool cli_metadata_integer(const fl_tensor_map *map, const char *key, int64_t low, int64_t high, int64_t *out);
 
 /* Prints "PROGRAM: message" and the usage on stderr and ends the program with status 2. */
 _Noreturn void cli_fail(const cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -253,18 +253,6 @@ static void tokenizer_fingerprint(const fl_tokenizer *tok, char out[17])
 
 /* ---- checkpoint metadata ---- */
 
-static bool meta_integer(const fl_tensor_map *map, const char *key, int64_t low, int64_t high, int64_t *out)
-{
-    const char *s = fl_tensor_map_metadata(map, key);
-    char *end;
-    errno = 0;
-    long long v = s && *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : -1;
-    if (!s || errno || *end || v < low || v > high)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* The model's shape and epoch from a checkpoint that this program saved. */
 static int read_checkpoint_header(const char *path, int epochs, gpt_config *config, int *epoch, char fingerprint[17],
                                   uint64_t *split_seed)
@@ -277,11 +265,13 @@ static int read_checkpoint_header(const char *path, int epochs, gpt_config *conf
     const char *fp = fl_tensor_map_metadata(map, "tokenizer");
     char *end = NULL;
     double p = dropout ? strtod(dropout, &end) : -1;
-    bool ok = meta_integer(map, "vocab", 1, 1 << 20, &config->vocab) &&
-              meta_integer(map, "context", 1, 1 << 16, &config->context) &&
-              meta_integer(map, "layers", 1, 256, &config->layers) && meta_integer(map, "heads", 1, 256, &config->heads) &&
-              meta_integer(map, "embed", 1, 1 << 16, &config->embed) && meta_integer(map, "epoch", 0, 100000, &e) &&
-              meta_integer(map, "seed", 0, (int64_t)1e15, &seed) &&
+    bool ok = cli_metadata_integer(map, "vocab", 1, 1 << 20, &config->vocab) &&
+              cli_metadata_integer(map, "context", 1, 1 << 16, &config->context) &&
+              cli_metadata_integer(map, "layers", 1, 256, &config->layers) &&
+              cli_metadata_integer(map, "heads", 1, 256, &config->heads) &&
+              cli_metadata_integer(map, "embed", 1, 1 << 16, &config->embed) &&
+              cli_metadata_integer(map, "epoch", 0, 100000, &e) &&
+              cli_metadata_integer(map, "seed", 0, (int64_t)1e15, &seed) &&
               dropout && *dropout && !*end && p >= 0 && p < 1 && fp && strlen(fp) == 16;
     if (ok) {
         config->dropout = p;
