@@ -138,6 +138,17 @@ fl_tensor *fl_out(fl_tensor *t);
  * NULL result (a failure inside the scope) passes through and its error stays. */
 fl_tensor *fl_scope_return(fl_scope scope, fl_tensor *result);
 
+/* ---- files written whole or not at all -------------------------------------------- */
+
+/* A temporary beside path for a file that must appear whole or not at all (Flare's
+ * safetensors, ARPA and WAV writers use it): path.tmp.<pid>.<n>, created exclusively, so
+ * that concurrent writers (threads or processes) never share one, with a new file's
+ * mode (0666 less the umask; mkstemp's 0600 would make the file private to its writer).
+ * Returns its descriptor, open for writing, and its name in name (size bytes;
+ * strlen(path) + 32 suffice), or -1 with errno set. The caller writes and syncs it,
+ * then renames name onto path, or unlinks name on failure. */
+int fl_temporary_file(const char *path, char *name, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

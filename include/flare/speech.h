@@ -94,9 +94,9 @@ typedef enum fl_wav_format {
 } fl_wav_format;
 
 /* Writes frames frames of channels interleaved samples at sample_rate Hz to a WAV file
- * at path, whole or not at all: it writes path's name followed by ".tmp" and renames
- * that over path once complete, so a reader never sees half a file. FL_ERR_IO names the
- * file on failure. */
+ * at path, whole or not at all: it writes a temporary beside path (fl_temporary_file,
+ * unique to the writer) and renames that over path once complete, so a reader never
+ * sees half a file. FL_ERR_IO names the file on failure. */
 fl_status fl_audio_write_wav(const char *path, const float *samples, int64_t frames, int channels, int sample_rate,
                              fl_wav_format format);
 

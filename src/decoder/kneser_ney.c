@@ -16,7 +16,6 @@
  * weight of each context: p(w | h) of an unseen h w is then gamma(h) p(w | h'), exactly
  * the interpolated value. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -406,32 +405,13 @@ static void write_ngram(FILE *f, const model *m, int n, int64_t i)
     fputc('\n', f);
 }
 
-/* Creates path.tmp.<pid>.<n> exclusively, so that concurrent writers never share a
- * temporary, with the mode a new file gets (0666 less the umask; mkstemp's 0600
- * would make the model private to its writer). */
-static int create_temporary(const char *path, char *name, size_t size)
-{
-    static unsigned counter;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-        if ((size_t)snprintf(name, size, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
-            return fd;
-    }
-    return -1;
-}
-
 static fl_status write_arpa(const model *m, const char *path)
 {
     size_t size = strlen(path) + 64;
     char *tmp = malloc(size);
     if (!tmp)
         return out_of_memory();
-    int fd = create_temporary(path, tmp, size);
+    int fd = fl_temporary_file(path, tmp, size);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         fl_error(FL_ERR_IO, FN, "cannot create %s: %s", tmp, strerror(errno));

@@ -138,24 +138,6 @@ static char *build_header(const fl_tensor_map *map, const placed *by_index, size
     return grown;
 }
 
-/* Creates path.tmp.<pid>.<n> exclusively, so that concurrent savers (threads or
- * processes) never share a temporary; the mode honours the umask like any new file. */
-static int create_temporary(const char *path, char *name, size_t size)
-{
-    static unsigned counter;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        unsigned n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-        if ((size_t)snprintf(name, size, "%s.tmp.%ld.%u", path, (long)getpid(), n) >= size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
-            return fd;
-    }
-    return -1;
-}
-
 /* Makes the rename itself durable. A failure here is not reported: the new file is
  * already in place and complete, and some file systems cannot sync directories. */
 static void sync_directory(const char *path)
@@ -217,7 +199,7 @@ fl_status fl_save_safetensors(const char *path, const fl_tensor_map *map)
     }
 
     status = FL_ERR_IO;
-    fd = create_temporary(path, temporary, sizeof temporary);
+    fd = fl_temporary_file(path, temporary, sizeof temporary);
     if (fd < 0) {
         fl_error(status, save_fn, "'%s': cannot create a temporary file beside it: %s", path, strerror(errno));
         goto done;

@@ -2,10 +2,12 @@
  * Audio files in and out: libsndfile reads and writes them, libsamplerate resamples.
  */
 #define _GNU_SOURCE /* memmem */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <samplerate.h>
 #include <sndfile.h>
@@ -231,20 +233,22 @@ fl_status fl_audio_write_wav(const char *path, const float *samples, int64_t fra
                  sample_rate, (int)format);
         return FL_ERR_VALUE;
     }
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
+    size_t size = strlen(path) + 32;
+    char *tmp = malloc(size);
     if (!tmp) {
         fl_error(FL_ERR_MEMORY, fn, "%s: cannot allocate its temporary name", path);
         return FL_ERR_MEMORY;
     }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
     SF_INFO info = {.samplerate = sample_rate,
                     .channels = channels,
                     .format = SF_FORMAT_WAV | (format == FL_WAV_PCM16 ? SF_FORMAT_PCM_16 : SF_FORMAT_FLOAT)};
-    SNDFILE *f = sf_open(tmp, SFM_WRITE, &info);
+    int fd = fl_temporary_file(path, tmp, size);
+    SNDFILE *f = fd >= 0 ? sf_open_fd(fd, SFM_WRITE, &info, SF_TRUE) : NULL;
     if (!f) {
-        fl_error(FL_ERR_IO, fn, "%s: %s", tmp, sf_strerror(NULL));
+        if (fd >= 0)
+            fl_error(FL_ERR_IO, fn, "%s: %s", tmp, sf_strerror(NULL)), close(fd), unlink(tmp);
+        else
+            fl_error(FL_ERR_IO, fn, "%s: cannot create a temporary beside it: %s", path, strerror(errno));
         free(tmp);
         return FL_ERR_IO;
     }
