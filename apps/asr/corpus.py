@@ -17,7 +17,8 @@ DIR receives:
                                    as many more sentences of the same generator
     lexicon.txt                    every word of the corpus and lm.txt, spelled in letters
     tokens.txt                     the token set: "|" (word boundary), ', a to z
-    corpus.json                    the options, the voices of each split, counts, hours
+    corpus.json                    the options, the voices of each split, counts, hours,
+                                   the seconds it took
 Transcripts are lowercase letters, apostrophes and single spaces; the text spoken is
 the transcript itself (numbers written as words), so audio and text agree.
 
@@ -36,6 +37,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 with warnings.catch_warnings():
@@ -252,6 +254,7 @@ def main():
                 return
     if args.utterances < 40:
         sys.exit("corpus.py: --utterances must be at least 40")
+    started = time.monotonic()
     lines = fortune_lines(args.fortunes)
     splits, jobs, lm = plan(options, lines, variants())
     os.makedirs(args.out, exist_ok=True)
@@ -294,11 +297,13 @@ def main():
         os.replace(os.path.join(args.out, name + ".tmp"), os.path.join(args.out, name))
     meta = {"options": options, "voices": splits, "accents": ACCENTS,
             "utterances": {s: sum(1 for j in jobs if j["split"] == s) for s in splits},
-            "hours": {s: round(h, 3) for s, h in hours.items()}, "words": len(words)}
+            "hours": {s: round(h, 3) for s, h in hours.items()}, "words": len(words),
+            "seconds": round(time.monotonic() - started, 1), "jobs": args.jobs}
     with open(meta_path + ".tmp", "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(meta_path + ".tmp", meta_path)
-    print("corpus.py: %s: %s utterances, %s hours" % (args.out, meta["utterances"], meta["hours"]))
+    print("corpus.py: %s: %s utterances, %s hours, made in %.0f s on %d jobs" %
+          (args.out, meta["utterances"], meta["hours"], meta["seconds"], args.jobs))
 
 
 if __name__ == "__main__":
