@@ -294,17 +294,34 @@ static void manifest_bad_lines(void **state)
     fl_token_set_free(ts);
 }
 
+/* A lexicon of decoder.h, read with the token set's tokens as its names. */
+static fl_lexicon *load_lexicon(const char *path, const fl_token_set *ts)
+{
+    const char *names[64];
+    int64_t n = fl_token_set_size(ts);
+    assert_true(n <= 64);
+    for (int64_t i = 0; i < n; i++)
+        names[i] = fl_token_set_token(ts, i);
+    fl_lexicon *lex = NULL;
+    assert_int_equal(fl_lexicon_load(path, names, n, &lex), FL_OK);
+    return lex;
+}
+
 static void lexicon_spellings(void **state)
 {
     const char *pieces[] = {"|", "he", "llo", "wor", "ld", "h", "e", "l", "o", "w", "r", "d"};
     fl_token_set *ts = fl_token_set_new(pieces, 12, NULL);
     const char *path = tmp_file("lexicon.txt");
     write_text(path, "world\twor ld |\nhello\the llo |\n\nhello\th e l l o |\nwho  w h o |\r\n");
-    fl_word_spellings *lex = fl_word_spellings_load(path, ts);
-    assert_non_null(lex);
-    assert_int_equal(fl_word_spellings_size(lex), 3);
+    fl_lexicon *lex = load_lexicon(path, ts);
+    assert_int_equal(fl_lexicon_size(lex), 3);
+    const int64_t *first;
+    size_t first_length;
+    assert_int_equal(fl_lexicon_spelling(lex, fl_lexicon_word_id(lex, "hello"), &first, &first_length), FL_OK);
+    assert_int_equal(first_length, 3); /* he llo |, not the later h e l l o | */
+    assert_fails_status(fl_lexicon_spelling(lex, 3, &first, &first_length), FL_ERR_INDEX, "word id 3 is outside [0, 3)");
     int64_t *ids, count;
-    assert_int_equal(fl_word_spellings_encode(lex, " hello  world who", false, &ids, &count), FL_OK);
+    assert_int_equal(fl_token_set_encode_words(ts, lex, " hello  world who", false, &ids, &count), FL_OK);
     int64_t expected[] = {1, 2, 0, 3, 4, 0, 9, 5, 8, 0};
     assert_int_equal(count, 10);
     assert_memory_equal(ids, expected, sizeof expected);
@@ -312,28 +329,20 @@ static void lexicon_spellings(void **state)
     assert_string_equal(text, "hello world who");
     free(text), free(ids);
     /* words it lacks: an error, or spelled by longest match with a boundary after */
-    assert_fails_status(fl_word_spellings_encode(lex, "hello held", false, &ids, &count), FL_ERR_VALUE,
+    assert_fails_status(fl_token_set_encode_words(ts, lex, "hello held", false, &ids, &count), FL_ERR_VALUE,
                         "the word \"held\" at byte offset 6 is not in the lexicon");
-    assert_int_equal(fl_word_spellings_encode(lex, "hello held", true, &ids, &count), FL_OK);
+    assert_int_equal(fl_token_set_encode_words(ts, lex, "hello held", true, &ids, &count), FL_OK);
     int64_t spelled[] = {1, 2, 0, 1, 4, 0}; /* he ld: "ld" is longer than "l" */
     assert_int_equal(count, 6);
     assert_memory_equal(ids, spelled, sizeof spelled);
     free(ids);
-    assert_fails_status(fl_word_spellings_encode(lex, "hello hex", true, &ids, &count), FL_ERR_VALUE,
+    assert_fails_status(fl_token_set_encode_words(ts, lex, "hello hex", true, &ids, &count), FL_ERR_VALUE,
                         "in the word \"hex\" at byte offset 6: character 'x' (U+0078) at byte offset 2");
-    fl_word_spellings_free(lex);
+    fl_lexicon_free(lex);
     fl_token_set_free(ts);
 
-    /* broken lexicons, named by line */
-    ts = letters();
-    write_text(path, "hello\th e l l o |\nworld\n");
-    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the word \"world\" has no spelling");
-    write_text(path, "hello\th e l l o |\nworld\tw o r L d |\n");
-    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "lexicon.txt:2: the spelling of \"world\" has \"L\"");
-    write_text(path, "\n");
-    assert_fails(fl_word_spellings_load(path, ts), FL_ERR_IO, "no words");
-
     /* a manifest's targets through the corpus's lexicon (letters, "|" after each word) */
+    ts = letters();
     char lexicon[4096] = "";
     for (int i = 0; i < UTTERANCES; i++) {
         char copy[128];
@@ -347,12 +356,11 @@ static void lexicon_spellings(void **state)
         }
     }
     write_text(path, lexicon);
-    lex = fl_word_spellings_load(path, ts);
-    assert_non_null(lex);
+    lex = load_lexicon(path, ts);
     fl_manifest_options o = fl_manifest_options_default();
     o.lexicon = lex;
     fl_dataset *ds = fl_manifest_dataset(write_corpus("train.tsv", ""), ts, &o);
-    fl_word_spellings_free(lex);
+    fl_lexicon_free(lex);
     assert_non_null(ds);
     fl_sample s;
     assert_int_equal(fl_dataset_get(ds, 1, &s), FL_OK);
@@ -361,18 +369,21 @@ static void lexicon_spellings(void **state)
     int64_t n = 9;
     assert_close(s.fields[1], fl_from_data(call_mom, FL_I64, 1, &n), 0, 0);
     fl_dataset_release(ds);
-    /* a lexicon of other tokens */
-    fl_token_set *other = fl_token_set_new((const char *[]){"|", "a"}, 2, NULL);
-    write_text(path, "a\ta |\n");
-    lex = fl_word_spellings_load(path, other);
-    o.lexicon = lex;
-    assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_VALUE, "other tokens");
+    /* a lexicon whose spellings use ids the token set lacks */
+    write_text(path, "turn\tzz\n");
+    fl_lexicon *other = NULL;
+    assert_int_equal(fl_lexicon_load(path, (const char *const[]){"|", "zz"}, 2, &other), FL_OK);
+    fl_token_set *two = fl_token_set_new((const char *[]){"|"}, 1, NULL);
+    assert_fails_status(fl_token_set_encode_words(two, other, "turn", false, &ids, &count), FL_ERR_VALUE,
+                        "spells \"turn\" with token id 1, outside the token set's 1");
+    fl_token_set_free(two);
+    fl_lexicon_free(other);
     /* a transcript word it lacks, named by line */
-    o.lexicon = lex = (fl_word_spellings_free(lex), fl_word_spellings_load(path, ts));
+    write_text(path, "a\ta |\n");
+    o.lexicon = lex = load_lexicon(path, ts);
     assert_fails(fl_manifest_dataset(tmp_file("train.tsv"), ts, &o), FL_ERR_IO,
                  "train.tsv:1: the word \"turn\" at byte offset 0 is not in the lexicon");
-    fl_word_spellings_free(lex);
-    fl_token_set_free(other);
+    fl_lexicon_free(lex);
     fl_token_set_free(ts);
 }
 

@@ -205,6 +205,10 @@ int64_t fl_lexicon_size(const fl_lexicon *lex);
 const char *fl_lexicon_word(const fl_lexicon *lex, int64_t id);
 /* The id of a word, or -1. */
 int64_t fl_lexicon_word_id(const fl_lexicon *lex, const char *word);
+/* The first spelling given for word id: *length token ids at *tokens (owned by lex).
+ * What a word's training target is (speech.h's fl_token_set_encode_words).
+ * FL_ERR_INDEX outside [0, size). */
+fl_status fl_lexicon_spelling(const fl_lexicon *lex, int64_t id, const int64_t **tokens, size_t *length);
 
 typedef struct fl_ctc_beam_options {
     int64_t beam_size;     /* hypotheses kept after each frame (default 100) */

@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "flare/data.h"
+#include "flare/decoder.h"
 #include "flare/tensor.h"
 
 #ifdef __cplusplus
@@ -229,29 +230,17 @@ fl_status fl_token_set_encode(const fl_token_set *ts, const char *text, bool bou
  * blank included: collapse a CTC path and drop its blanks first). */
 char *fl_token_set_decode(const fl_token_set *ts, const int64_t *ids, int64_t count);
 
-/* Word spellings for training targets, read from a lexicon (wav2letter's lexicon.txt,
- * as apps/asr/corpus.py writes it). The beam-search decoder reads the same file into a
- * trie of its own (fl_lexicon of decoder.h, which keeps every spelling); this keeps
- * each word's first spelling, to encode transcripts. Lines
- * "word<TAB>t1 t2 ... tn", the word, then whitespace, then its spelling as tokens
- * separated by spaces: "hello<TAB>h e l l o |" for letters with a boundary after each
- * word, or word pieces ("hello<TAB>he llo |"). A word on several lines keeps its first
- * spelling (as wav2letter's targets do); blank lines are ignored. A line without a
- * spelling or with a token not in ts is FL_ERR_IO naming the file and line. The lexicon
- * keeps a copy of ts. */
-typedef struct fl_word_spellings fl_word_spellings;
-
-fl_word_spellings *fl_word_spellings_load(const char *path, const fl_token_set *ts);
-void fl_word_spellings_free(fl_word_spellings *lex);
-/* The number of words. */
-int64_t fl_word_spellings_size(const fl_word_spellings *lex);
 /* Encodes text word by word (words: runs of non-whitespace) as the concatenation of
- * their spellings. A word not in the lexicon is FL_ERR_VALUE naming it and its byte
- * offset, unless spell_unknown: then it is spelled in tokens as fl_token_set_encode
- * spells a word, followed by the boundary token if there is one ("w o r d |", the form
- * corpus.py gives every word). *ids is malloc'd; free() it. */
-fl_status fl_word_spellings_encode(const fl_word_spellings *lex, const char *text, bool spell_unknown, int64_t **ids,
-                            int64_t *count);
+ * each word's first spelling in lex (decoder.h's lexicon, as fl_lexicon_load reads
+ * wav2letter's lexicon.txt, with ts's tokens as its token names: "hello h e l l o |"
+ * for letters with a boundary after each word, or word pieces, "hello he llo |"). A
+ * word not in the lexicon is FL_ERR_VALUE naming it and its byte offset, unless
+ * spell_unknown: then it is spelled as fl_token_set_encode spells a word, followed by
+ * the boundary token if there is one ("w o r d |", the form corpus.py gives every
+ * word). A spelling with a token id outside ts is FL_ERR_VALUE. *ids is malloc'd;
+ * free() it. */
+fl_status fl_token_set_encode_words(const fl_token_set *ts, const fl_lexicon *lex, const char *text,
+                                    bool spell_unknown, int64_t **ids, int64_t *count);
 
 /* ---- manifests --------------------------------------------------------------------
  *
@@ -276,11 +265,11 @@ typedef struct fl_manifest_options {
     int sample_rate;       /* Hz to resample every file to; 0: each file's own. Default 16000. */
     bool skip_bad;         /* leave bad lines out and count them, instead of failing. Default false. */
     bool boundary_at_ends; /* the boundary token also before and after the transcript. Default false. */
-    /* Encode transcripts with this lexicon (fl_word_spellings_encode) instead of as letters; it
-     * must have been loaded with the same tokens as the dataset's (boundary_at_ends is
-     * then not used: the spellings say where boundaries go). Default NULL. */
-    const fl_word_spellings *lexicon;
-    bool spell_unknown; /* with a lexicon: spell words it lacks (fl_word_spellings_encode). Default false. */
+    /* Encode transcripts with this lexicon (fl_token_set_encode_words) instead of as
+     * letters; its token ids are the dataset's tokens' (boundary_at_ends is then not
+     * used: the spellings say where boundaries go). Default NULL. */
+    const fl_lexicon *lexicon;
+    bool spell_unknown; /* with a lexicon: spell words it lacks (fl_token_set_encode_words). Default false. */
 } fl_manifest_options;
 
 /* The defaults above. */

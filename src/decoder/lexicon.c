@@ -38,12 +38,26 @@ void fl_lexicon_free(fl_lexicon *lex)
     for (int64_t i = 0; i < lex->node_count; i++)
         free(lex->nodes[i].children), free(lex->nodes[i].words);
     for (int64_t i = 0; i < lex->word_count; i++)
-        free(lex->words[i]);
-    free(lex->nodes), free(lex->words), free(lex->word_slots);
+        free(lex->words[i]), free(lex->spellings[i]);
+    free(lex->nodes), free(lex->words), free(lex->spellings), free(lex->spelling_lengths), free(lex->word_slots);
     free(lex);
 }
 
 int64_t fl_lexicon_size(const fl_lexicon *lex) { return lex ? lex->word_count : 0; }
+
+fl_status fl_lexicon_spelling(const fl_lexicon *lex, int64_t id, const int64_t **tokens, size_t *length)
+{
+    static const char fn[] = "fl_lexicon_spelling";
+    if (fl_null_args(fn, 3, lex, tokens, length))
+        return fl_last_status();
+    if (id < 0 || id >= lex->word_count)
+        return fl_error(FL_ERR_INDEX, fn, "word id %lld is outside [0, %lld)", (long long)id,
+                        (long long)lex->word_count),
+               FL_ERR_INDEX;
+    *tokens = lex->spellings[id];
+    *length = lex->spelling_lengths[id];
+    return FL_OK;
+}
 
 const char *fl_lexicon_word(const fl_lexicon *lex, int64_t id)
 {
@@ -109,9 +123,15 @@ fl_status fl_lexicon_add(fl_lexicon *lex, const char *word, const int64_t *spell
                 return no_memory(fn);
             int64_t cap = lex->word_cap ? lex->word_cap * 2 : 16;
             char **words = realloc(lex->words, (size_t)cap * sizeof *words);
-            if (!words)
+            if (words)
+                lex->words = words;
+            int64_t **spellings = words ? realloc(lex->spellings, (size_t)cap * sizeof *spellings) : NULL;
+            if (spellings)
+                lex->spellings = spellings;
+            size_t *lengths = spellings ? realloc(lex->spelling_lengths, (size_t)cap * sizeof *lengths) : NULL;
+            if (!lengths)
                 return no_memory(fn);
-            lex->words = words;
+            lex->spelling_lengths = lengths;
             uint32_t *slots = calloc((size_t)cap * 2, sizeof *slots);
             if (!slots)
                 return no_memory(fn);
@@ -123,11 +143,17 @@ fl_status fl_lexicon_add(fl_lexicon *lex, const char *word, const int64_t *spell
         }
         size_t len = strlen(word);
         char *copy = malloc(len + 1);
-        if (!copy)
+        int64_t *first = malloc(length * sizeof *first);
+        if (!copy || !first) {
+            free(copy), free(first);
             return no_memory(fn);
+        }
         memcpy(copy, word, len + 1);
+        memcpy(first, spelling, length * sizeof *first);
         id = lex->word_count++;
         lex->words[id] = copy;
+        lex->spellings[id] = first;
+        lex->spelling_lengths[id] = length;
         slot_word(lex, id);
     }
     int32_t node = 0;

@@ -21,6 +21,8 @@ struct fl_lexicon {
     lexicon_node *nodes; /* nodes[0] is the root */
     int64_t node_count, node_cap;
     char **words;
+    int64_t **spellings;       /* each word's first spelling, as fl_lexicon_spelling gives it */
+    size_t *spelling_lengths;
     int64_t word_count, word_cap;
     uint32_t *word_slots; /* id + 1 by the spelling's hash, 0 empty; 2 x word_cap of them */
 };

@@ -195,7 +195,7 @@ static bool read_line(reader *r, char *line, const char *dir, const fl_token_set
     snprintf(where, sizeof where, "%s:%lld: ", m->path, (long long)r->line);
     int64_t *ids, length;
     fl_status encoded = o->lexicon
-                            ? fl__word_spellings_encode(o->lexicon, fields[2], o->spell_unknown, &ids, &length, FN, where)
+                            ? fl__encode_words(tokens, o->lexicon, fields[2], o->spell_unknown, &ids, &length, FN, where)
                             : fl__token_encode(tokens, fields[2], o->boundary_at_ends, &ids, &length, FN, where);
     if (encoded != FL_OK) {
         free(audio);
@@ -250,8 +250,6 @@ fl_dataset *fl_manifest_dataset(const char *path, const fl_token_set *tokens, co
     fl_manifest_options o = options ? *options : fl_manifest_options_default();
     if (o.sample_rate < 0)
         return fl_error(FL_ERR_VALUE, FN, "%s: sample rate %d is negative", path, o.sample_rate);
-    if (o.lexicon && !fl__token_set_equal(fl__word_spellings_tokens(o.lexicon), tokens))
-        return fl_error(FL_ERR_VALUE, FN, "%s: the lexicon was loaded with other tokens than the dataset's", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return fl_error(FL_ERR_IO, FN, "%s: cannot open: %s", path, strerror(errno));

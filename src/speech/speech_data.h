@@ -12,14 +12,8 @@ fl_status fl__token_encode(const fl_token_set *ts, const char *text, bool bounda
 /* A copy of ts (NULL after recording an error under fn). */
 fl_token_set *fl__token_set_copy(const fl_token_set *ts, const char *fn);
 
-/* fl_word_spellings_encode, with errors as fl__token_encode's. */
-fl_status fl__word_spellings_encode(const fl_word_spellings *lex, const char *text, bool spell_unknown, int64_t **ids,
-                             int64_t *count, const char *fn, const char *where);
-
-/* The token set a lexicon's ids are of. */
-const fl_token_set *fl__word_spellings_tokens(const fl_word_spellings *lex);
-
-/* Whether two token sets hold the same tokens with the same ids and boundary. */
-bool fl__token_set_equal(const fl_token_set *a, const fl_token_set *b);
+/* fl_token_set_encode_words, with errors as fl__token_encode's. */
+fl_status fl__encode_words(const fl_token_set *ts, const fl_lexicon *lex, const char *text, bool spell_unknown,
+                           int64_t **ids, int64_t *count, const char *fn, const char *where);
 
 #endif

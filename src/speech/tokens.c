@@ -254,15 +254,6 @@ fl_token_set *fl__token_set_copy(const fl_token_set *ts, const char *fn)
     return copy;
 }
 
-bool fl__token_set_equal(const fl_token_set *a, const fl_token_set *b)
-{
-    if (a->count != b->count || a->boundary != b->boundary)
-        return false;
-    for (int64_t i = 0; i < a->count; i++)
-        if (strcmp(a->tokens[i], b->tokens[i]) != 0)
-            return false;
-    return true;
-}
 
 int64_t fl_token_set_size(const fl_token_set *ts)
 {
