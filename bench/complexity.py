@@ -80,6 +80,8 @@ PERFORMS = {
     "empty": (), "host_data": (),
     # the fused LSTM cell: c = f c_prev + i g, and its gradient's sums of products
     "lstm_cell": ("add",), "lstm_cell_backward": ("add",),
+    # the fused LSTM recurrence: each step's cell, and its gradient's carried dh and dc
+    "lstm_sequence": ("add",), "lstm_sequence_backward": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

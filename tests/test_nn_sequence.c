@@ -794,6 +794,119 @@ static void fused_lstm_cell_matches_the_composition(void **state)
     assert_no_error();
 }
 
+/* Forward and backward of one layer's recurrence into out: states, gates, dxproj, dh0,
+ * dc0. */
+static void lstm_sequence_run(const fl_tensor *xproj, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
+                              const fl_tensor *dstates, bool reverse, fl_tensor **out)
+{
+    assert_int_equal(fl_lstm_sequence(xproj, h0, c0, w_hh, reverse, &out[0], &out[1]), FL_OK);
+    assert_int_equal(
+        fl_lstm_sequence_backward(dstates, out[0], out[1], h0, c0, w_hh, reverse, &out[2], &out[3], &out[4]), FL_OK);
+}
+
+/* The backend's fused recurrence (backend.h, lstm_sequence) gives what a product and
+ * a cell per step give, forward and backward, in both directions, f32 and f64, for
+ * one step and one unit, units that do not split evenly among threads, a language
+ * model's layer, and strided inputs. */
+static void fused_lstm_sequence_matches_the_composition(void **state)
+{
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    if (!composing.lstm_sequence && !composing.lstm_sequence_backward) /* nothing fused to compare */
+        skip();
+    composing.lstm_sequence = NULL;
+    composing.lstm_sequence_backward = NULL;
+    const int64_t shapes[][3] = {{1, 1, 1}, {4, 3, 1}, {1, 2, 5}, {6, 5, 37}, {3, 20, 64}, {35, 20, 256}};
+    for (int k = 0; k < 6; k++)
+        for (int variant = 0; variant < 8; variant++) {
+            bool f64 = variant & 1, strided = variant & 2, reverse = variant & 4;
+            fl_scope scope = fl_scope_begin();
+            fl_dtype dt = f64 ? FL_F64 : FL_F32;
+            int64_t steps = shapes[k][0], n = shapes[k][1], h = shapes[k][2];
+            /* preactivations wide enough to saturate some gates, weights that keep the
+             * states from saturating all of them */
+            fl_tensor *xproj = strided ? fl_permute(fl_mul_scalar(fl_randn(dt, FL_SHAPE(n, 4 * h, steps)), 2),
+                                                    (const int[]){2, 0, 1})
+                                       : fl_mul_scalar(fl_randn(dt, FL_SHAPE(steps, n, 4 * h)), 2);
+            fl_tensor *w_hh = fl_mul_scalar(fl_randn(dt, FL_SHAPE(4 * h, h)), 1 / sqrt((double)h));
+            if (strided)
+                w_hh = fl_transpose(fl_copy(fl_transpose(w_hh, 0, 1)), 0, 1);
+            fl_tensor *h0 = fl_randn(dt, FL_SHAPE(n, h)), *c0 = fl_randn(dt, FL_SHAPE(n, h));
+            fl_tensor *dstates = fl_randn(dt, FL_SHAPE(2 * steps, n, h));
+            fl_tensor *fused[5], *composed[5];
+            fl_backend original = support_override(&composing);
+            lstm_sequence_run(xproj, h0, c0, w_hh, dstates, reverse, composed);
+            support_override(&original);
+            lstm_sequence_run(xproj, h0, c0, w_hh, dstates, reverse, fused);
+            /* f32: the products sum in another order; the gradients travel through
+             * every step. */
+            double tol = f64 ? 1e-12 : 2e-5 * (double)(steps > 5 ? 5 : 1);
+            for (int i = 0; i < 5; i++) {
+                assert_dtype(fused[i], dt);
+                assert_close(fused[i], composed[i], tol, tol);
+            }
+            fl_scope_end(scope);
+        }
+    assert_no_error();
+}
+
+/* An LSTM of T steps is the composition of T cells: the sequence's states are those
+ * of fl_lstm_cell applied step by step by hand, and no steps give no states. */
+static void lstm_sequence_is_the_cell_step_by_step(void **state)
+{
+    fl_tensor *xproj = fl_randn(FL_F64, FL_SHAPE(3, 2, 8)), *w_hh = fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(8, 2)), 0.5);
+    fl_tensor *h = fl_randn(FL_F64, FL_SHAPE(2, 2)), *c = fl_randn(FL_F64, FL_SHAPE(2, 2));
+    fl_tensor *states, *gates;
+    assert_int_equal(fl_lstm_sequence(xproj, h, c, w_hh, false, &states, &gates), FL_OK);
+    for (int64_t t = 0; t < 3; t++) {
+        fl_tensor *pre = fl_add(fl_index(xproj, FL_INDEX(FL_AT(t))), fl_matmul(h, fl_transpose(w_hh, 0, 1)));
+        fl_tensor *g = NULL;
+        assert_int_equal(fl_lstm_cell(pre, c, &g, &c, &h), FL_OK);
+        assert_close(fl_index(states, FL_INDEX(FL_AT(t))), h, 1e-13, 1e-13);
+        assert_close(fl_index(states, FL_INDEX(FL_AT(3 + t))), c, 1e-13, 1e-13);
+        assert_close(fl_index(gates, FL_INDEX(FL_AT(t))), g, 1e-13, 1e-13);
+    }
+    fl_tensor *none = fl_zeros(FL_F64, FL_SHAPE(0, 2, 8));
+    assert_int_equal(fl_lstm_sequence(none, h, c, w_hh, true, &states, &gates), FL_OK);
+    assert_shape(states, 0, 2, 2);
+    assert_shape(gates, 0, 2, 8);
+    fl_tensor *dxproj, *dh0, *dc0;
+    assert_int_equal(fl_lstm_sequence_backward(fl_zeros(FL_F64, FL_SHAPE(0, 2, 2)), states, gates, h, c, w_hh, true,
+                                               &dxproj, &dh0, &dc0),
+                     FL_OK);
+    assert_shape(dxproj, 0, 2, 8);
+    assert_values(dh0, 0, 0, 0, 0, 0, 0);
+    assert_no_error();
+}
+
+static void lstm_sequence_refuses_bad_inputs(void **state)
+{
+    fl_tensor *x = fl_zeros(FL_F32, FL_SHAPE(3, 2, 8)), *h = fl_zeros(FL_F32, FL_SHAPE(2, 2));
+    fl_tensor *w = fl_zeros(FL_F32, FL_SHAPE(8, 2)), *states = NULL, *gates = NULL;
+    assert_fails_status(fl_lstm_sequence(x, h, h, fl_zeros(FL_F32, FL_SHAPE(8, 3)), false, &states, &gates),
+                        FL_ERR_SHAPE,
+                        "fl_lstm_sequence: needs [T, N, 4H], h0 and c0 [N, H] and w_hh [4H, H] of one dtype, got "
+                        "f32[3, 2, 8], h0 f32[2, 2], c0 f32[2, 2] and w_hh f32[8, 3]");
+    assert_null(states);
+    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_F32, FL_SHAPE(3, 2, 7)), h, h, w, false, &states, NULL),
+                        FL_ERR_SHAPE, "got f32[3, 2, 7]");
+    assert_fails_status(fl_lstm_sequence(x, fl_zeros(FL_F64, FL_SHAPE(2, 2)), h, w, false, &states, NULL),
+                        FL_ERR_SHAPE, "h0 f64[2, 2]");
+    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_I32, FL_SHAPE(3, 2, 8)), h, h, w, false, &states, NULL),
+                        FL_ERR_DTYPE, "fl_lstm_sequence: takes float tensors, got i32[3, 2, 8]");
+    assert_fails_status(fl_lstm_sequence(x, NULL, h, w, false, &states, NULL), FL_ERR_NULL, "fl_lstm_sequence");
+    assert_int_equal(fl_lstm_sequence(x, h, h, w, false, &states, &gates), FL_OK);
+    fl_tensor *dxproj = NULL;
+    assert_fails_status(fl_lstm_sequence_backward(fl_zeros(FL_F32, FL_SHAPE(3, 2, 2)), states, gates, h, h, w, false,
+                                                  &dxproj, NULL, NULL),
+                        FL_ERR_SHAPE,
+                        "fl_lstm_sequence_backward: needs dstates [2T, N, H] of the dtype of gates f32[3, 2, 8], got "
+                        "f32[3, 2, 2]");
+    assert_null(dxproj);
+    assert_fails_status(fl_lstm_sequence_backward(states, states, fl_zeros(FL_F32, FL_SHAPE(3, 2, 4)), h, h, w, false,
+                                                  &dxproj, NULL, NULL),
+                        FL_ERR_SHAPE, "fl_lstm_sequence_backward: needs [T, N, 4H]");
+}
+
 /* The cell's values against the formulas, at points where they are known exactly. */
 static void lstm_cell_computes_the_gates_and_states(void **state)
 {
@@ -955,6 +1068,9 @@ int main(void)
         scoped_test(fused_lstm_cell_matches_the_composition),
         scoped_test(lstm_cell_computes_the_gates_and_states),
         scoped_test(lstm_cell_refuses_bad_inputs),
+        scoped_test(fused_lstm_sequence_matches_the_composition),
+        scoped_test(lstm_sequence_is_the_cell_step_by_step),
+        scoped_test(lstm_sequence_refuses_bad_inputs),
         scoped_test(bad_arguments_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,9 +42,9 @@
  *    docs/BACKENDS.md ("Replacing an entry") has the example and what a replaced
  *    cpu entry means under the lazy backend.
  *
- * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu and the LSTM cell
- * compute what the tensor layer also composes from the primitives, in one pass
- * instead of several. A backend may leave any of them NULL and the composition is
+ * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell and
+ * the LSTM recurrence compute what the tensor layer also composes from the
+ * primitives, in one pass instead of several. A backend may leave any of them NULL and the composition is
  * used; the composition defines the semantics, and the tests check each fused kernel
  * against it. They exist
  * where a composition cannot come near a framework's fused kernel on speed (softmax:
@@ -77,6 +77,24 @@
  *    dc_prev [N, H] = dc' f.
  *    The pair exists because an LSTM step composed of primitives is about ten passes
  *    over small tensors, each a call with its own overhead, against one.
+ *  - lstm_sequence (version 4): every step of one LSTM layer from the input
+ *    projections xproj [T, N, 4H] (x_t W_ih^T + biases, steps in time order), the
+ *    initial states h0 and c0 [N, H] and w_hh [4H, H]: step t's preactivations are
+ *    xproj[t] + h_prev w_hh^T, then lstm_cell. The steps run t = 0 .. T-1, or
+ *    T-1 .. 0 if reverse, h_prev and c_prev being those of the step before in that
+ *    order (h0 and c0 for the first). states [2T, N, H] receives h_t at t and c_t at
+ *    T + t; gates [T, N, 4H] the activated gates of each step.
+ *  - lstm_sequence_backward (version 4): the gradients of lstm_sequence from dstates
+ *    [2T, N, H] (what reaches each h_t and, from outside h, each c_t) and its states
+ *    and gates: dxproj [T, N, 4H] (the preactivations' gradients, which are xproj's),
+ *    dh0 and dc0 [N, H]. The gradient of w_hh is left to the caller: one product of
+ *    dxproj with the previous states over all steps.
+ *    The pair exists because a recurrence composed of a product and a cell per step
+ *    pays a call, a fork and a join of the thread pool per step for a product of a
+ *    few microseconds; as one call it forks once and synchronizes threads once a step.
+ *    Either entry may decline a call (a dtype it lacks) with FL_ERR_UNSUPPORTED; the
+ *    tensor layer composes then. A backend whose matmul is replaced and that wants the
+ *    recurrence to follow sets both to NULL.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
@@ -214,7 +232,13 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     /* -- version 3: the fused LSTM cell (see "Fused kernels" above) -- */                                     \
     X(3, lstm_cell, (fl_tensor *gates, fl_tensor *c, fl_tensor *h, const fl_tensor *pre, const fl_tensor *c_prev)) \
     X(3, lstm_cell_backward, (fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh, const fl_tensor *dc,       \
-                              const fl_tensor *gates, const fl_tensor *c_prev, const fl_tensor *c))
+                              const fl_tensor *gates, const fl_tensor *c_prev, const fl_tensor *c))                \
+    /* -- version 4: the fused LSTM recurrence (see "Fused kernels" above) -- */                               \
+    X(4, lstm_sequence, (fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj, const fl_tensor *h0,          \
+                         const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))                                \
+    X(4, lstm_sequence_backward, (fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0, const fl_tensor *dstates,     \
+                                  const fl_tensor *states, const fl_tensor *gates, const fl_tensor *h0,            \
+                                  const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -222,7 +246,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 3
+#define FL_BACKEND_VERSION 4
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -5,8 +5,9 @@
  * tape, and slicing step t out of the input projection would give every step a
  * gradient the size of the whole sequence (T^2 memory). As one node, the forward keeps
  * only the activated gates and the states of every step; the backward walks the steps
- * in reverse, and the gradient of W_hh is one matmul over all steps at the end.
- * Each step runs in a scope of its own, so temporaries die with their step. */
+ * in reverse, and the gradient of W_hh is one matmul over all steps at the end. The
+ * LSTM's walks are fl_lstm_sequence and its gradient (src/tensor/lstm.c); the GRU's
+ * run here, each step in a scope of its own, so temporaries die with their step. */
 #include <stdlib.h>
 
 #include "flare/extension.h"
@@ -70,122 +71,43 @@ static fl_tensor **step_list(int64_t count)
     return list ? list : fl_error(FL_ERR_MEMORY, "recurrence", "no memory for %lld steps", (long long)count);
 }
 
-/* Releases the first count of a list of owned steps, and the list. */
-static void release_steps(fl_tensor **list, int64_t count)
-{
-    for (int64_t t = 0; list && t < count; t++)
-        fl_release(list[t]);
-    free(list);
-}
-
 /* ---- LSTM ---- */
 
-/* saved: the output [2T, N, H] (h_t at t, c_t at T + t), h0, c0, w_hh, then the
- * activated gates [N, 4H] of each step t, as the steps made them (stacking them would
- * copy them once more). Each step of the walk is the cell's fused gradient
- * (fl_lstm_cell_backward, one pass over the step's gates and states) and the matmul
- * with W_hh. */
+/* saved: the output [2T, N, H] (h_t at t, c_t at T + t), h0, c0, w_hh and the
+ * activated gates [T, N, 4H]. */
 static void lstm_grad(fl_grad *g)
 {
     const recurrence_context *c = g->context;
-    fl_tensor *out = g->saved[0], *h0 = g->saved[1], *c0 = g->saved[2], *w_hh = g->saved[3];
-    fl_tensor *const *gates = g->saved + 4;
-    int64_t steps = fl_dim(out, 0) / 2;
-    int64_t first = c->reverse ? steps - 1 : 0; /* the step that starts from h0 and c0 */
-    fl_tensor **dgates = step_list(steps), *dh_next = NULL, *dc_next = NULL;
-    bool ok = dgates != NULL;
-    for (int64_t s = steps - 1; ok && s >= 0; s--) {
-        int64_t t = c->reverse ? steps - 1 - s : s;
-        fl_scope step = fl_scope_begin();
-        fl_tensor *dh = step_of(g->output_grad, t), *dc = step_of(g->output_grad, steps + t);
-        if (dh_next) {
-            dh = fl_add(dh, dh_next);
-            dc = fl_add(dc, dc_next);
-        }
-        const fl_tensor *c_prev = t == first ? c0 : step_of(out, steps + (c->reverse ? t + 1 : t - 1));
-        fl_tensor *d = NULL, *dc_prev = NULL;
-        ok = dh && dc && c_prev &&
-             fl_lstm_cell_backward(dh, dc, gates[t], c_prev, step_of(out, steps + t), &d, &dc_prev) == FL_OK;
-        dgates[t] = fl_keep(d);
-        fl_tensor *dh_prev = ok ? fl_keep(fl_matmul(d, w_hh)) : NULL;
-        dc_prev = fl_keep(dc_prev);
-        fl_scope_end(step);
-        fl_release(dh_next);
-        fl_release(dc_next);
-        dh_next = dh_prev;
-        dc_next = dc_prev;
-        ok = ok && dh_next && dc_next;
-    }
-    if (!ok) {
-        release_steps(dgates, steps);
-        fl_release(dh_next);
-        fl_release(dc_next);
+    fl_tensor *out = g->saved[0], *h0 = g->saved[1], *c0 = g->saved[2], *w_hh = g->saved[3], *gates = g->saved[4];
+    fl_tensor *dxproj = NULL, *dh0 = NULL, *dc0 = NULL;
+    if (fl_lstm_sequence_backward(g->output_grad, out, gates, h0, c0, w_hh, c->reverse, &dxproj, &dh0, &dc0) != FL_OK)
         return;
-    }
-    fl_tensor *dxproj = stack_steps(dgates, steps);
     g->input_grads[0] = dxproj;
-    g->input_grads[1] = to_scope(dh_next);
-    g->input_grads[2] = to_scope(dc_next);
+    g->input_grads[1] = dh0;
+    g->input_grads[2] = dc0;
     if (g->needs_grad[3]) {
+        int64_t steps = fl_dim(out, 0) / 2;
         fl_tensor *hidden = fl_index(out, FL_INDEX(FL_RANGE(0, steps)));
         g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
     }
 }
 
-/* Each step is the product with W_hh and the fused cell (fl_lstm_cell); its gates
- * and new states stay tensors of their own (the next step reads them as they are),
- * and the output is one stack of every step's h and then every step's c. */
+/* The whole recurrence is fl_lstm_sequence: the backend's fused kernel where it has
+ * one, else a product with W_hh and the fused cell per step. */
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
                                  bool reverse)
 {
     if (fl_null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
         return NULL;
-    const fl_tensor *x = fl_v_value(xproj);
-    int64_t steps = fl_dim(x, 0);
-    /* states: every h, then every c; save: out, h0, c0, w_hh, then the gates acts */
-    fl_tensor **acts = step_list(steps), **states = step_list(2 * steps);
-    const fl_tensor **save = calloc((size_t)steps + 4, sizeof *save);
-    if (!acts || !states || !save) {
-        free(acts);
-        free(states);
-        free(save);
-        return fl_error(FL_ERR_MEMORY, "lstm recurrence", "no memory for %lld steps", (long long)steps);
-    }
     fl_scope scope = fl_scope_begin();
-    /* Dense once, so that each step's small product reads W_hh^T row by row (oneDNN's
-     * sgemm is about a fifth slower on a transposed operand of this size). */
-    fl_tensor *w_t = fl_copy(fl_transpose(fl_v_value(w_hh), 0, 1));
-    const fl_tensor *hidden = fl_v_value(h0), *cell = fl_v_value(c0);
-    bool ok = true;
-    for (int64_t s = 0; ok && s < steps; s++) {
-        int64_t t = reverse ? steps - 1 - s : s;
-        fl_scope step = fl_scope_begin();
-        fl_tensor *pre = fl_add(step_of(x, t), fl_matmul(hidden, w_t));
-        fl_tensor *gates = NULL, *c = NULL, *next = NULL;
-        ok = pre && fl_lstm_cell(pre, cell, &gates, &c, &next) == FL_OK;
-        acts[t] = fl_keep(gates);
-        states[t] = fl_keep(next);
-        states[steps + t] = fl_keep(c);
-        fl_scope_end(step);
-        ok = ok && acts[t] && states[t] && states[steps + t];
-        hidden = states[t];
-        cell = states[steps + t];
-    }
-    fl_tensor *out = ok ? fl_stack(states, (int)(2 * steps), 0) : NULL;
-    release_steps(states, 2 * steps);
-    recurrence_context c = {.reverse = reverse};
+    fl_tensor *out = NULL, *gates = NULL;
     fl_variable *y = NULL;
-    if (out) {
-        save[0] = out;
-        save[1] = fl_v_value(h0);
-        save[2] = fl_v_value(c0);
-        save[3] = fl_v_value(w_hh);
-        for (int64_t t = 0; t < steps; t++)
-            save[4 + t] = acts[t];
-        y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad, save, (int)steps + 4, &c, sizeof c);
+    if (fl_lstm_sequence(fl_v_value(xproj), fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), reverse, &out,
+                         &gates) == FL_OK) {
+        recurrence_context c = {.reverse = reverse};
+        y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad,
+                        FL_SAVE(out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), gates), &c, sizeof c);
     }
-    release_steps(acts, steps);
-    free(save);
     return fl_v_scope_return(scope, y);
 }
 

@@ -8,7 +8,10 @@
  * kernels' own (vm_sigmoidf and vm_tanhf for f32, libm's for f64) and the products
  * are taken in the composition's order, so the results agree with it to rounding.
  */
+#include <cblas.h>
+#include <dnnl.h>
 #include <math.h>
+#include <omp.h>
 
 #include "cpu.h"
 #include "vecmath.h"
@@ -158,8 +161,226 @@ static int cpu_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_te
     return 0;
 }
 
+/* ---- the recurrence of a layer (lstm_sequence) ----
+ *
+ * The threads split the hidden units, not the steps: thread p owns units [a, b) and
+ * computes, at every step, the four gates of those units (one single-threaded gemm
+ * into its own preactivations), their cell and its slice of h_t and c_t. Only h_t is
+ * shared: the next step's product reads all of it, so the threads meet once a step
+ * at a barrier. Backward, thread p computes the gates' gradients of its units, and
+ * after the barrier its columns of dh_prev = dpre W_hh, which is all its next step
+ * needs. One parallel region for the whole sequence replaces a fork and a join per
+ * product, and no step allocates. */
+
+/* The units of thread p of count: a split of hs on multiples of 16 where hs allows. */
+static void units_of(int p, int count, int64_t hs, int64_t *first, int64_t *end)
+{
+    int64_t grain = hs >= 16 * (int64_t)count ? 16 : 1, blocks = (hs + grain - 1) / grain;
+    *first = blocks * p / count * grain;
+    *end = p + 1 == count ? hs : blocks * (p + 1) / count * grain;
+}
+
+/* Threads for a recurrence whose step multiplies [rows, hs] by [hs, 4 hs]: one per
+ * 16 units at most, and one where a step's product is too small to share. */
+static int sequence_threads(int64_t rows, int64_t hs)
+{
+    int threads = cpu_threads();
+    if (rows * hs * 4 * hs < 16 * 1024)
+        return 1;
+    return hs / 16 < threads ? (int)(hs / 16 > 0 ? hs / 16 : 1) : threads;
+}
+
+/* Index of the step before step t in the order the recurrence runs; -1 for its first. */
+static int64_t previous_step(int64_t t, int64_t steps, bool reverse)
+{
+    return reverse ? (t + 1 < steps ? t + 1 : -1) : t - 1;
+}
+
+/* packed [hs, 4u] row-major = the columns of W_hh^T ([hs, 4hs]) of units [a, a + u)
+ * of each gate, gate after gate: four transposed copies, which OpenBLAS makes in
+ * blocks (a plain loop is several times slower, its power-of-two strides colliding
+ * in the cache). */
+static void pack_gate_columns(float *packed, const float *w, int64_t hs, int64_t a, int64_t u)
+{
+    for (int g = 0; g < 4; g++)
+        cblas_somatcopy(CblasRowMajor, CblasTrans, (blasint)u, (blasint)hs, 1.0f, w + (g * hs + a) * hs,
+                        (blasint)hs, packed + g * u, (blasint)(4 * u));
+}
+
+static int decline_f64(const char *what, const fl_tensor *t)
+{
+    return t->dtype == FL_F32 ? 0
+                              : fl_backend_error(FL_ERR_UNSUPPORTED, "%s has an f32 kernel, not %s", what,
+                                                 fl_dtype_name(t->dtype));
+}
+
+static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates_out, const fl_tensor *xproj,
+                             const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+{
+    const fl_tensor *in[4] = {xproj, h0, c0, w_hh};
+    int rc = decline_f64("lstm_sequence", xproj);
+    if (rc || (rc = check_dtypes("lstm_sequence", 4, in)))
+        return rc;
+    int64_t steps = xproj->shape[0], rows = xproj->shape[1], hs = xproj->shape[2] / 4;
+    if (xproj->ndim != 3 || h0->ndim != 2 || h0->shape[0] != rows || h0->shape[1] != hs || c0->ndim != 2 ||
+        c0->shape[0] != rows || c0->shape[1] != hs || w_hh->ndim != 2 || w_hh->shape[0] != 4 * hs ||
+        w_hh->shape[1] != hs || xproj->shape[2] != 4 * hs)
+        return fl_backend_error(FL_ERR_SHAPE, "lstm_sequence needs xproj [T, N, 4H], h0 and c0 [N, H], w_hh [4H, H]");
+    if ((rc = cpu_alloc(states)) || (rc = cpu_alloc(gates_out)) || xproj->numel == 0)
+        return rc;
+    const void *data[4];
+    void *scratch[4];
+    if ((rc = dense_inputs(4, in, data, scratch)))
+        return rc;
+    const float *x = data[0], *h_init = data[1], *c_init = data[2], *w = data[3];
+    float *out = cpu_data(states), *acts = cpu_data(gates_out);
+    int threads = sequence_threads(rows, hs);
+    /* Each thread's W_hh^T columns [hs, 4 units], packed so that its gemm reads a
+     * dense row-major operand; then its preactivations [rows, 4 units]. */
+    float *packed = cpu_scratch_alloc((size_t)(4 * hs * hs) * sizeof *packed);
+    float *pre = cpu_scratch_alloc((size_t)(4 * hs * rows) * sizeof *pre);
+    bool failed = false;
+    if (!packed || !pre) {
+        rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence's %lld x %lld scratch", (long long)hs,
+                              (long long)(4 * hs));
+        goto done;
+    }
+#pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : failed)
+    {
+        int count = omp_get_num_threads();
+        int64_t a, b;
+        units_of(omp_get_thread_num(), count, hs, &a, &b);
+        int64_t u = b - a, width = 4 * u;
+        float *wp = packed + 4 * a * hs, *pp = pre + 4 * a * rows;
+        pack_gate_columns(wp, w, hs, a, u);
+#pragma omp barrier
+        for (int64_t s = 0; s < steps; s++) {
+            int64_t t = reverse ? steps - 1 - s : s, before = previous_step(t, steps, reverse);
+            const float *h_prev = before < 0 ? h_init : out + before * rows * hs;
+            const float *c_prev = before < 0 ? c_init : out + (steps + before) * rows * hs;
+            float *h_t = out + t * rows * hs, *c_t = out + (steps + t) * rows * hs;
+            const float *x_t = x + t * rows * 4 * hs;
+            float *act_t = acts + t * rows * 4 * hs;
+            if (u > 0 && dnnl_sgemm('N', 'N', rows, width, hs, 1.0f, h_prev, hs, wp, width, 0.0f, pp, width) !=
+                             dnnl_success)
+                failed = true;
+            for (int64_t r = 0; r < rows && u > 0; r++) {
+                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a;
+                const float *restrict cp = c_prev + r * hs + a;
+                float *restrict act = act_t + r * 4 * hs + a, *restrict c = c_t + r * hs + a, *restrict h = h_t + r * hs + a;
+#pragma omp simd
+                for (int64_t j = 0; j < u; j++) {
+                    float i = vm_sigmoidf(xr[j] + p[j]), f = vm_sigmoidf(xr[hs + j] + p[u + j]),
+                          g = vm_tanhf(xr[2 * hs + j] + p[2 * u + j]), o = vm_sigmoidf(xr[3 * hs + j] + p[3 * u + j]);
+                    float cell = f * cp[j] + i * g;
+                    act[j] = i;
+                    act[hs + j] = f;
+                    act[2 * hs + j] = g;
+                    act[3 * hs + j] = o;
+                    c[j] = cell;
+                    h[j] = o * vm_tanhf(cell);
+                }
+            }
+#pragma omp barrier
+        }
+    }
+    if (failed)
+        rc = fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed in lstm_sequence");
+done:
+    cpu_scratch_free(packed);
+    cpu_scratch_free(pre);
+    release_dense(4, scratch);
+    return rc;
+}
+
+static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0,
+                                      const fl_tensor *dstates, const fl_tensor *states, const fl_tensor *gates,
+                                      const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+{
+    const fl_tensor *in[6] = {gates, dstates, states, h0, c0, w_hh};
+    int rc = decline_f64("lstm_sequence_backward", gates);
+    if (rc || (rc = check_dtypes("lstm_sequence_backward", 6, in)))
+        return rc;
+    int64_t steps = gates->ndim == 3 ? gates->shape[0] : -1, rows = gates->ndim == 3 ? gates->shape[1] : -1,
+            hs = gates->ndim == 3 ? gates->shape[2] / 4 : -1;
+    if (gates->ndim != 3 || gates->shape[2] != 4 * hs || dstates->ndim != 3 || dstates->shape[0] != 2 * steps ||
+        dstates->shape[1] != rows || dstates->shape[2] != hs || states->ndim != 3 ||
+        states->shape[0] != 2 * steps || states->shape[1] != rows || states->shape[2] != hs || c0->ndim != 2 ||
+        c0->shape[0] != rows || c0->shape[1] != hs || w_hh->ndim != 2 || w_hh->shape[0] != 4 * hs ||
+        w_hh->shape[1] != hs)
+        return fl_backend_error(FL_ERR_SHAPE, "lstm_sequence_backward needs gates [T, N, 4H], dstates and states "
+                                              "[2T, N, H], c0 [N, H] and w_hh [4H, H]");
+    if ((rc = cpu_alloc(dxproj)) || (rc = cpu_alloc(dh0)) || (rc = cpu_alloc(dc0)) || dh0->numel == 0)
+        return rc;
+    const void *data[6];
+    void *scratch[6];
+    if ((rc = dense_inputs(6, in, data, scratch)))
+        return rc;
+    const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[4], *w = data[5];
+    float *dpre = cpu_data(dxproj), *dh_first = cpu_data(dh0), *dc_first = cpu_data(dc0);
+    int threads = sequence_threads(rows, hs);
+    /* Each thread's dh and dc flowing into the step before, [rows, units]. */
+    float *carry = cpu_scratch_alloc((size_t)(2 * rows * hs) * sizeof *carry);
+    bool failed = false;
+    if (!carry) {
+        rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence_backward's scratch");
+        goto done;
+    }
+#pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : failed)
+    {
+        int64_t a, b;
+        units_of(omp_get_thread_num(), omp_get_num_threads(), hs, &a, &b);
+        int64_t u = b - a;
+        float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows;
+        for (int64_t k = 0; k < 2 * u * rows; k++)
+            dh_next[k] = 0;
+        for (int64_t s = 0; s < steps; s++) {
+            int64_t t = reverse ? s : steps - 1 - s, before = previous_step(t, steps, reverse);
+            const float *c_prev = before < 0 ? c_init : out + (steps + before) * rows * hs;
+            const float *c_t = out + (steps + t) * rows * hs, *act_t = acts + t * rows * 4 * hs;
+            const float *dh_t = dout + t * rows * hs, *dc_t = dout + (steps + t) * rows * hs;
+            float *d_t = dpre + t * rows * 4 * hs;
+            for (int64_t r = 0; r < rows && u > 0; r++) {
+                const float *restrict act = act_t + r * 4 * hs + a, *restrict cp = c_prev + r * hs + a;
+                const float *restrict c = c_t + r * hs + a, *restrict dhr = dh_t + r * hs + a,
+                                      *restrict dcr = dc_t + r * hs + a;
+                float *restrict d = d_t + r * 4 * hs + a, *restrict dhn = dh_next + r * u, *restrict dcn = dc_next + r * u;
+#pragma omp simd
+                for (int64_t j = 0; j < u; j++) {
+                    float i = act[j], f = act[hs + j], g = act[2 * hs + j], o = act[3 * hs + j];
+                    float dh = dhr[j] + dhn[j], tc = vm_tanhf(c[j]);
+                    float total = (dcr[j] + dcn[j]) + (dh * o) * (1 - tc * tc);
+                    d[j] = (total * g) * (i - i * i);
+                    d[hs + j] = (total * cp[j]) * (f - f * f);
+                    d[2 * hs + j] = (total * i) * (1 - g * g);
+                    d[3 * hs + j] = (dh * tc) * (o - o * o);
+                    dcn[j] = total * f;
+                }
+            }
+#pragma omp barrier
+            /* dh_prev[:, a:b] = dpre_t [rows, 4H] W_hh[:, a:b] */
+            if (u > 0 && dnnl_sgemm('N', 'N', rows, u, 4 * hs, 1.0f, d_t, 4 * hs, w + a, hs, 0.0f, dh_next, u) !=
+                             dnnl_success)
+                failed = true;
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < u; j++) {
+                dh_first[r * hs + a + j] = dh_next[r * u + j];
+                dc_first[r * hs + a + j] = dc_next[r * u + j];
+            }
+    }
+    if (failed)
+        rc = fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed in lstm_sequence_backward");
+done:
+    cpu_scratch_free(carry);
+    release_dense(6, scratch);
+    return rc;
+}
+
 void cpu_register_lstm(fl_backend *b)
 {
     b->lstm_cell = cpu_lstm_cell;
     b->lstm_cell_backward = cpu_lstm_cell_backward;
+    b->lstm_sequence = cpu_lstm_sequence;
+    b->lstm_sequence_backward = cpu_lstm_sequence_backward;
 }

@@ -713,6 +713,36 @@ static int lazy_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_t
     return adopt_all(2, (fl_tensor *[]){dpre, dc_prev}, r, rc);
 }
 
+/* The LSTM recurrence runs cpu's fused kernel on its materialized inputs, for the
+ * same reason; where cpu declines (f64), so does this. */
+static int lazy_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj,
+                              const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+{
+    MATERIALIZE(vx, xproj);
+    MATERIALIZE(vh0, h0);
+    MATERIALIZE(vc0, c0);
+    MATERIALIZE(vw, w_hh);
+    fl_tensor *r[2] = {cpu_twin(states), cpu_twin(gates)};
+    int rc = r[0] && r[1] ? ON_CPU(lstm_sequence, r[0], r[1], vx, vh0, vc0, vw, reverse) : FL_ERR_MEMORY;
+    return adopt_all(2, (fl_tensor *[]){states, gates}, r, rc);
+}
+
+static int lazy_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0,
+                                       const fl_tensor *dstates, const fl_tensor *states, const fl_tensor *gates,
+                                       const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+{
+    MATERIALIZE(vd, dstates);
+    MATERIALIZE(vs, states);
+    MATERIALIZE(vg, gates);
+    MATERIALIZE(vh0, h0);
+    MATERIALIZE(vc0, c0);
+    MATERIALIZE(vw, w_hh);
+    fl_tensor *r[3] = {cpu_twin(dxproj), cpu_twin(dh0), cpu_twin(dc0)};
+    int rc = r[0] && r[1] && r[2] ? ON_CPU(lstm_sequence_backward, r[0], r[1], r[2], vd, vs, vg, vh0, vc0, vw, reverse)
+                                  : FL_ERR_MEMORY;
+    return adopt_all(3, (fl_tensor *[]){dxproj, dh0, dc0}, r, rc);
+}
+
 /* ---- the table ---- */
 
 static const fl_backend lazy_backend_table = {
@@ -758,6 +788,8 @@ static const fl_backend lazy_backend_table = {
     .gelu = lazy_gelu,
     .lstm_cell = lazy_lstm_cell,
     .lstm_cell_backward = lazy_lstm_cell_backward,
+    .lstm_sequence = lazy_lstm_sequence,
+    .lstm_sequence_backward = lazy_lstm_sequence_backward,
     .empty = lazy_empty,
     .host_data = lazy_host_data,
 };
