@@ -266,6 +266,58 @@ static int cpu_gather(const fl_backend *self, fl_tensor *out, const fl_tensor *a
         }                                                                                       \
     } while (0)
 
+/* Slices split into runs of this many elements among the threads: a quarter of an
+ * embedding row of 256. */
+#define SLICE_BLOCK 64
+#define SLICE_ADD_LOOP(type)                                                                    \
+    do {                                                                                        \
+        type *y_ = cpu_data(out);                                                               \
+        const type *src_ = cpu_data(src);                                                       \
+        _Pragma("omp parallel for num_threads(threads) if(threads > 1) schedule(static)")      \
+        for (int64_t ob = 0; ob < outer * blocks; ob++) {                                       \
+            int64_t o = ob / blocks, from = ob % blocks * SLICE_BLOCK;                          \
+            int64_t to = from + SLICE_BLOCK < inner ? from + SLICE_BLOCK : inner;               \
+            for (int64_t k = 0; k < length; k++) {                                              \
+                type *restrict y = y_ + (o * out->shape[axis] + positions[k * step]) * inner;   \
+                const type *restrict x = src_ + (o * length + k) * inner;                       \
+                for (int64_t j = from; j < to; j++)                                             \
+                    y[j] += x[j];                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* The scatter of an index_select's gradient (an embedding's): one position per slice
+ * along axis, broadcast over whole slices (stride 0 on every other axis), a
+ * contiguous float src. Each slice is added as a run, without the dense copy of the
+ * index (eight bytes for each element added) or a lookup per element. The threads
+ * split the slices' elements, so repeated positions still sum in order. Returns
+ * false, having done nothing, for any other case. */
+static bool scatter_slices(fl_tensor *out, int axis, const fl_tensor *index, const fl_tensor *src)
+{
+    const int64_t *index_strides = cpu_impl(index)->strides;
+    if ((out->dtype != FL_F32 && out->dtype != FL_F64) || !cpu_contiguous(src) || !cpu_contiguous(out))
+        return false;
+    int64_t outer = 1, inner = 1, length = index->shape[axis], step = index_strides[axis];
+    for (int i = 0; i < out->ndim; i++) {
+        if (i == axis)
+            continue;
+        if (index->shape[i] != out->shape[i] || (index_strides[i] != 0 && index->shape[i] > 1))
+            return false;
+        if (i < axis)
+            outer *= out->shape[i];
+        else
+            inner *= out->shape[i];
+    }
+    const int64_t *positions = cpu_data(index);
+    int64_t blocks = (inner + SLICE_BLOCK - 1) / SLICE_BLOCK;
+    int threads = outer * blocks > 1 ? THREADS(index->numel) : 1;
+    if (out->dtype == FL_F32)
+        SLICE_ADD_LOOP(float);
+    else
+        SLICE_ADD_LOOP(double);
+    return true;
+}
+
 /* out = base, then out[index[p] along axis, p elsewhere] += src[p] for every p of
  * index's shape (src has index's shape). */
 static int cpu_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tensor *base, int axis, const fl_tensor *index,
@@ -275,7 +327,7 @@ static int cpu_scatter_add(const fl_backend *self, fl_tensor *out, const fl_tens
     if (rc || out->numel == 0)
         return rc;
     cpu_copy_to_dense(cpu_data(out), base);
-    if (index->numel == 0)
+    if (index->numel == 0 || scatter_slices(out, axis, index, src))
         return 0;
     void *index_scratch, *src_scratch = NULL;
     const int64_t *positions = cpu_dense(index, &index_scratch);
