@@ -267,7 +267,15 @@ fl_tensor *fl_randint(int64_t low, int64_t high, fl_dtype dtype, int ndim, const
     fl_scope scope = fl_scope_begin();
     fl_tensor *u = fl_rand(FL_F64, ndim, shape);
     fl_tensor *v = fl_add_scalar(fl_floor(fl_mul_scalar(u, (double)(high - low))), (double)low);
-    return fl_scope_return(scope, fl_cast(v, dtype));
+    fl_tensor *out = fl_cast(v, dtype);
+    /* Known by construction, so that index checks need not read the values. */
+    if (out && fl_dtype_is_integer(dtype) && fl__scalar_fits((double)low, dtype) &&
+        fl__scalar_fits((double)(high - 1), dtype)) {
+        out->bounded = true;
+        out->low = low;
+        out->high = high - 1;
+    }
+    return fl_scope_return(scope, out);
 }
 
 /* ---- reading values ---- */
