@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
+#include "flare/extension.h"
 #include "flare/profile.h"
 #include "support.h"
 
@@ -259,6 +260,20 @@ static void random_draws_match_the_cpu_backend(void **state)
                 fl_release(got);
                 fl_release(want);
             }
+    assert_no_error();
+}
+
+/* fl_randint's values are in [low, high), and the tensor says so without being read
+ * (fl_known_bounds), where the dtype holds both ends. */
+static void randint_knows_its_bounds(void **state)
+{
+    fl_tensor *t = fl_randint(-3, 5, FL_I32, FL_SHAPE(1000));
+    int64_t low, high;
+    assert_true(fl_known_bounds(t, &low, &high));
+    assert_int_equal(low, -3);
+    assert_int_equal(high, 4);
+    assert_true(fl_item(fl_min(t, FL_ALL_AXES, false)) >= -3 && fl_item(fl_max(t, FL_ALL_AXES, false)) <= 4);
+    assert_false(fl_known_bounds(fl_randint(0, 2, FL_F32, FL_SHAPE(4)), &low, &high));
     assert_no_error();
 }
 
@@ -614,6 +629,7 @@ int main(void)
         scoped_test(uniform_draws_are_philox_4x32_10),
         scoped_test(random_draws_match_the_cpu_backend),
         scoped_test(random_numbers_do_not_depend_on_threads),
+        scoped_test(randint_knows_its_bounds),
         scoped_test(the_generator_state_restores_the_stream),
         scoped_test(random_streams_are_keyed_and_leave_the_generator),
         scoped_test(the_profile_counts_and_times_operations),

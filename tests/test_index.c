@@ -263,6 +263,35 @@ static void gather_errors(void **state)
                  "index 0 is out of range for axis 1 of size 0");
 }
 
+/* An index_select's gradient scatters with its positions broadcast over whole slices
+ * (an embedding's rows): the slices add as runs, repeated positions summing, and give
+ * what the same index made dense gives, along the first axis and a middle one. */
+static void scatter_add_of_broadcast_slices(void **state)
+{
+    fl_tensor *rows = T_I64(FL_SHAPE(5), 2, 0, 2, 3, 2);
+    for (int axis = 0; axis < 2; axis++) {
+        for (int dtype = 0; dtype < 2; dtype++) {
+            fl_dtype dt = dtype ? FL_F64 : FL_F32;
+            int64_t base_shape[3] = {4, 3, 2200}, src_shape[3] = {4, 3, 2200}; /* enough for threads */
+            base_shape[axis] = 4;
+            src_shape[axis] = 5;
+            int64_t along[3] = {1, 1, 1};
+            along[axis] = 5;
+            fl_tensor *index = fl_expand(fl_reshape(rows, 3, along), 3, src_shape);
+            fl_tensor *base = fl_randn(dt, 3, base_shape), *src = fl_randn(dt, 3, src_shape);
+            fl_tensor *slices = fl_scatter_add(base, axis, index, src);
+            fl_tensor *dense = fl_scatter_add(base, axis, fl_copy(index), src);
+            assert_close(slices, dense, 1e-6, 1e-6);
+        }
+    }
+    /* row 2 of a [4, 2] table receives three rows */
+    fl_tensor *table = fl_scatter_add(fl_zeros(FL_F32, FL_SHAPE(4, 2)), 0,
+                                      fl_expand(fl_reshape(rows, FL_SHAPE(5, 1)), FL_SHAPE(5, 2)),
+                                      T_F32(FL_SHAPE(5, 2), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+    assert_values(table, 0, 0, 3, 4, 0, 0, 15, 18, 7, 8);
+    assert_no_error();
+}
+
 static void scatter_add_matches_torch(void **state)
 {
     assert_close(fl_scatter_add(F("scatter_base"), 0, F("scatter_index"), F("scatter_src")), F("scatter_out0"), 1e-6,
@@ -420,6 +449,7 @@ int main(void)
         scoped_test(index_select_matches_torch),
         scoped_test(index_select_embedding_rows),
         scoped_test(index_select_errors),
+        scoped_test(scatter_add_of_broadcast_slices),
         scoped_test(one_hot_matches_torch),
         scoped_test(one_hot_errors),
         scoped_test(missing_primitives_are_reported),
