@@ -82,6 +82,8 @@ PERFORMS = {
     "lstm_cell": ("add",), "lstm_cell_backward": ("add",),
     # the fused LSTM recurrence: each step's cell, and its gradient's carried dh and dc
     "lstm_sequence": ("add",), "lstm_sequence_backward": ("add",),
+    # alpha a + beta b
+    "add_scaled": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

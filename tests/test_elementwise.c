@@ -513,6 +513,43 @@ static void signed_zeros_and_special_values(void **state)
 
 /* ---- errors ---- */
 
+/* fl_add_scaled is alpha a + beta b: the backend's fused kernel (backend.h,
+ * add_scaled) gives the composition's values to rounding, dense, strided (which the
+ * cpu kernel declines), broadcast, across dtypes, large enough for threads, and with
+ * special values; without the entry the composition runs. */
+static void add_scaled_matches_the_composition(void **state)
+{
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    composing.add_scaled = NULL;
+    fl_tensor *a = fl_randn(FL_F32, FL_SHAPE(300, 257)), *b = fl_randn(FL_F32, FL_SHAPE(300, 257));
+    fl_tensor *special = T_F32(FL_SHAPE(6), NAN, INFINITY, -INFINITY, 0, -0.0f, 1e38f);
+    const fl_tensor *pairs[][2] = {
+        {a, b},
+        {fl_cast(a, FL_F64), fl_cast(b, FL_F64)},
+        {fl_transpose(a, 0, 1), fl_transpose(b, 0, 1)},
+        {a, fl_randn(FL_F32, FL_SHAPE(257))},
+        {fl_cast(a, FL_F64), b},
+        {special, fl_ones(FL_F32, FL_SHAPE(6))},
+        {T_I32(FL_SHAPE(3), 1, 2, 3), T_I32(FL_SHAPE(3), 4, 5, 6)},
+    };
+    const double scales[][2] = {{1, -0.01}, {0.9, 1}, {-2.5, 0.5}, {0, 3}};
+    for (int i = 0; i < 7; i++)
+        for (int k = 0; k < 4; k++) {
+            double alpha = scales[k][0], beta = scales[k][1];
+            fl_tensor *fused = fl_add_scaled(pairs[i][0], alpha, pairs[i][1], beta);
+            fl_backend original = support_override(&composing);
+            fl_tensor *composed = fl_add_scaled(pairs[i][0], alpha, pairs[i][1], beta);
+            support_override(&original);
+            fl_tensor *by_hand = fl_add(fl_mul_scalar(pairs[i][0], alpha), fl_mul_scalar(pairs[i][1], beta));
+            assert_dtype(fused, fl_dtype_of(by_hand));
+            assert_close(fused, by_hand, 1e-6, 1e-6);
+            assert_close(composed, by_hand, 0, 0);
+        }
+    assert_values(fl_add_scaled(T_F32(FL_SHAPE(2), 1, 2), 2, T_F32(FL_SHAPE(2), 10, 20), -0.5), 0, 0, -3, -6);
+    assert_fails(fl_add_scaled(a, 1, fl_randn(FL_F32, FL_SHAPE(2, 2)), 1), FL_ERR_SHAPE, "do not broadcast");
+    assert_fails(fl_add_scaled(NULL, 1, b, 1), FL_ERR_NULL, "fl_add_scaled");
+}
+
 static void errors_are_clear(void **state)
 {
     fl_tensor *a = fl_zeros(FL_F32, FL_SHAPE(2, 3)), *b = fl_zeros(FL_I32, FL_SHAPE(4));
@@ -601,6 +638,7 @@ int main(void)
         scoped_test(large_broadcasts_split_across_threads),
         scoped_test(strided_operands_are_read_in_place),
         scoped_test(signed_zeros_and_special_values),
+        scoped_test(add_scaled_matches_the_composition),
         scoped_test(errors_are_clear),
         cmocka_unit_test(small_operations_leave_nothing_behind),
     };

@@ -42,9 +42,9 @@
  *    docs/BACKENDS.md ("Replacing an entry") has the example and what a replaced
  *    cpu entry means under the lazy backend.
  *
- * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell and
- * the LSTM recurrence compute what the tensor layer also composes from the
- * primitives, in one pass instead of several. A backend may leave any of them NULL and the composition is
+ * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell, the
+ * LSTM recurrence and add_scaled compute what the tensor layer also composes from
+ * the primitives, in one pass instead of several. A backend may leave any of them NULL and the composition is
  * used; the composition defines the semantics, and the tests check each fused kernel
  * against it. They exist
  * where a composition cannot come near a framework's fused kernel on speed (softmax:
@@ -95,6 +95,11 @@
  *    Either entry may decline a call (a dtype it lacks) with FL_ERR_UNSUPPORTED; the
  *    tensor layer composes then. A backend whose matmul is replaced and that wants the
  *    recurrence to follow sets both to NULL.
+ *  - add_scaled (version 4): out = alpha a + beta b, a and b of out's shape and one
+ *    float dtype; the composition is mul_scalar twice and add, three passes over
+ *    memory against one. Every optimizer's update is made of such sums (momentum,
+ *    moments, the step itself). It may decline a call (a layout or dtype it lacks)
+ *    with FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
@@ -233,12 +238,13 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(3, lstm_cell, (fl_tensor *gates, fl_tensor *c, fl_tensor *h, const fl_tensor *pre, const fl_tensor *c_prev)) \
     X(3, lstm_cell_backward, (fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh, const fl_tensor *dc,       \
                               const fl_tensor *gates, const fl_tensor *c_prev, const fl_tensor *c))                \
-    /* -- version 4: the fused LSTM recurrence (see "Fused kernels" above) -- */                               \
+    /* -- version 4: the fused LSTM recurrence and scaled addition (see "Fused kernels") -- */                               \
     X(4, lstm_sequence, (fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj, const fl_tensor *h0,          \
                          const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))                                \
     X(4, lstm_sequence_backward, (fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0, const fl_tensor *dstates,     \
                                   const fl_tensor *states, const fl_tensor *gates, const fl_tensor *h0,            \
-                                  const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))
+                                  const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))               \
+    X(4, add_scaled, (fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha, double beta))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)

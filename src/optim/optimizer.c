@@ -125,7 +125,7 @@ fl_tensor *fl__buffer_or_zeros(const fl_tensor *buffer, const fl_tensor *like)
 
 fl_tensor *fl__decayed_grad(const fl_tensor *grad, const fl_tensor *value, double weight_decay)
 {
-    return weight_decay != 0 ? fl_add(grad, fl_mul_scalar(value, weight_decay)) : fl_out(fl_retain(grad));
+    return weight_decay != 0 ? fl_add_scaled(grad, 1, value, weight_decay) : fl_out(fl_retain(grad));
 }
 
 /* ---- the shared implementation ---- */

@@ -8,15 +8,13 @@ static fl_tensor *sgd_update(const fl__optim *o, const fl_tensor *value, const f
     const fl_sgd_options *opt = o->options;
     fl_tensor *g = fl__decayed_grad(grad, value, opt->weight_decay);
     if (opt->momentum != 0) {
-        /* The first step starts the buffer at the gradient itself, undamped. Without
-         * dampening the gradient is added as it is: a pass over memory fewer, and the
-         * same values (g * 1 == g). */
-        const fl_tensor *damped = opt->dampening != 0 ? fl_mul_scalar(g, 1 - opt->dampening) : g;
-        fl_tensor *buf = buffers[0] ? fl_add(fl_mul_scalar(buffers[0], opt->momentum), damped) : g;
+        /* The first step starts the buffer at the gradient itself, undamped. Each sum
+         * is one fl_add_scaled: one pass over memory where the backend fuses it. */
+        fl_tensor *buf = buffers[0] ? fl_add_scaled(buffers[0], opt->momentum, g, 1 - opt->dampening) : g;
         buffers[0] = buf;
-        g = opt->nesterov ? fl_add(g, fl_mul_scalar(buf, opt->momentum)) : buf;
+        g = opt->nesterov ? fl_add_scaled(g, 1, buf, opt->momentum) : buf;
     }
-    return fl_sub(value, fl_mul_scalar(g, o->base.lr));
+    return fl_add_scaled(value, 1, g, -o->base.lr);
 }
 
 fl_optimizer *fl_sgd(fl_variable *const *params, size_t count, const fl_sgd_options *options)

@@ -227,6 +227,33 @@ SCALAR(sub, fl_sub)
 SCALAR(mul, fl_mul)
 SCALAR(div, fl_div)
 
+fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, double beta)
+{
+    const char *fn = "fl_add_scaled";
+    if (fl_null_args(fn, 2, a, b) || fl_mixed_backends(fn, 2, a, b))
+        return NULL;
+    FL_ENTRY_TYPE(add_scaled) fused = a->backend->add_scaled;
+    if (fused && a->dtype == b->dtype && (a->dtype == FL_F32 || a->dtype == FL_F64) && fl_same_shape(a, b)) {
+        fl__begin("add_scaled");
+        fl_tensor *out = fl__new(a->backend, a->dtype, a->ndim, a->shape);
+        if (!out) {
+            fl__end();
+            return NULL;
+        }
+        int rc = fused(a->backend, out, a, b, alpha, beta);
+        if (rc != FL_ERR_UNSUPPORTED) {
+            const fl_tensor *inputs[2] = {a, b};
+            return fl_out(fl__finish(fn, out, rc, 2, inputs));
+        }
+        /* The kernel declined these operands: compose instead. */
+        fl__take_backend_error(NULL, 0);
+        fl__end();
+        fl_release(out);
+    }
+    fl_scope scope = fl_scope_begin();
+    return fl_scope_return(scope, fl_add(fl_mul_scalar(a, alpha), fl_mul_scalar(b, beta)));
+}
+
 /* The base's dtype decides: a negative whole exponent of an integer tensor is refused. */
 static fl_tensor *pow_checked(const fl_tensor *t, const fl_tensor *s) { return power("fl_pow_scalar", t, s, false); }
 

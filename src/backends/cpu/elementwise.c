@@ -436,8 +436,40 @@ static int cpu_logical_or(const fl_backend *self, fl_tensor *out, const fl_tenso
     return run_binary(out, a, b, rows, "logical_or");
 }
 
+/* out = alpha a + beta b (backend.h, add_scaled), for dense f32 and f64 operands; the
+ * scalars are taken in the operands' dtype, as mul_scalar takes them. Others are
+ * declined, for the tensor layer to compose. */
+#define ADD_SCALED_LOOP(type)                                                               \
+    do {                                                                                    \
+        type *restrict y = cpu_data(out);                                                   \
+        const type *restrict pa = cpu_data(a), *restrict pb = cpu_data(b);                  \
+        type al = (type)alpha, be = (type)beta;                                             \
+        _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)") \
+        for (int64_t i = 0; i < n; i++)                                                     \
+            y[i] = pa[i] * al + pb[i] * be;                                                 \
+    } while (0)
+
+static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha,
+                          double beta)
+{
+    if ((a->dtype != FL_F32 && a->dtype != FL_F64) || b->dtype != a->dtype || !cpu_contiguous(a) ||
+        !cpu_contiguous(b))
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "add_scaled has kernels for dense f32 and f64 operands");
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    int64_t n = out->numel;
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+    if (a->dtype == FL_F32)
+        ADD_SCALED_LOOP(float);
+    else
+        ADD_SCALED_LOOP(double);
+    return 0;
+}
+
 void cpu_register_elementwise(fl_backend *b)
 {
+    b->add_scaled = cpu_add_scaled;
     b->neg = cpu_neg;
     b->abs = cpu_abs;
     b->sign = cpu_sign;
