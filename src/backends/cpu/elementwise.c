@@ -437,17 +437,17 @@ static int cpu_logical_or(const fl_backend *self, fl_tensor *out, const fl_tenso
 }
 
 /* out = alpha a + beta b (backend.h, add_scaled), for dense f32 and f64 operands; the
- * scalars are taken in the operands' dtype, as mul_scalar takes them. Others are
- * declined, for the tensor layer to compose. */
-#define ADD_SCALED_LOOP(type)                                                               \
-    do {                                                                                    \
-        type *restrict y = cpu_data(out);                                                   \
-        const type *restrict pa = cpu_data(a), *restrict pb = cpu_data(b);                  \
-        type al = (type)alpha, be = (type)beta;                                             \
-        _Pragma("omp parallel for simd num_threads(threads) if(threads > 1) schedule(static)") \
-        for (int64_t i = 0; i < n; i++)                                                     \
-            y[i] = pa[i] * al + pb[i] * be;                                                 \
-    } while (0)
+ * scalars are taken in the operands' dtype, as mul_scalar takes them. It streams
+ * memory, as add does. Other operands are declined, for the tensor layer to compose. */
+#define ADD_SCALED_SPAN(fn, type)                                                                  \
+    CPU_STREAMING static void fn(type *restrict y, const type *restrict a, const type *restrict b,  \
+                                 type alpha, type beta, int64_t n)                                 \
+    {                                                                                              \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            y[i] = a[i] * alpha + b[i] * beta;                                                     \
+    }
+ADD_SCALED_SPAN(add_scaled_f32, float)
+ADD_SCALED_SPAN(add_scaled_f64, double)
 
 static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha,
                           double beta)
@@ -458,12 +458,22 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
     int rc = cpu_alloc(out);
     if (rc || out->numel == 0)
         return rc;
-    int64_t n = out->numel;
+    int64_t n = out->numel, size = (int64_t)cpu_element_size(a->dtype);
+    char *y = cpu_data(out);
+    const char *pa = cpu_data(a), *pb = cpu_data(b);
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
-    if (a->dtype == FL_F32)
-        ADD_SCALED_LOOP(float);
-    else
-        ADD_SCALED_LOOP(double);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        /* Equal spans in whole cache lines of output, as the other elementwise kernels. */
+        int64_t t = omp_get_thread_num(), count = omp_get_num_threads(), align = 64 / size;
+        int64_t begin = (n * t / count) / align * align, end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+        if (begin < end && a->dtype == FL_F32)
+            add_scaled_f32((float *)y + begin, (const float *)pa + begin, (const float *)pb + begin, (float)alpha,
+                           (float)beta, end - begin);
+        else if (begin < end)
+            add_scaled_f64((double *)y + begin, (const double *)pa + begin, (const double *)pb + begin, alpha, beta,
+                           end - begin);
+    }
     return 0;
 }
 
