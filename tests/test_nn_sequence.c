@@ -724,7 +724,7 @@ static void ctc_gradient_matches_finite_differences(void **state)
 
 static fl_variable *lstm_steps(fl_variable *const *x, void *reverse)
 {
-    return fl__lstm_recurrence(x[0], x[1], x[2], x[3], reverse != NULL);
+    return fl__lstm_recurrence(x[0], x[4], x[1], x[2], x[3], reverse != NULL);
 }
 
 static fl_variable *gru_steps(fl_variable *const *x, void *reverse)
@@ -736,8 +736,9 @@ static void recurrence_gradients_match_finite_differences(void **state)
 {
     fl_tensor *h0 = gradcheck_input(-1, 1, FL_SHAPE(2, 3)), *c0 = gradcheck_input(-1, 1, FL_SHAPE(2, 3));
     fl_tensor *lstm_x = gradcheck_input(-1, 1, FL_SHAPE(4, 2, 12)), *lstm_w = gradcheck_input(-1, 1, FL_SHAPE(12, 3));
-    assert_gradcheck(lstm_steps, NULL, lstm_x, h0, c0, lstm_w);
-    assert_gradcheck(lstm_steps, "reverse", lstm_x, h0, c0, lstm_w);
+    fl_tensor *lstm_b = gradcheck_input(-1, 1, FL_SHAPE(12));
+    assert_gradcheck(lstm_steps, NULL, lstm_x, h0, c0, lstm_w, lstm_b);
+    assert_gradcheck(lstm_steps, "reverse", lstm_x, h0, c0, lstm_w, lstm_b);
     fl_tensor *gru_x = gradcheck_input(-1, 1, FL_SHAPE(4, 2, 9)), *gru_w = gradcheck_input(-1, 1, FL_SHAPE(9, 3)),
               *gru_b = gradcheck_input(-1, 1, FL_SHAPE(9));
     assert_gradcheck(gru_steps, NULL, gru_x, h0, gru_w, gru_b);
@@ -796,18 +797,18 @@ static void fused_lstm_cell_matches_the_composition(void **state)
 
 /* Forward and backward of one layer's recurrence into out: states, gates, dxproj, dh0,
  * dc0. */
-static void lstm_sequence_run(const fl_tensor *xproj, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
-                              const fl_tensor *dstates, bool reverse, fl_tensor **out)
+static void lstm_sequence_run(const fl_tensor *xproj, const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0,
+                              const fl_tensor *w_hh, const fl_tensor *dstates, bool reverse, fl_tensor **out)
 {
-    assert_int_equal(fl_lstm_sequence(xproj, h0, c0, w_hh, reverse, &out[0], &out[1]), FL_OK);
+    assert_int_equal(fl_lstm_sequence(xproj, bias, h0, c0, w_hh, reverse, &out[0], &out[1]), FL_OK);
     assert_int_equal(
         fl_lstm_sequence_backward(dstates, out[0], out[1], h0, c0, w_hh, reverse, &out[2], &out[3], &out[4]), FL_OK);
 }
 
 /* The backend's fused recurrence (backend.h, lstm_sequence) gives what a product and
- * a cell per step give, forward and backward, in both directions, f32 and f64, for
- * one step and one unit, units that do not split evenly among threads, a language
- * model's layer, and strided inputs. */
+ * a cell per step give, forward and backward, in both directions, with and without
+ * the bias, f32 and f64, for one step and one unit, units that do not split evenly
+ * among threads, a language model's layer, and strided inputs. */
 static void fused_lstm_sequence_matches_the_composition(void **state)
 {
     fl_backend composing = support_derive(fl_default_backend()->name);
@@ -817,8 +818,8 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
     composing.lstm_sequence_backward = NULL;
     const int64_t shapes[][3] = {{1, 1, 1}, {4, 3, 1}, {1, 2, 5}, {6, 5, 37}, {3, 20, 64}, {35, 20, 256}};
     for (int k = 0; k < 6; k++)
-        for (int variant = 0; variant < 8; variant++) {
-            bool f64 = variant & 1, strided = variant & 2, reverse = variant & 4;
+        for (int variant = 0; variant < 16; variant++) {
+            bool f64 = variant & 1, strided = variant & 2, reverse = variant & 4, biased = variant & 8;
             fl_scope scope = fl_scope_begin();
             fl_dtype dt = f64 ? FL_F64 : FL_F32;
             int64_t steps = shapes[k][0], n = shapes[k][1], h = shapes[k][2];
@@ -832,11 +833,12 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
                 w_hh = fl_transpose(fl_copy(fl_transpose(w_hh, 0, 1)), 0, 1);
             fl_tensor *h0 = fl_randn(dt, FL_SHAPE(n, h)), *c0 = fl_randn(dt, FL_SHAPE(n, h));
             fl_tensor *dstates = fl_randn(dt, FL_SHAPE(2 * steps, n, h));
+            fl_tensor *bias = biased ? fl_randn(dt, FL_SHAPE(4 * h)) : NULL;
             fl_tensor *fused[5], *composed[5];
             fl_backend original = support_override(&composing);
-            lstm_sequence_run(xproj, h0, c0, w_hh, dstates, reverse, composed);
+            lstm_sequence_run(xproj, bias, h0, c0, w_hh, dstates, reverse, composed);
             support_override(&original);
-            lstm_sequence_run(xproj, h0, c0, w_hh, dstates, reverse, fused);
+            lstm_sequence_run(xproj, bias, h0, c0, w_hh, dstates, reverse, fused);
             /* f32: the products sum in another order; the gradients travel through
              * every step. */
             double tol = f64 ? 1e-12 : 2e-5 * (double)(steps > 5 ? 5 : 1);
@@ -855,10 +857,11 @@ static void lstm_sequence_is_the_cell_step_by_step(void **state)
 {
     fl_tensor *xproj = fl_randn(FL_F64, FL_SHAPE(3, 2, 8)), *w_hh = fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(8, 2)), 0.5);
     fl_tensor *h = fl_randn(FL_F64, FL_SHAPE(2, 2)), *c = fl_randn(FL_F64, FL_SHAPE(2, 2));
-    fl_tensor *states, *gates;
-    assert_int_equal(fl_lstm_sequence(xproj, h, c, w_hh, false, &states, &gates), FL_OK);
+    fl_tensor *bias = fl_randn(FL_F64, FL_SHAPE(8)), *states, *gates;
+    assert_int_equal(fl_lstm_sequence(xproj, bias, h, c, w_hh, false, &states, &gates), FL_OK);
     for (int64_t t = 0; t < 3; t++) {
-        fl_tensor *pre = fl_add(fl_index(xproj, FL_INDEX(FL_AT(t))), fl_matmul(h, fl_transpose(w_hh, 0, 1)));
+        fl_tensor *pre =
+            fl_add(fl_add(fl_index(xproj, FL_INDEX(FL_AT(t))), bias), fl_matmul(h, fl_transpose(w_hh, 0, 1)));
         fl_tensor *g = NULL;
         assert_int_equal(fl_lstm_cell(pre, c, &g, &c, &h), FL_OK);
         assert_close(fl_index(states, FL_INDEX(FL_AT(t))), h, 1e-13, 1e-13);
@@ -866,7 +869,7 @@ static void lstm_sequence_is_the_cell_step_by_step(void **state)
         assert_close(fl_index(gates, FL_INDEX(FL_AT(t))), g, 1e-13, 1e-13);
     }
     fl_tensor *none = fl_zeros(FL_F64, FL_SHAPE(0, 2, 8));
-    assert_int_equal(fl_lstm_sequence(none, h, c, w_hh, true, &states, &gates), FL_OK);
+    assert_int_equal(fl_lstm_sequence(none, NULL, h, c, w_hh, true, &states, &gates), FL_OK);
     assert_shape(states, 0, 2, 2);
     assert_shape(gates, 0, 2, 8);
     fl_tensor *dxproj, *dh0, *dc0;
@@ -882,19 +885,21 @@ static void lstm_sequence_refuses_bad_inputs(void **state)
 {
     fl_tensor *x = fl_zeros(FL_F32, FL_SHAPE(3, 2, 8)), *h = fl_zeros(FL_F32, FL_SHAPE(2, 2));
     fl_tensor *w = fl_zeros(FL_F32, FL_SHAPE(8, 2)), *states = NULL, *gates = NULL;
-    assert_fails_status(fl_lstm_sequence(x, h, h, fl_zeros(FL_F32, FL_SHAPE(8, 3)), false, &states, &gates),
+    assert_fails_status(fl_lstm_sequence(x, NULL, h, h, fl_zeros(FL_F32, FL_SHAPE(8, 3)), false, &states, &gates),
                         FL_ERR_SHAPE,
                         "fl_lstm_sequence: needs [T, N, 4H], h0 and c0 [N, H] and w_hh [4H, H] of one dtype, got "
                         "f32[3, 2, 8], h0 f32[2, 2], c0 f32[2, 2] and w_hh f32[8, 3]");
     assert_null(states);
-    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_F32, FL_SHAPE(3, 2, 7)), h, h, w, false, &states, NULL),
+    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_F32, FL_SHAPE(3, 2, 7)), NULL, h, h, w, false, &states, NULL),
                         FL_ERR_SHAPE, "got f32[3, 2, 7]");
-    assert_fails_status(fl_lstm_sequence(x, fl_zeros(FL_F64, FL_SHAPE(2, 2)), h, w, false, &states, NULL),
+    assert_fails_status(fl_lstm_sequence(x, NULL, fl_zeros(FL_F64, FL_SHAPE(2, 2)), h, w, false, &states, NULL),
                         FL_ERR_SHAPE, "h0 f64[2, 2]");
-    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_I32, FL_SHAPE(3, 2, 8)), h, h, w, false, &states, NULL),
+    assert_fails_status(fl_lstm_sequence(fl_zeros(FL_I32, FL_SHAPE(3, 2, 8)), NULL, h, h, w, false, &states, NULL),
                         FL_ERR_DTYPE, "fl_lstm_sequence: takes float tensors, got i32[3, 2, 8]");
-    assert_fails_status(fl_lstm_sequence(x, NULL, h, w, false, &states, NULL), FL_ERR_NULL, "fl_lstm_sequence");
-    assert_int_equal(fl_lstm_sequence(x, h, h, w, false, &states, &gates), FL_OK);
+    assert_fails_status(fl_lstm_sequence(x, NULL, NULL, h, w, false, &states, NULL), FL_ERR_NULL, "fl_lstm_sequence");
+    assert_fails_status(fl_lstm_sequence(x, fl_zeros(FL_F32, FL_SHAPE(4)), h, h, w, false, &states, NULL),
+                        FL_ERR_SHAPE, "fl_lstm_sequence: needs bias [4H] of the dtype of f32[3, 2, 8], got f32[4]");
+    assert_int_equal(fl_lstm_sequence(x, NULL, h, h, w, false, &states, &gates), FL_OK);
     fl_tensor *dxproj = NULL;
     assert_fails_status(fl_lstm_sequence_backward(fl_zeros(FL_F32, FL_SHAPE(3, 2, 2)), states, gates, h, h, w, false,
                                                   &dxproj, NULL, NULL),

@@ -78,9 +78,10 @@
  *    The pair exists because an LSTM step composed of primitives is about ten passes
  *    over small tensors, each a call with its own overhead, against one.
  *  - lstm_sequence (version 4): every step of one LSTM layer from the input
- *    projections xproj [T, N, 4H] (x_t W_ih^T + biases, steps in time order), the
- *    initial states h0 and c0 [N, H] and w_hh [4H, H]: step t's preactivations are
- *    xproj[t] + h_prev w_hh^T, then lstm_cell. The steps run t = 0 .. T-1, or
+ *    projections xproj [T, N, 4H] (x_t W_ih^T, steps in time order), the biases
+ *    [4H] (b_ih + b_hh; NULL for none), the initial states h0 and c0 [N, H] and w_hh
+ *    [4H, H]: step t's preactivations are (xproj[t] + bias) + h_prev w_hh^T, then
+ *    lstm_cell. The steps run t = 0 .. T-1, or
  *    T-1 .. 0 if reverse, h_prev and c_prev being those of the step before in that
  *    order (h0 and c0 for the first). states [2T, N, H] receives h_t at t and c_t at
  *    T + t; gates [T, N, 4H] the activated gates of each step.
@@ -239,8 +240,8 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(3, lstm_cell_backward, (fl_tensor *dpre, fl_tensor *dc_prev, const fl_tensor *dh, const fl_tensor *dc,       \
                               const fl_tensor *gates, const fl_tensor *c_prev, const fl_tensor *c))                \
     /* -- version 4: the fused LSTM recurrence and scaled addition (see "Fused kernels") -- */                               \
-    X(4, lstm_sequence, (fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj, const fl_tensor *h0,          \
-                         const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))                                \
+    X(4, lstm_sequence, (fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj, const fl_tensor *bias,        \
+                         const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))           \
     X(4, lstm_sequence_backward, (fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0, const fl_tensor *dstates,     \
                                   const fl_tensor *states, const fl_tensor *gates, const fl_tensor *h0,            \
                                   const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))               \

@@ -418,19 +418,20 @@ fl_status fl_lstm_cell(const fl_tensor *pre, const fl_tensor *c_prev, fl_tensor 
 fl_status fl_lstm_cell_backward(const fl_tensor *dh, const fl_tensor *dc, const fl_tensor *gates,
                                 const fl_tensor *c_prev, const fl_tensor *c, fl_tensor **dpre, fl_tensor **dc_prev);
 /* Every step of one LSTM layer: xproj [T, N, 4H] holds each step's input projection
- * (x_t W_ih^T + biases), h0 and c0 [N, H] the initial states and w_hh [4H, H] the
- * recurrent weights, all of one float dtype. Step t's preactivations are
- * xproj[t] + h_prev w_hh^T, then fl_lstm_cell; the steps run forward in time, or
+ * (x_t W_ih^T), bias [4H] the biases (b_ih + b_hh, or NULL), h0 and c0 [N, H] the
+ * initial states and w_hh [4H, H] the recurrent weights, all of one float dtype.
+ * Step t's preactivations are (xproj[t] + bias) + h_prev w_hh^T, then fl_lstm_cell; the steps run forward in time, or
  * backward if reverse. *states [2T, N, H] receives h_t at t and c_t at T + t, *gates
  * [T, N, 4H] each step's activated gates (NULL if not wanted). One call where the
  * backend has the fused recurrence (backend.h, lstm_sequence), else a product and a
  * cell per step. */
-fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
-                           bool reverse, fl_tensor **states, fl_tensor **gates);
+fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0,
+                           const fl_tensor *w_hh, bool reverse, fl_tensor **states, fl_tensor **gates);
 /* The gradients of fl_lstm_sequence from dstates [2T, N, H] (what reaches each h_t
  * and, from elsewhere than h, each c_t), given its states and gates: *dxproj
  * [T, N, 4H], *dh0 and *dc0 [N, H] (any may be NULL). The gradient of w_hh is
- * dxproj^T times the state before each step, summed over steps and batch. */
+ * dxproj^T times the state before each step, summed over steps and batch; the bias's
+ * is dxproj summed over steps and batch. */
 fl_status fl_lstm_sequence_backward(const fl_tensor *dstates, const fl_tensor *states, const fl_tensor *gates,
                                     const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse,
                                     fl_tensor **dxproj, fl_tensor **dh0, fl_tensor **dc0);

@@ -15,7 +15,7 @@
 
 typedef struct recurrence_context {
     bool reverse;
-    bool has_bias; /* GRU: b_hh is an input */
+    bool has_bias; /* LSTM: b_ih + b_hh is an input; GRU: b_hh is */
 } recurrence_context;
 
 static void release_tensor(void *t) { fl_release(t); }
@@ -74,7 +74,7 @@ static fl_tensor **step_list(int64_t count)
 /* ---- LSTM ---- */
 
 /* saved: the output [2T, N, H] (h_t at t, c_t at T + t), h0, c0, w_hh and the
- * activated gates [T, N, 4H]. */
+ * activated gates [T, N, 4H]. Inputs: xproj, h0, c0, w_hh, and the bias if any. */
 static void lstm_grad(fl_grad *g)
 {
     const recurrence_context *c = g->context;
@@ -90,23 +90,26 @@ static void lstm_grad(fl_grad *g)
         fl_tensor *hidden = fl_index(out, FL_INDEX(FL_RANGE(0, steps)));
         g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
     }
+    if (c->has_bias && g->needs_grad[4])
+        g->input_grads[4] = fl_sum(dxproj, FL_AXES(0, 1), false);
 }
 
 /* The whole recurrence is fl_lstm_sequence: the backend's fused kernel where it has
  * one, else a product with W_hh and the fused cell per step. */
-fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *h0, fl_variable *c0, fl_variable *w_hh,
-                                 bool reverse)
+fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *bias, fl_variable *h0, fl_variable *c0,
+                                 fl_variable *w_hh, bool reverse)
 {
     if (fl_null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
         return NULL;
     fl_scope scope = fl_scope_begin();
     fl_tensor *out = NULL, *gates = NULL;
     fl_variable *y = NULL;
-    if (fl_lstm_sequence(fl_v_value(xproj), fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), reverse, &out,
-                         &gates) == FL_OK) {
-        recurrence_context c = {.reverse = reverse};
-        y = fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad,
-                        FL_SAVE(out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), gates), &c, sizeof c);
+    if (fl_lstm_sequence(fl_v_value(xproj), bias ? fl_v_value(bias) : NULL, fl_v_value(h0), fl_v_value(c0),
+                         fl_v_value(w_hh), reverse, &out, &gates) == FL_OK) {
+        recurrence_context c = {.reverse = reverse, .has_bias = bias != NULL};
+        const fl_tensor *save[] = {out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), gates};
+        y = bias ? fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh, bias), lstm_grad, save, 5, &c, sizeof c)
+                 : fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad, save, 5, &c, sizeof c);
     }
     return fl_v_scope_return(scope, y);
 }

@@ -112,9 +112,11 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
             fl_variable *b_ih = weight(m, "bias_ih", layer, d), *b_hh = weight(m, "bias_hh", layer, d);
             fl_variable *w_ih = weight(m, "weight_ih", layer, d);
             if (st->lstm) {
-                /* Both biases enter the LSTM's gates the same way: add them once. */
-                fl_variable *xproj = fl_f_linear(seq, w_ih, st->bias ? fl_v_add(b_ih, b_hh) : NULL);
-                fl_variable *out = fl__lstm_recurrence(xproj, initial(h0, index, batch, h, xt),
+                /* Both biases enter the LSTM's gates the same way: add them once, and
+                 * in the recurrence's steps rather than a pass over the projection. */
+                fl_variable *xproj = fl_f_linear(seq, w_ih, NULL);
+                fl_variable *out = fl__lstm_recurrence(xproj, st->bias ? fl_v_add(b_ih, b_hh) : NULL,
+                                                       initial(h0, index, batch, h, xt),
                                                        initial(c0, index, batch, h, xt),
                                                        weight(m, "weight_hh", layer, d), d == 1);
                 outputs[d] = fl_v_index(out, FL_INDEX(FL_RANGE(0, last + 1)));

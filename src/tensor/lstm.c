@@ -190,8 +190,8 @@ static int64_t step_before(int64_t t, int64_t steps, bool reverse)
 
 /* A product and a cell per step; w_hh^T is made dense once, so that each step's small
  * product reads it row by row. */
-static fl_status sequence_composed(const fl_tensor *xproj, const fl_tensor *h0, const fl_tensor *c0,
-                                   const fl_tensor *w_hh, bool reverse, fl_tensor **out)
+static fl_status sequence_composed(const fl_tensor *xproj, const fl_tensor *bias, const fl_tensor *h0,
+                                   const fl_tensor *c0, const fl_tensor *w_hh, bool reverse, fl_tensor **out)
 {
     int64_t steps = xproj->shape[0];
     fl_tensor **parts = calloc((size_t)(3 * steps + 1), sizeof *parts); /* h_t, c_t, gates_t */
@@ -205,8 +205,10 @@ static fl_status sequence_composed(const fl_tensor *xproj, const fl_tensor *h0, 
     for (int64_t s = 0; ok && s < steps; s++) {
         int64_t t = reverse ? steps - 1 - s : s, before = step_before(t, steps, reverse);
         const fl_tensor *h_prev = before < 0 ? h0 : parts[before], *c_prev = before < 0 ? c0 : parts[steps + before];
-        fl_tensor *gates = NULL, *c = NULL, *h = NULL;
-        ok = fl_lstm_cell(fl_add(step_of(xproj, t), fl_matmul(h_prev, w_t)), c_prev, &gates, &c, &h) == FL_OK;
+        fl_tensor *gates = NULL, *c = NULL, *h = NULL, *x_t = step_of(xproj, t);
+        if (bias)
+            x_t = fl_add(x_t, bias);
+        ok = fl_lstm_cell(fl_add(x_t, fl_matmul(h_prev, w_t)), c_prev, &gates, &c, &h) == FL_OK;
         parts[t] = fl_keep(h);
         parts[steps + t] = fl_keep(c);
         parts[2 * steps + t] = fl_keep(gates);
@@ -299,17 +301,23 @@ static bool fused_ran(const char *fn, int rc, int count, fl_tensor **out, int ni
     return true;
 }
 
-fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
-                           bool reverse, fl_tensor **states, fl_tensor **gates)
+fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0,
+                           const fl_tensor *w_hh, bool reverse, fl_tensor **states, fl_tensor **gates)
 {
     const char *fn = "fl_lstm_sequence";
     fl_tensor **wanted[2] = {states, gates};
     for (int k = 0; k < 2; k++)
         if (wanted[k])
             *wanted[k] = NULL;
-    if (fl_null_args(fn, 4, xproj, h0, c0, w_hh) || fl_mixed_backends(fn, 4, xproj, h0, c0, w_hh) ||
+    if (fl_null_args(fn, 4, xproj, h0, c0, w_hh) || fl_mixed_backends(fn, 5, xproj, h0, c0, w_hh, bias) ||
         !sequence_operands(fn, xproj, h0, c0, w_hh))
         return fl_last_status();
+    if (bias && (bias->ndim != 1 || bias->shape[0] != xproj->shape[2] || bias->dtype != xproj->dtype)) {
+        char a[FL_DESC_SIZE], d[FL_DESC_SIZE];
+        fl_error(FL_ERR_SHAPE, fn, "needs bias [4H] of the dtype of %s, got %s", fl_describe(xproj, a),
+                 fl_describe(bias, d));
+        return fl_last_status();
+    }
     fl_tensor *out[2] = {NULL, NULL};
     const fl_backend *b = xproj->backend;
     if (b->lstm_sequence && xproj->shape[0] > 0) {
@@ -321,7 +329,7 @@ fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *h0, const fl
             fl__end();
             return hand_over(2, out, (fl_tensor **[]){NULL, NULL});
         }
-        int rc = b->lstm_sequence(b, out[0], out[1], xproj, h0, c0, w_hh, reverse);
+        int rc = b->lstm_sequence(b, out[0], out[1], xproj, bias, h0, c0, w_hh, reverse);
         if (fused_ran(fn, rc, 2, out, 4, (const fl_tensor *const[]){xproj, h0, c0, w_hh}))
             return out[0] ? hand_over(2, out, wanted) : fl_last_status();
     }
@@ -330,7 +338,7 @@ fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *h0, const fl
         out[1] = fl_keep(fl_new_full(xproj, 0, xproj->dtype, 3, xproj->shape));
         return hand_over(2, out, wanted);
     }
-    if (sequence_composed(xproj, h0, c0, w_hh, reverse, out) != FL_OK)
+    if (sequence_composed(xproj, bias, h0, c0, w_hh, reverse, out) != FL_OK)
         return hand_over(2, out, (fl_tensor **[]){NULL, NULL});
     return hand_over(2, out, wanted);
 }

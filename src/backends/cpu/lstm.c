@@ -12,6 +12,7 @@
 #include <dnnl.h>
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "vecmath.h"
@@ -215,22 +216,25 @@ static int decline_f64(const char *what, const fl_tensor *t)
 }
 
 static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates_out, const fl_tensor *xproj,
-                             const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+                             const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
+                             bool reverse)
 {
-    const fl_tensor *in[4] = {xproj, h0, c0, w_hh};
+    const fl_tensor *in[5] = {xproj, h0, c0, w_hh, bias};
+    int inputs = bias ? 5 : 4;
     int rc = decline_f64("lstm_sequence", xproj);
-    if (rc || (rc = check_dtypes("lstm_sequence", 4, in)))
+    if (rc || (rc = check_dtypes("lstm_sequence", inputs, in)))
         return rc;
     int64_t steps = xproj->shape[0], rows = xproj->shape[1], hs = xproj->shape[2] / 4;
     if (xproj->ndim != 3 || h0->ndim != 2 || h0->shape[0] != rows || h0->shape[1] != hs || c0->ndim != 2 ||
         c0->shape[0] != rows || c0->shape[1] != hs || w_hh->ndim != 2 || w_hh->shape[0] != 4 * hs ||
-        w_hh->shape[1] != hs || xproj->shape[2] != 4 * hs)
-        return fl_backend_error(FL_ERR_SHAPE, "lstm_sequence needs xproj [T, N, 4H], h0 and c0 [N, H], w_hh [4H, H]");
+        w_hh->shape[1] != hs || xproj->shape[2] != 4 * hs || (bias && (bias->ndim != 1 || bias->shape[0] != 4 * hs)))
+        return fl_backend_error(FL_ERR_SHAPE,
+                                "lstm_sequence needs xproj [T, N, 4H], bias [4H], h0 and c0 [N, H], w_hh [4H, H]");
     if ((rc = cpu_alloc(states)) || (rc = cpu_alloc(gates_out)) || xproj->numel == 0)
         return rc;
-    const void *data[4];
-    void *scratch[4];
-    if ((rc = dense_inputs(4, in, data, scratch)))
+    const void *data[5];
+    void *scratch[5];
+    if ((rc = dense_inputs(inputs, in, data, scratch)))
         return rc;
     const float *x = data[0], *h_init = data[1], *c_init = data[2], *w = data[3];
     float *out = cpu_data(states), *acts = cpu_data(gates_out);
@@ -239,8 +243,12 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
      * dense row-major operand; then its preactivations [rows, 4 units]. */
     float *packed = cpu_scratch_alloc((size_t)(4 * hs * hs) * sizeof *packed);
     float *pre = cpu_scratch_alloc((size_t)(4 * hs * rows) * sizeof *pre);
+    float *zeros = bias ? NULL : cpu_scratch_alloc((size_t)(4 * hs) * sizeof *zeros);
+    const float *biases = bias ? data[4] : zeros;
     bool failed = false;
-    if (!packed || !pre) {
+    if (zeros)
+        memset(zeros, 0, (size_t)(4 * hs) * sizeof *zeros);
+    if (!packed || !pre || !biases) {
         rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence's %lld x %lld scratch", (long long)hs,
                               (long long)(4 * hs));
         goto done;
@@ -265,13 +273,14 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
                              dnnl_success)
                 failed = true;
             for (int64_t r = 0; r < rows && u > 0; r++) {
-                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a;
+                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a, *restrict br = biases + a;
                 const float *restrict cp = c_prev + r * hs + a;
                 float *restrict act = act_t + r * 4 * hs + a, *restrict c = c_t + r * hs + a, *restrict h = h_t + r * hs + a;
 #pragma omp simd
                 for (int64_t j = 0; j < u; j++) {
-                    float i = vm_sigmoidf(xr[j] + p[j]), f = vm_sigmoidf(xr[hs + j] + p[u + j]),
-                          g = vm_tanhf(xr[2 * hs + j] + p[2 * u + j]), o = vm_sigmoidf(xr[3 * hs + j] + p[3 * u + j]);
+                    float i = vm_sigmoidf((xr[j] + br[j]) + p[j]), f = vm_sigmoidf((xr[hs + j] + br[hs + j]) + p[u + j]),
+                          g = vm_tanhf((xr[2 * hs + j] + br[2 * hs + j]) + p[2 * u + j]),
+                          o = vm_sigmoidf((xr[3 * hs + j] + br[3 * hs + j]) + p[3 * u + j]);
                     float cell = f * cp[j] + i * g;
                     act[j] = i;
                     act[hs + j] = f;
@@ -289,7 +298,8 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
 done:
     cpu_scratch_free(packed);
     cpu_scratch_free(pre);
-    release_dense(4, scratch);
+    cpu_scratch_free(zeros);
+    release_dense(inputs, scratch);
     return rc;
 }
 

@@ -716,14 +716,18 @@ static int lazy_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_t
 /* The LSTM recurrence runs cpu's fused kernel on its materialized inputs, for the
  * same reason; where cpu declines (f64), so does this. */
 static int lazy_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj,
-                              const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+                              const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
+                              bool reverse)
 {
     MATERIALIZE(vx, xproj);
+    fl_tensor *vb = NULL;
+    if (bias && !(vb = value_of(bias)))
+        return FL_ERR_MEMORY;
     MATERIALIZE(vh0, h0);
     MATERIALIZE(vc0, c0);
     MATERIALIZE(vw, w_hh);
     fl_tensor *r[2] = {cpu_twin(states), cpu_twin(gates)};
-    int rc = r[0] && r[1] ? ON_CPU(lstm_sequence, r[0], r[1], vx, vh0, vc0, vw, reverse) : FL_ERR_MEMORY;
+    int rc = r[0] && r[1] ? ON_CPU(lstm_sequence, r[0], r[1], vx, vb, vh0, vc0, vw, reverse) : FL_ERR_MEMORY;
     return adopt_all(2, (fl_tensor *[]){states, gates}, r, rc);
 }
 
