@@ -373,9 +373,9 @@ static const fl_profile_entry *find_entry(const fl_profile_entry *e, int n, cons
     return NULL;
 }
 
-/* The profile counts every primitive call by name, times operations exclusively
- * (an outer one is charged without the inner), survives a failing call, and costs
- * nothing once off. */
+/* The profile counts every primitive call by name, those whose operands are cast,
+ * broadcast or sliced first included, times operations exclusively (an outer one is
+ * charged without the inner), survives a failing call, and costs nothing once off. */
 static void the_profile_counts_and_times_operations(void **state)
 {
     fl_profile_enable(true);
@@ -386,6 +386,11 @@ static void the_profile_counts_and_times_operations(void **state)
     assert_null(fl_add(a, fl_ones(FL_F32, FL_SHAPE(3))));  /* a shape error: no primitive runs */
     fl_clear_error();
     fl_eval(fl_matmul(a, a));
+    /* Operands broadcast, or sliced, before the call: the call still counts under its
+     * own name (the expand and the slice count as theirs). */
+    fl_eval(fl_mul(a, fl_ones(FL_F32, FL_SHAPE(64, 1))));
+    fl_eval(fl_scatter_add(fl_zeros(FL_F32, FL_SHAPE(4, 3)), 0, T_I64(FL_SHAPE(1, 3), 0, 2, 3),
+                           fl_ones(FL_F32, FL_SHAPE(2, 3))));
     fl_profile_push("outer");
     fl_profile_push("inner");
     /* Long enough that a preemption between the pushes cannot give outer as much. */
@@ -402,6 +407,11 @@ static void the_profile_counts_and_times_operations(void **state)
     assert_int_equal(add->calls, 3);
     assert_non_null(mm);
     assert_int_equal(mm->calls, 1);
+    const fl_profile_entry *mul = find_entry(e, n, "mul"), *scatter = find_entry(e, n, "scatter_add");
+    assert_non_null(mul);
+    assert_int_equal(mul->calls, 1);
+    assert_non_null(scatter);
+    assert_int_equal(scatter->calls, 1);
     assert_non_null(outer);
     assert_non_null(inner);
     assert_true(inner->seconds >= 0.03);

@@ -357,8 +357,8 @@ fl_tensor *fl_sub_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_mul_scalar(const fl_tensor *t, double value);
 /* alpha a + beta b, a and b broadcasting as in fl_add: one pass where the backend has
  * the fused kernel (backend.h, add_scaled) for the operands, else
- * fl_add(fl_mul_scalar(a, alpha), fl_mul_scalar(b, beta)), which it equals to
- * rounding. */
+ * fl_add(fl_mul_scalar(a, alpha), fl_mul_scalar(b, beta)) (a factor of 1 left out),
+ * which the kernel equals to rounding. */
 fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, double beta);
 fl_tensor *fl_div_scalar(const fl_tensor *t, double value);
 fl_tensor *fl_pow_scalar(const fl_tensor *t, double value);

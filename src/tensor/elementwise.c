@@ -36,8 +36,10 @@ static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const 
         return NULL;
     fl_tensor *input = fl__cast(t, compute);
     fl_tensor *out = input ? fl__new(t->backend, rule == UNARY_FLOAT_TEST ? FL_BOOL : compute, t->ndim, t->shape) : NULL;
-    if (out)
+    if (out) {
+        fl__begin(entry); /* after the cast (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(t->backend, out, input), 1, (const fl_tensor *const *)&input);
+    }
     fl_release(input);
     if (out && out->dtype != result) {
         fl_tensor *narrowed = fl__cast(out, result);
@@ -119,6 +121,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     fl_tensor *out = eb ? fl__new(a->backend, out_dtype, ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {ea, eb};
+        fl__begin(entry); /* after the casts and expands (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(a->backend, out, ea, eb), 2, inputs);
     }
     fl_release(ca);
@@ -250,8 +253,11 @@ fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, d
         fl__end();
         fl_release(out);
     }
+    /* Composed, a factor of 1 is left out (x * 1 is x): a backend without the kernel runs
+     * the two operations that a momentum buffer or an SGD step is, not four. */
     fl_scope scope = fl_scope_begin();
-    return fl_scope_return(scope, fl_add(fl_mul_scalar(a, alpha), fl_mul_scalar(b, beta)));
+    return fl_scope_return(scope, fl_add(alpha == 1 ? a : fl_mul_scalar(a, alpha),
+                                         beta == 1 ? b : fl_mul_scalar(b, beta)));
 }
 
 /* The base's dtype decides: a negative whole exponent of an integer tensor is refused. */

@@ -171,6 +171,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     fl_tensor *out = source ? fl__new(t->backend, t->dtype, t->ndim, t->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, source};
+        fl__begin("update_slice"); /* after the reshapes, cast and expand (internal.h, fl__begin) */
         out = fl__finish(fn, out, update_slice(t->backend, out, t, source, s.start, s.step), 2, inputs);
     }
     fl_release(stripped);
@@ -212,9 +213,11 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
         if (!(expanded[i] = fl__expand(operands[i], ndim, shape)))
             break;
     fl_tensor *out = expanded[2] ? fl__new(cond->backend, dtype, ndim, shape) : NULL;
-    if (out)
+    if (out) {
+        fl__begin("where"); /* after the casts and expands (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(cond->backend, out, expanded[0], expanded[1], expanded[2]), 3,
                          (const fl_tensor *const *)expanded);
+    }
     if (out && operands[1]->bounded && operands[2]->bounded) { /* each value is one of theirs */
         out->bounded = true;
         out->low = operands[1]->low < operands[2]->low ? operands[1]->low : operands[2]->low;
@@ -303,6 +306,7 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, index->ndim, index->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
+        fl__begin("gather"); /* after the index check (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
         fl__bound_like(out, t); /* its values are some of t's */
     }
@@ -339,6 +343,7 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         out = fl__new(t->backend, compute, t->ndim, t->shape);
     if (out) {
         const fl_tensor *inputs[3] = {base, wide, values};
+        fl__begin("scatter_add"); /* after the index check and casts (internal.h, fl__begin) */
         out = fl_out(fl__finish(fn, out, primitive(t->backend, out, base, ax, wide, values), 3, inputs));
     }
     fl_release(wide);
@@ -365,6 +370,7 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, t->ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
+        fl__begin("index_select"); /* after the index check (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
         fl__bound_like(out, t); /* its values are some of t's */
     }

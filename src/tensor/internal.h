@@ -66,7 +66,10 @@ void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, co
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
 /* Names the operation now running, for memory telemetry and the profile (fl__primitive
  * does this; a fused kernel called directly does it itself); fl__end ends it
- * (fl__finish calls it). */
+ * (fl__finish calls it). A function that casts, expands or checks its operands
+ * between fl__primitive and the call begins the operation again right before the
+ * call: those steps are operations of their own, whose frames close the one
+ * fl__primitive opened, and the primitive's time would otherwise go unrecorded. */
 void fl__begin(const char *operation);
 void fl__end(void);
 /* profile.c: a primitive's frame in the operation profile. */

@@ -273,9 +273,11 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
     for (int i = 0; i < count && ok; i++)
         ok = (inputs[i] = fl__cast(tensors[i], dtype)) != NULL;
     fl_tensor *out = ok ? fl__new(first->backend, dtype, first->ndim, shape) : NULL;
-    if (out)
+    if (out) {
+        fl__begin("concat"); /* after the casts (internal.h, fl__begin) */
         out = fl__finish(fn, out, primitive(first->backend, out, (const fl_tensor *const *)inputs, count, ax),
                          count < 3 ? count : 3, (const fl_tensor *const *)inputs);
+    }
     for (int i = 0; i < count && out && inputs[i]->bounded; i++) { /* its values are theirs */
         out->low = i == 0 || inputs[i]->low < out->low ? inputs[i]->low : out->low;
         out->high = i == 0 || inputs[i]->high > out->high ? inputs[i]->high : out->high;
