@@ -855,7 +855,8 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
  * of fl_lstm_cell applied step by step by hand, and no steps give no states. */
 static void lstm_sequence_is_the_cell_step_by_step(void **state)
 {
-    fl_tensor *xproj = fl_randn(FL_F64, FL_SHAPE(3, 2, 8)), *w_hh = fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(8, 2)), 0.5);
+    fl_tensor *xproj = fl_randn(FL_F64, FL_SHAPE(3, 2, 8));
+    fl_tensor *w_hh = fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(8, 2)), 0.5);
     fl_tensor *h = fl_randn(FL_F64, FL_SHAPE(2, 2)), *c = fl_randn(FL_F64, FL_SHAPE(2, 2));
     fl_tensor *bias = fl_randn(FL_F64, FL_SHAPE(8)), *states, *gates;
     assert_int_equal(fl_lstm_sequence(xproj, bias, h, c, w_hh, false, &states, &gates), FL_OK);

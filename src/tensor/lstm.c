@@ -205,6 +205,7 @@ static fl_status sequence_composed(const fl_tensor *xproj, const fl_tensor *bias
     for (int64_t s = 0; ok && s < steps; s++) {
         int64_t t = reverse ? steps - 1 - s : s, before = step_before(t, steps, reverse);
         const fl_tensor *h_prev = before < 0 ? h0 : parts[before], *c_prev = before < 0 ? c0 : parts[steps + before];
+        fl_scope step = fl_scope_begin(); /* a step's temporaries die with it */
         fl_tensor *gates = NULL, *c = NULL, *h = NULL, *x_t = step_of(xproj, t);
         if (bias)
             x_t = fl_add(x_t, bias);
@@ -212,6 +213,7 @@ static fl_status sequence_composed(const fl_tensor *xproj, const fl_tensor *bias
         parts[t] = fl_keep(h);
         parts[steps + t] = fl_keep(c);
         parts[2 * steps + t] = fl_keep(gates);
+        fl_scope_end(step);
     }
     out[0] = ok ? fl_keep(fl_stack(parts, (int)(2 * steps), 0)) : NULL;
     out[1] = ok ? fl_keep(fl_stack(parts + 2 * steps, (int)steps, 0)) : NULL;

@@ -466,7 +466,8 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
     {
         /* Equal spans in whole cache lines of output, as the other elementwise kernels. */
         int64_t t = omp_get_thread_num(), count = omp_get_num_threads(), align = 64 / size;
-        int64_t begin = (n * t / count) / align * align, end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+        int64_t begin = (n * t / count) / align * align;
+        int64_t end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
         if (begin < end && a->dtype == FL_F32)
             add_scaled_f32((float *)y + begin, (const float *)pa + begin, (const float *)pb + begin, (float)alpha,
                            (float)beta, end - begin);

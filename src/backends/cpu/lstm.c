@@ -1,5 +1,6 @@
 /*
- * The CPU backend's fused LSTM cell and its gradient (backend.h, lstm_cell).
+ * The CPU backend's fused LSTM cell and recurrence, and their gradients (backend.h,
+ * lstm_cell and lstm_sequence).
  *
  * Composed of primitives, a step of an LSTM is about ten calls forward and as many
  * backward over [N, 4H] and [N, H] tensors, which at a language model's sizes
@@ -273,12 +274,14 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
                              dnnl_success)
                 failed = true;
             for (int64_t r = 0; r < rows && u > 0; r++) {
-                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a, *restrict br = biases + a;
-                const float *restrict cp = c_prev + r * hs + a;
-                float *restrict act = act_t + r * 4 * hs + a, *restrict c = c_t + r * hs + a, *restrict h = h_t + r * hs + a;
+                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a;
+                const float *restrict br = biases + a, *restrict cp = c_prev + r * hs + a;
+                float *restrict act = act_t + r * 4 * hs + a, *restrict c = c_t + r * hs + a;
+                float *restrict h = h_t + r * hs + a;
 #pragma omp simd
                 for (int64_t j = 0; j < u; j++) {
-                    float i = vm_sigmoidf((xr[j] + br[j]) + p[j]), f = vm_sigmoidf((xr[hs + j] + br[hs + j]) + p[u + j]),
+                    float i = vm_sigmoidf((xr[j] + br[j]) + p[j]),
+                          f = vm_sigmoidf((xr[hs + j] + br[hs + j]) + p[u + j]),
                           g = vm_tanhf((xr[2 * hs + j] + br[2 * hs + j]) + p[2 * u + j]),
                           o = vm_sigmoidf((xr[3 * hs + j] + br[3 * hs + j]) + p[3 * u + j]);
                     float cell = f * cp[j] + i * g;
@@ -354,7 +357,8 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
                 const float *restrict act = act_t + r * 4 * hs + a, *restrict cp = c_prev + r * hs + a;
                 const float *restrict c = c_t + r * hs + a, *restrict dhr = dh_t + r * hs + a,
                                       *restrict dcr = dc_t + r * hs + a;
-                float *restrict d = d_t + r * 4 * hs + a, *restrict dhn = dh_next + r * u, *restrict dcn = dc_next + r * u;
+                float *restrict d = d_t + r * 4 * hs + a;
+                float *restrict dhn = dh_next + r * u, *restrict dcn = dc_next + r * u;
 #pragma omp simd
                 for (int64_t j = 0; j < u; j++) {
                     float i = act[j], f = act[hs + j], g = act[2 * hs + j], o = act[3 * hs + j];
