@@ -26,13 +26,10 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
         fl__begin("softmax");
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
         int rc = y ? fused(x->backend, y, x, logarithm) : FL_ERR_MEMORY;
-        if (rc != FL_ERR_UNSUPPORTED) {
+        if (!fl__declined(rc)) {
             y = y ? fl_out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
             return fl_scope_return(scope, fl_cast(y, result));
         }
-        /* The kernel declined this call: compose instead. */
-        fl__take_backend_error(NULL, 0);
-        fl__end();
         fl_release(y);
     }
     fl_tensor *shifted = fl_sub(x, fl_max(x, &a, 1, true));

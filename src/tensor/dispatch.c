@@ -103,6 +103,15 @@ void fl__end(void)
     fl__profile_end();
 }
 
+bool fl__declined(int rc)
+{
+    if (rc != FL_ERR_UNSUPPORTED)
+        return false;
+    fl__take_backend_error(NULL, 0);
+    fl__end();
+    return true;
+}
+
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs)
 {
     fl__end();

@@ -244,13 +244,10 @@ fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, d
             return NULL;
         }
         int rc = fused(a->backend, out, a, b, alpha, beta);
-        if (rc != FL_ERR_UNSUPPORTED) {
+        if (!fl__declined(rc)) {
             const fl_tensor *inputs[2] = {a, b};
             return fl_out(fl__finish(fn, out, rc, 2, inputs));
         }
-        /* The kernel declined these operands: compose instead. */
-        fl__take_backend_error(NULL, 0);
-        fl__end();
         fl_release(out);
     }
     /* Composed, a factor of 1 is left out (x * 1 is x): a backend without the kernel runs

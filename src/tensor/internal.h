@@ -64,6 +64,11 @@ bool fl__same_backend(const fl_tensor *a, const fl_tensor *b);
 /* The function pointer at offset in t's backend table, or NULL (and an error). */
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
+/* Whether an optional fused kernel declined its call (rc FL_ERR_UNSUPPORTED, the
+ * backend.h way of saying "compose this one"): then its message is dropped and the
+ * operation fl__begin opened is ended, and the caller releases its outputs and
+ * composes. Otherwise nothing is done and the caller finishes as usual. */
+bool fl__declined(int rc);
 /* Names the operation now running, for memory telemetry and the profile (fl__primitive
  * does this; a fused kernel called directly does it itself); fl__end ends it
  * (fl__finish calls it). A function that casts, expands or checks its operands

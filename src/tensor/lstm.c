@@ -290,9 +290,7 @@ static bool sequence_operands(const char *fn, const fl_tensor *xproj, const fl_t
  * error is recorded); false when the backend declined it and nothing is left over. */
 static bool fused_ran(const char *fn, int rc, int count, fl_tensor **out, int ninputs, const fl_tensor *const *inputs)
 {
-    if (rc == FL_ERR_UNSUPPORTED) {
-        fl__take_backend_error(NULL, 0);
-        fl__end();
+    if (fl__declined(rc)) {
         for (int k = 0; k < count; k++) {
             fl_release(out[k]);
             out[k] = NULL;
