@@ -303,6 +303,11 @@ static void pad_surrounds_with_a_constant(void **state)
     assert_dtype(t, FL_I32);
     assert_values(t, 0, 0, -1, 1, 3, -1, 2, 4, -1, -1, -1);
     assert_values(fl_pad(fl_zeros(FL_U8, FL_SHAPE(0)), (const int64_t[]){2}, (const int64_t[]){1}, 5), 0, 0, 5, 5, 5);
+    /* One padded axis is one concat of broadcast values around t, strided t included. */
+    fl_tensor *one_axis = fl_pad(fl_transpose(T_F32(FL_SHAPE(2, 3), 1, 2, 3, 4, 5, 6), 0, 1),
+                                 (const int64_t[]){0, 2}, (const int64_t[]){0, 1}, 9);
+    assert_shape(one_axis, 3, 5);
+    assert_values(one_axis, 0, 0, 9, 9, 1, 4, 9, 9, 9, 2, 5, 9, 9, 9, 3, 6, 9);
     fl_tensor *s = fl_pad(fl_scalar(3, FL_F32), NULL, NULL, 0);
     assert_shape(s);
     assert_true(fl_item(s) == 3);

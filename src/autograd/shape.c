@@ -271,52 +271,30 @@ typedef struct index_context {
 } index_context;
 
 /* Whether the index is x[..., a:b, ...], a range with a step of 1 within one axis and
- * every other axis whole (a sequence's first steps, some of the features); then
- * *axis, and the sizes before and after the range on it. */
-static bool single_range(const index_context *c, const fl_tensor *dy, int *axis, int64_t *before, int64_t *after)
+ * every other axis whole (a sequence's first steps, some of the features); then the
+ * padding of the output's gradient that gives x's: fl_pad pads one axis in a single
+ * write, where writing the gradient into a tensor of zeros writes x's size twice. */
+static bool single_range(const index_context *c, const fl_tensor *dy, int64_t *before, int64_t *after)
 {
-    *axis = -1;
-    if (c->count > c->input.ndim || fl_ndim(dy) != c->input.ndim)
+    int axis = -1, ndim = c->input.ndim;
+    if (c->count > ndim || fl_ndim(dy) != ndim)
         return false;
     for (int i = 0; i < c->count; i++) {
         fl_index_item item = c->items[i];
         if (item.kind == FL_INDEX_SPAN)
             continue;
-        if (item.kind != FL_INDEX_RANGE || item.step != 1 || *axis >= 0 || item.start < 0 ||
+        if (item.kind != FL_INDEX_RANGE || item.step != 1 || axis >= 0 || item.start < 0 ||
             item.start > c->input.shape[i])
             return false;
-        *axis = i;
+        axis = i;
     }
-    if (*axis < 0)
+    for (int i = 0; i < ndim; i++)
+        before[i] = after[i] = 0;
+    if (axis < 0)
         return false;
-    *before = c->items[*axis].start;
-    *after = c->input.shape[*axis] - *before - fl_dim(dy, *axis);
-    return *after >= 0;
-}
-
-/* The gradient of a single range: the output's gradient between zeros along its
- * axis, which writes x's size once, where writing it into a tensor of zeros writes it
- * twice. The zeros are one broadcast element. */
-static fl_tensor *range_grad(fl_tensor *dy, int axis, int64_t before, int64_t after)
-{
-    int ndim = fl_ndim(dy);
-    int64_t ones[FL_MAX_DIMS], shape[FL_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) {
-        ones[i] = 1;
-        shape[i] = fl_dim(dy, i);
-    }
-    fl_tensor *zero = fl_new_full(dy, 0, fl_dtype_of(dy), ndim, ones), *pieces[3];
-    int count = 0;
-    if (before > 0) {
-        shape[axis] = before;
-        pieces[count++] = fl_expand(zero, ndim, shape);
-    }
-    pieces[count++] = dy;
-    if (after > 0) {
-        shape[axis] = after;
-        pieces[count++] = fl_expand(zero, ndim, shape);
-    }
-    return count == 1 ? dy : fl_concat(pieces, count, axis);
+    before[axis] = c->items[axis].start;
+    after[axis] = c->input.shape[axis] - before[axis] - fl_dim(dy, axis);
+    return after[axis] >= 0;
 }
 
 /* The selected region is distinct elements of x (steps never revisit one), so its
@@ -324,10 +302,9 @@ static fl_tensor *range_grad(fl_tensor *dy, int axis, int64_t before, int64_t af
 static void index_grad(fl_grad *g)
 {
     const index_context *c = g->context;
-    int axis;
-    int64_t before, after;
-    if (single_range(c, g->output_grad, &axis, &before, &after)) {
-        g->input_grads[0] = range_grad(g->output_grad, axis, before, after);
+    int64_t before[FL_MAX_DIMS], after[FL_MAX_DIMS];
+    if (single_range(c, g->output_grad, before, after)) {
+        g->input_grads[0] = fl_pad(g->output_grad, before, after, 0);
         return;
     }
     fl_tensor *zeros = fl_new_full(g->output_grad, 0, fl_dtype_of(g->output_grad), c->input.ndim, c->input.shape);

@@ -368,6 +368,35 @@ fl_status fl_split(const fl_tensor *t, const int64_t *sizes, int count, int axis
 
 /* ---- padding and tiling ---- */
 
+/* t padded along one axis only (a slice's gradient, a sequence's end): t between two
+ * runs of value, each a broadcast of one element, joined in one concat, which writes
+ * the result once; filling it and then writing t into it writes it twice. */
+static fl_tensor *pad_one_axis(const fl_tensor *t, int axis, int64_t before, int64_t after, double value)
+{
+    int64_t shape[FL_MAX_DIMS], ones[FL_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) {
+        shape[i] = t->shape[i];
+        ones[i] = 1;
+    }
+    fl_tensor *one = fl__full(t->backend, value, t->dtype, t->ndim, ones), *self = fl_retain(t);
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *pieces[3];
+    int count = 0;
+    if (before > 0) {
+        shape[axis] = before;
+        pieces[count++] = one ? fl_expand(one, t->ndim, shape) : NULL;
+    }
+    pieces[count++] = self;
+    if (after > 0) {
+        shape[axis] = after;
+        pieces[count++] = one ? fl_expand(one, t->ndim, shape) : NULL;
+    }
+    fl_tensor *padded = fl_scope_return(scope, fl_concat(pieces, count, axis));
+    fl_release(one);
+    fl_release(self);
+    return padded;
+}
+
 fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *after, double value)
 {
     if (fl_null_args("fl_pad", 1, t))
@@ -388,6 +417,14 @@ fl_tensor *fl_pad(const fl_tensor *t, const int64_t *before, const int64_t *afte
     }
     if (!fl_check_size("fl_pad", t->dtype, t->ndim, shape))
         return NULL;
+    int padded_axes = 0, axis = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (before[i] || after[i])
+            padded_axes++, axis = i;
+    if (padded_axes == 0) /* tensors do not change: t itself is its padding by nothing */
+        return fl_out(fl_retain(t));
+    if (padded_axes == 1)
+        return pad_one_axis(t, axis, before[axis], after[axis], value);
     fl_tensor *filled = fl__full(t->backend, value, t->dtype, t->ndim, shape);
     fl_scope scope = fl_scope_begin();
     fl_tensor *padded = filled ? fl_index_assign(filled, region, t->ndim, t) : NULL;
