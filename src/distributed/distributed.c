@@ -321,6 +321,7 @@ fl_tensor *fl__dist_output_finish(const char *fn, fl__dist_output *out)
     if (t && out->staging) {
         FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, t->backend, FL_PRIMITIVE(from_host), "from_host");
         if (from_host) {
+            fl__begin("from_host");
             t = fl__finish(fn, t, from_host(t->backend, t, out->staging), 0, NULL);
         } else {
             fl_release(t);

@@ -26,6 +26,7 @@ static bool check_dtype(const char *fn, fl_dtype dtype)
         fl_tensor *out_ = fl__new(backend_, dtype, ndim, shape);                                          \
         if (!out_)                                                                                        \
             return NULL;                                                                                  \
+        fl__begin(#entry);                                                                                \
         return fl_out(fl__finish(fn, out_, primitive_(backend_, out_, __VA_ARGS__), 0, NULL));                     \
     } while (0)
 
@@ -217,6 +218,7 @@ static fl_tensor *random_tensor(const char *fn, fl_random_kind kind, fl_dtype dt
         return NULL;
     uint64_t seed, offset;
     fl__random_reserve(((uint64_t)out->numel + 3) / 4, &seed, &offset);
+    fl__begin("random");
     out = fl__finish(fn, out, random(backend, out, kind, seed, offset), 0, NULL);
     if (out && compute != dtype) {
         fl_tensor *narrowed = fl__cast(out, dtype);
@@ -301,6 +303,7 @@ fl_status fl_to_host(const fl_tensor *t, void *dst, size_t bytes)
         fl__primitive("fl_to_host", t->backend, FL_PRIMITIVE(to_host), "to_host");
     if (!to_host)
         return fl_last_status();
+    fl__begin("to_host");
     int rc = to_host(t->backend, t, dst);
     fl__end();
     if (rc) {
@@ -378,6 +381,7 @@ fl_tensor *fl_copy(const fl_tensor *t)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
+    fl__begin("cast");
     return fl_out(fl__finish("fl_copy", out, cast(t->backend, out, t), 1, &t));
 }
 
@@ -401,8 +405,10 @@ fl_tensor *fl_to_backend(const fl_tensor *t, const char *backend_name)
     fl_tensor *out = NULL;
     if (fl_to_host(t, host, bytes) == FL_OK) {
         out = fl__new(target, t->dtype, t->ndim, t->shape);
-        if (out)
+        if (out) {
+            fl__begin("from_host");
             out = fl__finish("fl_to_backend", out, from_host(target, out, host), 1, &t);
+        }
         fl__bound_like(out, t);
     }
     free(host);

@@ -87,7 +87,6 @@ void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, co
     if (!entry)
         return fl_error(FL_ERR_UNSUPPORTED, fn, "backend '%s' does not implement the primitive '%s'",
                         backend->name, entry_name);
-    fl__begin(entry_name);
     return entry;
 }
 
@@ -141,6 +140,7 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype)
     fl_tensor *out = fl__new(t->backend, dtype, t->ndim, t->shape);
     if (!out)
         return NULL;
+    fl__begin("cast");
     out = fl__finish("fl_cast", out, cast(t->backend, out, t), 1, &t);
     if (fl_dtype_is_integer(dtype) && t->bounded && fl__scalar_fits((double)t->low, dtype) &&
         fl__scalar_fits((double)t->high, dtype)) /* the values survive the cast unchanged */
@@ -182,6 +182,7 @@ fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape)
     fl_tensor *out = fl__new(t->backend, t->dtype, ndim, shape);
     if (!out)
         return NULL;
+    fl__begin("reshape");
     out = fl__finish("fl_reshape", out, reshape(t->backend, out, t), 1, &t);
     fl__bound_like(out, t);
     return out;
@@ -214,6 +215,7 @@ fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape)
         fl_release(base);
         return NULL;
     }
+    fl__begin("expand");
     out = fl__finish("fl_expand", out, expand(t->backend, out, base), 1, (const fl_tensor *const *)&base);
     fl_release(base);
     return out;
@@ -235,6 +237,7 @@ fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int
     fl_tensor *out = full ? fl__new(backend, dtype, ndim, shape) : NULL;
     if (!out)
         return NULL;
+    fl__begin("full");
     out = fl__finish("fl_full", out, full(backend, out, value), 0, NULL);
     if (out && fl_dtype_is_integer(dtype)) { /* a fill's value is its bounds */
         out->bounded = true;

@@ -37,7 +37,7 @@ static fl_tensor *unary(const char *fn, size_t offset, const char *entry, const 
     fl_tensor *input = fl__cast(t, compute);
     fl_tensor *out = input ? fl__new(t->backend, rule == UNARY_FLOAT_TEST ? FL_BOOL : compute, t->ndim, t->shape) : NULL;
     if (out) {
-        fl__begin(entry); /* after the cast (internal.h, fl__begin) */
+        fl__begin(entry);
         out = fl__finish(fn, out, primitive(t->backend, out, input), 1, (const fl_tensor *const *)&input);
     }
     fl_release(input);
@@ -108,6 +108,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
         if (!out)
             return NULL;
         const fl_tensor *inputs[2] = {a, b};
+        fl__begin(entry);
         return fl_out(fl__finish(fn, out, primitive(a->backend, out, a, b), 2, inputs));
     }
 
@@ -121,7 +122,7 @@ static fl_tensor *binary(const char *fn, size_t offset, const char *entry, const
     fl_tensor *out = eb ? fl__new(a->backend, out_dtype, ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {ea, eb};
-        fl__begin(entry); /* after the casts and expands (internal.h, fl__begin) */
+        fl__begin(entry);
         out = fl__finish(fn, out, primitive(a->backend, out, ea, eb), 2, inputs);
     }
     fl_release(ca);

@@ -122,6 +122,7 @@ static fl_tensor *region_of(const char *fn, const fl_tensor *t, const selection 
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, s->region);
     if (!out)
         return NULL;
+    fl__begin("slice");
     out = fl__finish(fn, out, slice(t->backend, out, t, s->start, s->step), 1, &t);
     fl__bound_like(out, t);
     return out;
@@ -171,7 +172,7 @@ fl_tensor *fl_index_assign(const fl_tensor *t, const fl_index_item *index, int c
     fl_tensor *out = source ? fl__new(t->backend, t->dtype, t->ndim, t->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, source};
-        fl__begin("update_slice"); /* after the reshapes, cast and expand (internal.h, fl__begin) */
+        fl__begin("update_slice");
         out = fl__finish(fn, out, update_slice(t->backend, out, t, source, s.start, s.step), 2, inputs);
     }
     fl_release(stripped);
@@ -214,7 +215,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
             break;
     fl_tensor *out = expanded[2] ? fl__new(cond->backend, dtype, ndim, shape) : NULL;
     if (out) {
-        fl__begin("where"); /* after the casts and expands (internal.h, fl__begin) */
+        fl__begin("where");
         out = fl__finish(fn, out, primitive(cond->backend, out, expanded[0], expanded[1], expanded[2]), 3,
                          (const fl_tensor *const *)expanded);
     }
@@ -306,7 +307,7 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, index->ndim, index->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
-        fl__begin("gather"); /* after the index check (internal.h, fl__begin) */
+        fl__begin("gather");
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
         fl__bound_like(out, t); /* its values are some of t's */
     }
@@ -343,7 +344,7 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         out = fl__new(t->backend, compute, t->ndim, t->shape);
     if (out) {
         const fl_tensor *inputs[3] = {base, wide, values};
-        fl__begin("scatter_add"); /* after the index check and casts (internal.h, fl__begin) */
+        fl__begin("scatter_add");
         out = fl_out(fl__finish(fn, out, primitive(t->backend, out, base, ax, wide, values), 3, inputs));
     }
     fl_release(wide);
@@ -370,7 +371,7 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, t->ndim, shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
-        fl__begin("index_select"); /* after the index check (internal.h, fl__begin) */
+        fl__begin("index_select");
         out = fl__finish(fn, out, primitive(t->backend, out, t, ax, wide), 2, inputs);
         fl__bound_like(out, t); /* its values are some of t's */
     }

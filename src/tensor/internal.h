@@ -61,7 +61,8 @@ bool fl__same_backend(const fl_tensor *a, const fl_tensor *b);
 #define FL_PRIMITIVE(entry) offsetof(fl_backend, entry)
 /* The type of a table entry, for the pointer fl__primitive returns. */
 #define FL_ENTRY_TYPE(entry) __typeof__(((const fl_backend *)0)->entry)
-/* The function pointer at offset in t's backend table, or NULL (and an error). */
+/* The function pointer at offset in t's backend table, or NULL (and an error). The
+ * caller begins the operation (fl__begin) right before calling it. */
 void *fl__primitive(const char *fn, const fl_backend *backend, size_t offset, const char *entry_name);
 fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const fl_tensor *const *inputs);
 /* Whether an optional fused kernel declined its call (rc FL_ERR_UNSUPPORTED, the
@@ -69,12 +70,10 @@ fl_tensor *fl__finish(const char *fn, fl_tensor *out, int rc, int ninputs, const
  * operation fl__begin opened is ended, and the caller releases its outputs and
  * composes. Otherwise nothing is done and the caller finishes as usual. */
 bool fl__declined(int rc);
-/* Names the operation now running, for memory telemetry and the profile (fl__primitive
- * does this; a fused kernel called directly does it itself); fl__end ends it
- * (fl__finish calls it). A function that casts, expands or checks its operands
- * between fl__primitive and the call begins the operation again right before the
- * call: those steps are operations of their own, whose frames close the one
- * fl__primitive opened, and the primitive's time would otherwise go unrecorded. */
+/* Names the operation now running, for memory telemetry and the profile; fl__end ends
+ * it (fl__finish calls it). Called right before the backend entry, after the casts,
+ * expands and checks that prepare its operands: those are operations of their own,
+ * and nothing between the two can leave the operation open. */
 void fl__begin(const char *operation);
 void fl__end(void);
 /* profile.c: a primitive's frame in the operation profile. */

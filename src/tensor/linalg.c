@@ -31,6 +31,7 @@ static fl_tensor *dispatch(const char *fn, size_t offset, const char *entry, cal
     if (!out)
         return NULL;
     const fl_tensor *inputs[2] = {a, b};
+    fl__begin(entry);
     return own(fl__finish(fn, out, call(primitive, a->backend, out, a, b, extra), b ? 2 : 1, inputs));
 }
 

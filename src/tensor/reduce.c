@@ -69,6 +69,7 @@ static fl_tensor *reduce_kept(const char *fn, size_t offset, const char *entry, 
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, r->kept_shape);
     if (!out)
         return NULL;
+    fl__begin(entry);
     return fl__finish(fn, out, primitive(t->backend, out, t, r->mask), 1, &t);
 }
 
@@ -250,8 +251,10 @@ static fl_tensor *arg_kept(const char *fn, size_t offset, const char *entry, con
         return NULL;
     fl_tensor *input = fl__cast(t, fl__compute_dtype(t->dtype));
     fl_tensor *out = input ? fl__new(t->backend, FL_I64, t->ndim, r->kept_shape) : NULL;
-    if (out)
+    if (out) {
+        fl__begin(entry);
         out = fl__finish(fn, out, primitive(t->backend, out, input, axis), 1, (const fl_tensor *const *)&input);
+    }
     fl_release(input);
     return out;
 }
@@ -339,8 +342,10 @@ fl_tensor *fl_cumsum(const fl_tensor *t, int axis)
     fl_dtype result = accumulating_dtype(t->dtype);
     fl_tensor *input = fl__cast(t, fl__compute_dtype(result));
     fl_tensor *out = input ? fl__new(t->backend, input->dtype, t->ndim, t->shape) : NULL;
-    if (out)
+    if (out) {
+        fl__begin("cumsum");
         out = fl__finish("fl_cumsum", out, primitive(t->backend, out, input, a), 1, (const fl_tensor *const *)&input);
+    }
     fl_release(input);
     fl_tensor *cast = out ? fl__cast(out, result) : NULL;
     fl_release(out);
@@ -368,6 +373,7 @@ static fl_status sort_owned(const char *fn, const fl_tensor *t, int a, bool desc
     }
     if (!input)
         return fl_last_status();
+    fl__begin("sort");
     int rc = primitive(t->backend, v, i, input, a, descending);
     if (rc)
         fl_release(i); /* fl__finish releases v and records the error */
@@ -416,6 +422,7 @@ static fl_tensor *leading(const char *fn, const fl_tensor *t, int a, int64_t k)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
         return NULL;
+    fl__begin("slice");
     return fl__finish(fn, out, slice(t->backend, out, t, start, step), 1, &t);
 }
 

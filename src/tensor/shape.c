@@ -85,6 +85,7 @@ static fl_tensor *permute(const char *fn, const fl_tensor *t, const int *axes)
     fl_tensor *out = fl__new(t->backend, t->dtype, t->ndim, shape);
     if (!out)
         return NULL;
+    fl__begin("permute");
     return fl__finish(fn, out, primitive(t->backend, out, t, axes), 1, &t);
 }
 
@@ -274,7 +275,7 @@ static fl_tensor *concat(const char *fn, fl_tensor *const *tensors, int count, i
         ok = (inputs[i] = fl__cast(tensors[i], dtype)) != NULL;
     fl_tensor *out = ok ? fl__new(first->backend, dtype, first->ndim, shape) : NULL;
     if (out) {
-        fl__begin("concat"); /* after the casts (internal.h, fl__begin) */
+        fl__begin("concat");
         out = fl__finish(fn, out, primitive(first->backend, out, (const fl_tensor *const *)inputs, count, ax),
                          count < 3 ? count : 3, (const fl_tensor *const *)inputs);
     }
