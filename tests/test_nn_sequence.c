@@ -855,20 +855,28 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
  * of fl_lstm_cell applied step by step by hand, and no steps give no states. */
 static void lstm_sequence_is_the_cell_step_by_step(void **state)
 {
-    fl_tensor *xproj = fl_randn(FL_F64, FL_SHAPE(3, 2, 8));
-    fl_tensor *w_hh = fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(8, 2)), 0.5);
-    fl_tensor *h = fl_randn(FL_F64, FL_SHAPE(2, 2)), *c = fl_randn(FL_F64, FL_SHAPE(2, 2));
-    fl_tensor *bias = fl_randn(FL_F64, FL_SHAPE(8)), *states, *gates;
-    assert_int_equal(fl_lstm_sequence(xproj, bias, h, c, w_hh, false, &states, &gates), FL_OK);
-    for (int64_t t = 0; t < 3; t++) {
-        fl_tensor *pre =
-            fl_add(fl_add(fl_index(xproj, FL_INDEX(FL_AT(t))), bias), fl_matmul(h, fl_transpose(w_hh, 0, 1)));
-        fl_tensor *g = NULL;
-        assert_int_equal(fl_lstm_cell(pre, c, &g, &c, &h), FL_OK);
-        assert_close(fl_index(states, FL_INDEX(FL_AT(t))), h, 1e-13, 1e-13);
-        assert_close(fl_index(states, FL_INDEX(FL_AT(3 + t))), c, 1e-13, 1e-13);
-        assert_close(fl_index(gates, FL_INDEX(FL_AT(t))), g, 1e-13, 1e-13);
+    /* f32 runs the backend's fused recurrence (two threads at this size on cpu), f64
+     * the composition; both against a loop written here. */
+    for (int f64 = 0; f64 < 2; f64++) {
+        fl_dtype dt = f64 ? FL_F64 : FL_F32;
+        double tol = f64 ? 1e-13 : 1e-5;
+        fl_tensor *xproj = fl_randn(dt, FL_SHAPE(3, 20, 128));
+        fl_tensor *w_hh = fl_mul_scalar(fl_randn(dt, FL_SHAPE(128, 32)), 0.2);
+        fl_tensor *h = fl_randn(dt, FL_SHAPE(20, 32)), *c = fl_randn(dt, FL_SHAPE(20, 32));
+        fl_tensor *bias = fl_randn(dt, FL_SHAPE(128)), *states, *gates;
+        assert_int_equal(fl_lstm_sequence(xproj, bias, h, c, w_hh, false, &states, &gates), FL_OK);
+        for (int64_t t = 0; t < 3; t++) {
+            fl_tensor *pre =
+                fl_add(fl_add(fl_index(xproj, FL_INDEX(FL_AT(t))), bias), fl_matmul(h, fl_transpose(w_hh, 0, 1)));
+            fl_tensor *g = NULL;
+            assert_int_equal(fl_lstm_cell(pre, c, &g, &c, &h), FL_OK);
+            assert_close(fl_index(states, FL_INDEX(FL_AT(t))), h, tol, tol);
+            assert_close(fl_index(states, FL_INDEX(FL_AT(3 + t))), c, tol, tol);
+            assert_close(fl_index(gates, FL_INDEX(FL_AT(t))), g, tol, tol);
+        }
     }
+    fl_tensor *h = fl_randn(FL_F64, FL_SHAPE(2, 2)), *c = fl_randn(FL_F64, FL_SHAPE(2, 2));
+    fl_tensor *w_hh = fl_randn(FL_F64, FL_SHAPE(8, 2)), *states, *gates;
     fl_tensor *none = fl_zeros(FL_F64, FL_SHAPE(0, 2, 8));
     assert_int_equal(fl_lstm_sequence(none, NULL, h, c, w_hh, true, &states, &gates), FL_OK);
     assert_shape(states, 0, 2, 2);
