@@ -84,6 +84,8 @@ PERFORMS = {
     "lstm_sequence": ("add",), "lstm_sequence_backward": ("add",),
     # alpha a + beta b
     "add_scaled": ("add",),
+    # (softmax - s / C) r, plus the target's term added at its class
+    "cross_entropy_backward": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

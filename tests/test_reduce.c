@@ -442,6 +442,56 @@ static void fused_softmax_matches_the_composition(void **state)
     assert_no_error();
 }
 
+/* The gradient of cross-entropy from a log-softmax: the backend's fused kernel against
+ * the composition (exp, mul, scatter_add), which runs with the entry set to NULL:
+ * dense, strided, f64, several leading axes, with and without label smoothing, and
+ * a class axis that is not the last (composed on every backend). */
+static void cross_entropy_backward_matches_the_composition(void **state)
+{
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    composing.cross_entropy_backward = NULL;
+    fl_tensor *wide = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(203, 37)), 4.0);
+    fl_tensor *log_probs[] = {fl_log_softmax(fl_transpose(wide, 0, 1), -1), fl_transpose(fl_log_softmax(wide, 0), 0, 1),
+                              fl_log_softmax(fl_cast(fl_transpose(wide, 0, 1), FL_F64), -1),
+                              fl_log_softmax(fl_randn(FL_F32, FL_SHAPE(2, 3, 17)), -1),
+                              fl_log_softmax(fl_randn(FL_F32, FL_SHAPE(4, 5, 3)), 1)};
+    const int axes[] = {1, 1, -1, 2, 1};
+    for (int i = 0; i < 5; i++)
+        for (int smoothed = 0; smoothed < 2; smoothed++) {
+            const fl_tensor *lp = log_probs[i];
+            int axis = axes[i] < 0 ? axes[i] + fl_ndim(lp) : axes[i];
+            int64_t shape[FL_MAX_DIMS];
+            for (int k = 0; k < fl_ndim(lp); k++)
+                shape[k] = k == axis ? 1 : fl_shape(lp)[k];
+            fl_tensor *index = fl_randint(0, fl_shape(lp)[axis], FL_I64, fl_ndim(lp), shape);
+            fl_tensor *scale = fl_cast(fl_randn(FL_F32, fl_ndim(lp), shape), fl_dtype_of(lp));
+            double s = smoothed ? 0.1 : 0;
+            fl_tensor *y = fl_cross_entropy_backward(lp, axes[i], index, scale, s);
+            fl_backend original = support_override(&composing);
+            fl_tensor *composed = fl_cross_entropy_backward(lp, axes[i], index, scale, s);
+            support_override(&original);
+            assert_dtype(y, fl_dtype_of(lp));
+            assert_int_equal(fl_ndim(y), fl_ndim(lp));
+            for (int k = 0; k < fl_ndim(lp); k++)
+                assert_int_equal(fl_shape(y)[k], fl_shape(lp)[k]);
+            assert_close(y, composed, 1e-6, 1e-7);
+        }
+    /* log(0.2), log(0.3), log(0.5), target 2, scale 2: 2 (p - [c == 2]). */
+    fl_tensor *lp = fl_log(T_F32(FL_SHAPE(1, 3), 0.2f, 0.3f, 0.5f));
+    assert_values(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1, 1), 2), T_F32(FL_SHAPE(1, 1), 2), 0), 1e-6, 0,
+                  0.4, 0.6, -1.0);
+    assert_no_error();
+    fl_tensor *index = T_I64(FL_SHAPE(1, 1), 2), *scale = T_F32(FL_SHAPE(1, 1), 1);
+    assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1, 1), 3), scale, 0), FL_ERR_INDEX, "out of range");
+    assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1), 2), scale, 0), FL_ERR_SHAPE,
+                 "fl_cross_entropy_backward: needs index and scale of log_probs's shape with axis 1 of size 1");
+    assert_fails(fl_cross_entropy_backward(lp, 1, fl_cast(index, FL_I32), scale, 0), FL_ERR_DTYPE, "i64 index");
+    assert_fails(fl_cross_entropy_backward(lp, 1, index, fl_cast(scale, FL_F64), 0), FL_ERR_DTYPE, "i64 index");
+    assert_fails(fl_cross_entropy_backward(lp, 1, index, scale, 1.5), FL_ERR_VALUE, "smoothing 1.5");
+    assert_fails(fl_cross_entropy_backward(lp, 2, index, scale, 0), FL_ERR_AXIS, "fl_cross_entropy_backward");
+    assert_fails(fl_cross_entropy_backward(NULL, 1, index, scale, 0), FL_ERR_NULL, "fl_cross_entropy_backward");
+}
+
 /* ---- views: permuted, sliced with steps, expanded with zero strides ---- */
 
 static void check_same_as_dense(const fl_tensor *view)
@@ -589,6 +639,7 @@ int main(void)
         scoped_test(top_k),
         scoped_test(softmax_and_log_softmax),
         scoped_test(fused_softmax_matches_the_composition),
+        scoped_test(cross_entropy_backward_matches_the_composition),
         scoped_test(non_contiguous_inputs),
         scoped_test(long_reductions_do_not_depend_on_threads),
         scoped_test(errors_name_the_function_and_shapes),

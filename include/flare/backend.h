@@ -43,10 +43,10 @@
  *    cpu entry means under the lazy backend.
  *
  * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell, the
- * LSTM recurrence and add_scaled compute what the tensor layer also composes from
- * the primitives, in one pass instead of several. A backend may leave any of them NULL and the composition is
- * used; the composition defines the semantics, and the tests check each fused kernel
- * against it. They exist
+ * LSTM recurrence, add_scaled and cross_entropy_backward compute what the tensor
+ * layer also composes from the primitives, in one pass instead of several. A backend
+ * may leave any of them NULL and the composition is used; the composition defines
+ * the semantics, and the tests check each fused kernel against it. They exist
  * where a composition cannot come near a framework's fused kernel on speed (softmax:
  * five passes over memory against one). A researcher who replaces exp and wants
  * softmax to follow sets softmax to NULL.
@@ -100,6 +100,16 @@
  *    float dtype; the composition is mul_scalar twice and add, three passes over
  *    memory against one. Every optimizer's update is made of such sums (momentum,
  *    moments, the step itself). It may decline a call (a layout or dtype it lacks)
+ *    with FL_ERR_UNSUPPORTED; the tensor layer composes then.
+ *  - cross_entropy_backward (version 5): the gradient of cross-entropy with respect
+ *    to the logits, from their log-softmax log_probs [N, C] (classes on the last
+ *    axis), each row's target index [N, 1] (i64, already checked to be in [0, C)) and
+ *    each row's scale [N, 1] (the loss's gradient times the row's weight; log_probs's
+ *    dtype): dlogits [N, C] = (exp(log_probs) - smoothing / C) scale, and
+ *    -(1 - smoothing) scale added at each row's target. Composed, that is exp, a
+ *    product and a scatter_add that copies its base: three passes over [N, C] writing
+ *    three tensors of its size, against one pass; over a language model's vocabulary
+ *    it is the largest tensor of the step. It may decline a call (a dtype it lacks)
  *    with FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
@@ -245,7 +255,10 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(4, lstm_sequence_backward, (fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0, const fl_tensor *dstates,     \
                                   const fl_tensor *states, const fl_tensor *gates, const fl_tensor *h0,            \
                                   const fl_tensor *c0, const fl_tensor *w_hh, bool reverse))               \
-    X(4, add_scaled, (fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha, double beta))
+    X(4, add_scaled, (fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha, double beta))         \
+    /* -- version 5: the gradient of cross-entropy (see "Fused kernels" above) -- */                          \
+    X(5, cross_entropy_backward, (fl_tensor *dlogits, const fl_tensor *log_probs, const fl_tensor *index,         \
+                                  const fl_tensor *scale, double smoothing))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -253,7 +266,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 4
+#define FL_BACKEND_VERSION 5
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -399,6 +399,16 @@ fl_status fl_topk(const fl_tensor *t, int64_t k, int axis, bool largest, fl_tens
 
 fl_tensor *fl_softmax(const fl_tensor *t, int axis);
 fl_tensor *fl_log_softmax(const fl_tensor *t, int axis);
+/* The gradient of cross-entropy with respect to the logits, given their log-softmax
+ * log_probs (float) along axis: (exp(log_probs) - smoothing / C) scale, with
+ * -(1 - smoothing) scale added at each target, C being the size of axis. index holds
+ * each target's class (i64, in [0, C)) and scale each target's factor (the loss's
+ * gradient times the target's weight, log_probs's dtype); both have log_probs's shape
+ * with axis of size 1. smoothing is in [0, 1]. One pass where the backend has the
+ * fused kernel (backend.h, cross_entropy_backward) and axis is the last; else exp, a
+ * product and a scatter_add. */
+fl_tensor *fl_cross_entropy_backward(const fl_tensor *log_probs, int axis, const fl_tensor *index,
+                                     const fl_tensor *scale, double smoothing);
 /* GELU(x) = x Phi(x), or with approximate its tanh form 0.5 x (1 + tanh(sqrt(2/pi)
  * (x + 0.044715 x^3))), as PyTorch's gelu(approximate="none"/"tanh"); float x.
  * fl_gelu_backward is dy GELU'(x), dy of x's shape and dtype. */

@@ -20,11 +20,9 @@ typedef struct class_context {
 
 /* Saved: log-probabilities, the target indices (ignored ones as 0) and each target's
  * weight (0 if ignored, 1 / count for the mean), both with the class axis kept.
- * With r = dy * weight: d(logits) = (softmax - s / C) r - (1 - s) r at the target;
- * d(log-probabilities) = -r at the target. The target's term is scattered into the
- * rest, one value a row, rather than subtracted as a tensor of the logits' size
- * that is zero elsewhere: over a language model's vocabulary that tensor and its
- * subtraction were half the passes of the gradient. */
+ * With r = dy * weight: d(logits) = (softmax - s / C) r - (1 - s) r at the target
+ * (fl_cross_entropy_backward: one pass where the backend has the fused kernel);
+ * d(log-probabilities) = -r at the target, scattered into zeros. */
 static void class_loss_grad(fl_grad *g)
 {
     const class_context *c = g->context;
@@ -33,17 +31,9 @@ static void class_loss_grad(fl_grad *g)
     if (fl_ndim(dy) > 0)
         dy = fl_unsqueeze(dy, c->class_axis);
     fl_tensor *r = fl_mul(dy, weight);
-    fl_tensor *at_target = fl_mul_scalar(r, c->from_logits ? -(1 - c->smoothing) : -1);
-    fl_tensor *rest;
-    if (c->from_logits) {
-        fl_tensor *probs = fl_exp(log_probs);
-        if (c->smoothing != 0)
-            probs = fl_add_scalar(probs, -c->smoothing / (double)c->classes);
-        rest = fl_mul(probs, r);
-    } else {
-        rest = fl_zeros_like(log_probs);
-    }
-    g->input_grads[0] = fl_scatter_add(rest, c->class_axis, index, at_target);
+    g->input_grads[0] = c->from_logits
+                            ? fl_cross_entropy_backward(log_probs, c->class_axis, index, r, c->smoothing)
+                            : fl_scatter_add(fl_zeros_like(log_probs), c->class_axis, index, fl_neg(r));
 }
 
 static fl_variable *class_loss(const char *fn, fl_variable *x, const fl_tensor *targets,

@@ -141,7 +141,7 @@ int cpu_sort(const fl_backend *self, fl_tensor *values, fl_tensor *indices, cons
              bool descending); /* sort.c */
 void cpu_register_index(fl_backend *b);       /* index.c: arange, concat, update_slice, where, gather, ... */
 void cpu_register_pool(fl_backend *b);        /* pool.c */
-void cpu_register_softmax(fl_backend *b);     /* softmax.c: the optional fused softmax */
+void cpu_register_softmax(fl_backend *b);     /* softmax.c: the fused softmax and cross-entropy gradient */
 void cpu_register_batch_norm(fl_backend *b);  /* batchnorm.c: the optional fused batch norm */
 void cpu_register_gelu(fl_backend *b);        /* gelu.c: the optional fused GELU */
 void cpu_register_lstm(fl_backend *b);        /* lstm.c: the optional fused LSTM cell */

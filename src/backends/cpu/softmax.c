@@ -1,5 +1,6 @@
 /*
- * The CPU backend's fused softmax and log-softmax over the last axis.
+ * The CPU backend's fused softmax and log-softmax over the last axis, and the
+ * gradient of cross-entropy from a log-softmax (backend.h, cross_entropy_backward).
  *
  * The composition in src/tensor/composite.c (max, subtract, exp, sum, divide) makes
  * five passes over the tensor and four full-size temporaries. Here each row is done
@@ -158,4 +159,97 @@ static int cpu_softmax(const fl_backend *self, fl_tensor *out, const fl_tensor *
     return 0;
 }
 
-void cpu_register_softmax(fl_backend *b) { b->softmax = cpu_softmax; }
+/* ---- the gradient of cross-entropy ----
+ *
+ * Each row of dlogits is written once: (exp(log_probs) + shift) scale, then the
+ * target's term added to its one entry. The operations are the composition's, in its
+ * order (exp, add_scalar, mul, then scatter_add's sum), with its scalars rounded to
+ * the dtype as fl_add_scalar and fl_mul_scalar round them, so the values agree with
+ * it to rounding. */
+
+typedef struct cross_entropy_terms {
+    double shift;     /* -smoothing / C; 0 adds nothing (and is skipped, as composed) */
+    double at_target; /* -(1 - smoothing) */
+} cross_entropy_terms;
+
+static void cross_entropy_row_f32(float *restrict d, const float *restrict lp, int64_t n, float scale,
+                                  const cross_entropy_terms *k, int64_t target)
+{
+    float shift = (float)k->shift;
+    if (k->shift != 0)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (vm_expf(lp[i]) + shift) * scale;
+    else
+        for (int64_t i = 0; i < n; i++)
+            d[i] = vm_expf(lp[i]) * scale;
+    float term = scale * (float)k->at_target;
+    d[target] = d[target] + term;
+}
+
+static void cross_entropy_row_f64(double *restrict d, const double *restrict lp, int64_t n, double scale,
+                                  const cross_entropy_terms *k, int64_t target)
+{
+    if (k->shift != 0)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = (exp(lp[i]) + k->shift) * scale;
+    else
+        for (int64_t i = 0; i < n; i++)
+            d[i] = exp(lp[i]) * scale;
+    double term = scale * k->at_target;
+    d[target] = d[target] + term;
+}
+
+static int cpu_cross_entropy_backward(const fl_backend *self, fl_tensor *dlogits, const fl_tensor *log_probs,
+                                      const fl_tensor *index, const fl_tensor *scale, double smoothing)
+{
+    if (log_probs->dtype != FL_F32 && log_probs->dtype != FL_F64)
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "cross_entropy_backward has f32 and f64 kernels, not %s",
+                                fl_dtype_name(log_probs->dtype));
+    int64_t n = log_probs->ndim == 2 ? log_probs->shape[1] : 0, rows = log_probs->ndim == 2 ? log_probs->shape[0] : 0;
+    if (log_probs->ndim != 2 || n == 0 || index->dtype != FL_I64 || scale->dtype != log_probs->dtype ||
+        index->numel != rows || scale->numel != rows)
+        return fl_backend_error(FL_ERR_SHAPE, "cross_entropy_backward needs log_probs [N, C] with C > 0, index [N, 1] "
+                                              "of i64 and scale [N, 1] of log_probs's dtype");
+    int rc = cpu_alloc(dlogits);
+    if (rc || rows == 0)
+        return rc;
+    const fl_tensor *in[3] = {log_probs, index, scale};
+    const void *data[3];
+    void *scratch[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++)
+        if (!(data[k] = cpu_dense(in[k], &scratch[k]))) {
+            for (int j = 0; j < k; j++)
+                cpu_scratch_free(scratch[j]);
+            return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a dense copy of %lld elements",
+                                    (long long)in[k]->numel);
+        }
+    const int64_t *targets = data[1];
+    cross_entropy_terms terms = {-smoothing / (double)n, -(1 - smoothing)};
+    bool parallel = log_probs->numel >= CPU_PARALLEL_GRAIN && rows > 1, out_of_range = false;
+    int threads = parallel ? cpu_threads() : 1;
+#pragma omp parallel for schedule(static) if (parallel) num_threads(threads) reduction(|| : out_of_range)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t target = targets[r];
+        if (target < 0 || target >= n) { /* the tensor layer checks; never write outside the row */
+            out_of_range = true;
+            continue;
+        }
+        if (log_probs->dtype == FL_F32)
+            cross_entropy_row_f32((float *)cpu_data(dlogits) + r * n, (const float *)data[0] + r * n, n,
+                                  ((const float *)data[2])[r], &terms, target);
+        else
+            cross_entropy_row_f64((double *)cpu_data(dlogits) + r * n, (const double *)data[0] + r * n, n,
+                                  ((const double *)data[2])[r], &terms, target);
+    }
+    for (int k = 0; k < 3; k++)
+        cpu_scratch_free(scratch[k]);
+    return out_of_range ? fl_backend_error(FL_ERR_INDEX, "a target index is out of range for %lld classes",
+                                           (long long)n)
+                        : 0;
+}
+
+void cpu_register_softmax(fl_backend *b)
+{
+    b->softmax = cpu_softmax;
+    b->cross_entropy_backward = cpu_cross_entropy_backward;
+}

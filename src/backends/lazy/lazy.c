@@ -747,6 +747,21 @@ static int lazy_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj
     return adopt_all(3, (fl_tensor *[]){dxproj, dh0, dc0}, r, rc);
 }
 
+/* The gradient of cross-entropy runs cpu's kernel on its materialized inputs: composed,
+ * this backend fuses the exponential and the product into one pass, but the
+ * scatter_add after it still copies a tensor of the logits' size. */
+static int lazy_cross_entropy_backward(const fl_backend *self, fl_tensor *dlogits, const fl_tensor *log_probs,
+                                       const fl_tensor *index, const fl_tensor *scale, double smoothing)
+{
+    if (!delegate()->cross_entropy_backward) /* the tensor layer composes, and this backend fuses that */
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "the cpu table has no cross_entropy_backward");
+    MATERIALIZE(vl, log_probs);
+    MATERIALIZE(vi, index);
+    MATERIALIZE(vs, scale);
+    CPU_OUT(r, dlogits);
+    return finish(dlogits, r, ON_CPU(cross_entropy_backward, r, vl, vi, vs, smoothing));
+}
+
 /* ---- the table ---- */
 
 static const fl_backend lazy_backend_table = {
@@ -794,6 +809,7 @@ static const fl_backend lazy_backend_table = {
     .lstm_cell_backward = lazy_lstm_cell_backward,
     .lstm_sequence = lazy_lstm_sequence,
     .lstm_sequence_backward = lazy_lstm_sequence_backward,
+    .cross_entropy_backward = lazy_cross_entropy_backward,
     .empty = lazy_empty,
     .host_data = lazy_host_data,
 };
