@@ -13,7 +13,11 @@
 #include <dnnl.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "cpu.h"
 #include "vecmath.h"
@@ -192,6 +196,46 @@ static int sequence_threads(int64_t rows, int64_t hs)
     return hs / 16 < threads ? (int)(hs / 16 > 0 ? hs / 16 : 1) : threads;
 }
 
+/* Non-temporal stores of whole vectors, where the instruction set has them. */
+#if defined(__AVX512F__)
+#define STREAM_LANES 16
+#define STREAM_STORE(dst, src) _mm512_stream_ps((dst), _mm512_loadu_ps(src))
+#elif defined(__AVX__)
+#define STREAM_LANES 8
+#define STREAM_STORE(dst, src) _mm256_stream_ps((dst), _mm256_loadu_ps(src))
+#elif defined(__SSE2__)
+#define STREAM_LANES 4
+#define STREAM_STORE(dst, src) _mm_stream_ps((dst), _mm_loadu_ps(src))
+#endif
+
+/* dst[0, n) = src[0, n), written past the cache where the machine can, for the large
+ * outputs a step writes once: the gates forward (read only by the backward), the
+ * preactivations' gradients backward (read once more, in order, by the step's
+ * product). Stored the usual way, each of those lines is first read from memory (for
+ * ownership), then evicts what the next step reads (W_hh's columns, the states);
+ * that costs most where memory is shared and busy (docs/BENCHMARKS.md, "The LSTM
+ * language model's step"). */
+static void store_streaming(float *dst, const float *src, int64_t n)
+{
+    int64_t j = 0;
+#ifdef STREAM_LANES
+    for (; j < n && (uintptr_t)(dst + j) % (STREAM_LANES * sizeof *dst) != 0; j++)
+        dst[j] = src[j];
+    for (; j + STREAM_LANES <= n; j += STREAM_LANES)
+        STREAM_STORE(dst + j, src + j);
+#endif
+    memcpy(dst + j, src + j, (size_t)(n - j) * sizeof *dst);
+}
+
+/* Orders the streamed stores before what follows (the step's barrier), as the
+ * ordinary ones are. */
+static void streamed_stores_done(void)
+{
+#ifdef STREAM_LANES
+    _mm_sfence();
+#endif
+}
+
 /* Index of the step before step t in the order the recurrence runs; -1 for its first. */
 static int64_t previous_step(int64_t t, int64_t steps, bool reverse)
 {
@@ -274,10 +318,11 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
                              dnnl_success)
                 failed = true;
             for (int64_t r = 0; r < rows && u > 0; r++) {
-                const float *restrict p = pp + r * width, *restrict xr = x_t + r * 4 * hs + a;
+                /* the row's preactivations are replaced by its gates, then streamed out */
+                float *restrict p = pp + r * width;
+                const float *restrict xr = x_t + r * 4 * hs + a;
                 const float *restrict br = biases + a, *restrict cp = c_prev + r * hs + a;
-                float *restrict act = act_t + r * 4 * hs + a, *restrict c = c_t + r * hs + a;
-                float *restrict h = h_t + r * hs + a;
+                float *restrict c = c_t + r * hs + a, *restrict h = h_t + r * hs + a;
 #pragma omp simd
                 for (int64_t j = 0; j < u; j++) {
                     float i = vm_sigmoidf((xr[j] + br[j]) + p[j]),
@@ -285,14 +330,17 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
                           g = vm_tanhf((xr[2 * hs + j] + br[2 * hs + j]) + p[2 * u + j]),
                           o = vm_sigmoidf((xr[3 * hs + j] + br[3 * hs + j]) + p[3 * u + j]);
                     float cell = f * cp[j] + i * g;
-                    act[j] = i;
-                    act[hs + j] = f;
-                    act[2 * hs + j] = g;
-                    act[3 * hs + j] = o;
+                    p[j] = i;
+                    p[u + j] = f;
+                    p[2 * u + j] = g;
+                    p[3 * u + j] = o;
                     c[j] = cell;
                     h[j] = o * vm_tanhf(cell);
                 }
+                for (int g = 0; g < 4; g++)
+                    store_streaming(act_t + r * 4 * hs + g * hs + a, p + g * u, u);
             }
+            streamed_stores_done();
 #pragma omp barrier
         }
     }
@@ -332,10 +380,12 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
     const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[4], *w = data[5];
     float *dpre = cpu_data(dxproj), *dh_first = cpu_data(dh0), *dc_first = cpu_data(dc0);
     int threads = sequence_threads(rows, hs);
-    /* Each thread's dh and dc flowing into the step before, [rows, units]. */
+    /* Each thread's dh and dc flowing into the step before, [rows, units], and the
+     * row of preactivation gradients it is writing, [4 units]. */
     float *carry = cpu_scratch_alloc((size_t)(2 * rows * hs) * sizeof *carry);
+    float *row_out = cpu_scratch_alloc((size_t)(4 * hs) * sizeof *row_out);
     bool failed = false;
-    if (!carry) {
+    if (!carry || !row_out) {
         rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence_backward's scratch");
         goto done;
     }
@@ -344,7 +394,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
         int64_t a, b;
         units_of(omp_get_thread_num(), omp_get_num_threads(), hs, &a, &b);
         int64_t u = b - a;
-        float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows;
+        float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows, *d = row_out + 4 * a;
         for (int64_t k = 0; k < 2 * u * rows; k++)
             dh_next[k] = 0;
         for (int64_t s = 0; s < steps; s++) {
@@ -357,20 +407,22 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
                 const float *restrict act = act_t + r * 4 * hs + a, *restrict cp = c_prev + r * hs + a;
                 const float *restrict c = c_t + r * hs + a, *restrict dhr = dh_t + r * hs + a,
                                       *restrict dcr = dc_t + r * hs + a;
-                float *restrict d = d_t + r * 4 * hs + a;
-                float *restrict dhn = dh_next + r * u, *restrict dcn = dc_next + r * u;
+                float *restrict dhn = dh_next + r * u, *restrict dcn = dc_next + r * u, *restrict dr = d;
 #pragma omp simd
                 for (int64_t j = 0; j < u; j++) {
                     float i = act[j], f = act[hs + j], g = act[2 * hs + j], o = act[3 * hs + j];
                     float dh = dhr[j] + dhn[j], tc = vm_tanhf(c[j]);
                     float total = (dcr[j] + dcn[j]) + (dh * o) * (1 - tc * tc);
-                    d[j] = (total * g) * (i - i * i);
-                    d[hs + j] = (total * cp[j]) * (f - f * f);
-                    d[2 * hs + j] = (total * i) * (1 - g * g);
-                    d[3 * hs + j] = (dh * tc) * (o - o * o);
+                    dr[j] = (total * g) * (i - i * i);
+                    dr[u + j] = (total * cp[j]) * (f - f * f);
+                    dr[2 * u + j] = (total * i) * (1 - g * g);
+                    dr[3 * u + j] = (dh * tc) * (o - o * o);
                     dcn[j] = total * f;
                 }
+                for (int g = 0; g < 4; g++)
+                    store_streaming(d_t + r * 4 * hs + g * hs + a, d + g * u, u);
             }
+            streamed_stores_done();
 #pragma omp barrier
             /* dh_prev[:, a:b] = dpre_t [rows, 4H] W_hh[:, a:b] */
             if (u > 0 && dnnl_sgemm('N', 'N', rows, u, 4 * hs, 1.0f, d_t, 4 * hs, w + a, hs, 0.0f, dh_next, u) !=
@@ -387,6 +439,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
         rc = fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed in lstm_sequence_backward");
 done:
     cpu_scratch_free(carry);
+    cpu_scratch_free(row_out);
     release_dense(6, scratch);
     return rc;
 }
