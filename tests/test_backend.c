@@ -208,6 +208,43 @@ static void a_replaced_cpu_entry_under_lazy(void **state)
     support_override(&original);
 }
 
+/* A cpu table registered without its fused kernels (backend.h: a replacement whose
+ * parts they would bypass sets them to NULL) leaves lazy nothing to delegate them
+ * to: lazy declines them, and the tensor layer composes, with the values the kernels
+ * give. */
+static void lazy_composes_what_the_cpu_table_lacks(void **state)
+{
+    fl_tensor *x = fl_to_backend(fl_randn(FL_F32, FL_SHAPE(3, 2, 8)), "lazy");
+    fl_tensor *h = fl_to_backend(fl_randn(FL_F32, FL_SHAPE(2, 2)), "lazy");
+    fl_tensor *w = fl_to_backend(fl_randn(FL_F32, FL_SHAPE(8, 2)), "lazy");
+    fl_tensor *pre = fl_to_backend(fl_randn(FL_F32, FL_SHAPE(2, 8)), "lazy");
+    fl_tensor *lp = fl_to_backend(fl_log_softmax(fl_randn(FL_F32, FL_SHAPE(4, 5)), 1), "lazy");
+    fl_tensor *index = fl_to_backend(T_I64(FL_SHAPE(4, 1), 0, 4, 2, 2), "lazy");
+    fl_tensor *scale = fl_to_backend(T_F32(FL_SHAPE(4, 1), 1, -1, 0.5f, 2), "lazy");
+    fl_tensor *results[2][4];
+    for (int lacking = 0; lacking < 2; lacking++) {
+        fl_backend derived = support_derive("cpu"), original;
+        if (lacking) {
+            derived.lstm_cell = NULL;
+            derived.lstm_sequence = NULL;
+            derived.cross_entropy_backward = NULL;
+            original = support_override(&derived);
+        }
+        fl_tensor **r = results[lacking], *gates;
+        assert_int_equal(fl_lstm_sequence(x, NULL, h, h, w, false, &r[0], &gates), FL_OK);
+        assert_int_equal(fl_lstm_cell(pre, h, &gates, NULL, &r[1]), FL_OK);
+        r[2] = gates;
+        r[3] = fl_cross_entropy_backward(lp, 1, index, scale, 0.1);
+        if (lacking)
+            support_override(&original);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(fl_backend_name(results[1][i]), "lazy");
+        assert_close(results[1][i], results[0][i], 1e-6, 1e-6);
+    }
+    assert_no_error();
+}
+
 /* Every operation of several tensors refuses operands on two backends before it
  * computes, with a message naming the operation and both backends. */
 #define REFUSED(call, fn, first, second)                                                                          \
@@ -302,6 +339,7 @@ int main(void)
         scoped_test(the_entry_list_describes_the_table),
         scoped_test(registration_checks_version_and_size),
         scoped_test(a_replaced_cpu_entry_under_lazy),
+        scoped_test(lazy_composes_what_the_cpu_table_lacks),
         scoped_test(operands_on_two_backends_are_refused),
         scoped_test(registration_is_thread_safe),
     };

@@ -76,7 +76,8 @@
  *    dh tanh(c)) times each gate's slope (s - s^2 for a sigmoid, 1 - t^2 for tanh), and
  *    dc_prev [N, H] = dc' f.
  *    The pair exists because an LSTM step composed of primitives is about ten passes
- *    over small tensors, each a call with its own overhead, against one.
+ *    over small tensors, each a call with its own overhead, against one. Either may
+ *    decline a call with FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *  - lstm_sequence (version 4): every step of one LSTM layer from the input
  *    projections xproj [T, N, 4H] (x_t W_ih^T, steps in time order), the biases
  *    [4H] (b_ih + b_hh; NULL for none), the initial states h0 and c0 [N, H] and w_hh

@@ -94,6 +94,21 @@ static fl_status finish_all(const char *fn, int count, fl_tensor **out, int rc, 
     return out[0] ? FL_OK : fl_last_status();
 }
 
+/* Whether a fused entry's call went through (true: out holds its results or the
+ * error is recorded); false when the backend declined it and nothing is left over. */
+static bool fused_ran(const char *fn, int rc, int count, fl_tensor **out, int ninputs, const fl_tensor *const *inputs)
+{
+    if (fl__declined(rc)) {
+        for (int k = 0; k < count; k++) {
+            fl_release(out[k]);
+            out[k] = NULL;
+        }
+        return false;
+    }
+    finish_all(fn, count, out, rc, ninputs, inputs);
+    return true;
+}
+
 fl_status fl_lstm_cell(const fl_tensor *pre, const fl_tensor *c_prev, fl_tensor **gates, fl_tensor **c,
                        fl_tensor **h)
 {
@@ -128,8 +143,8 @@ fl_status fl_lstm_cell(const fl_tensor *pre, const fl_tensor *c_prev, fl_tensor 
         return hand_over(3, out, (fl_tensor **[]){NULL, NULL, NULL});
     }
     int rc = pre->backend->lstm_cell(pre->backend, out[0], out[1], out[2], pre, c_prev);
-    if (finish_all(fn, 3, out, rc, 2, (const fl_tensor *const[]){pre, c_prev}) != FL_OK)
-        return fl_last_status();
+    if (!fused_ran(fn, rc, 3, out, 2, (const fl_tensor *const[]){pre, c_prev}))
+        cell_composed(pre, c_prev, out);
     return hand_over(3, out, wanted);
 }
 
@@ -173,8 +188,8 @@ fl_status fl_lstm_cell_backward(const fl_tensor *dh, const fl_tensor *dc, const 
         return hand_over(2, out, (fl_tensor **[]){NULL, NULL});
     }
     int rc = gates->backend->lstm_cell_backward(gates->backend, out[0], out[1], dh, dc, gates, c_prev, c);
-    if (finish_all(fn, 2, out, rc, 3, (const fl_tensor *const[]){gates, dh, c}) != FL_OK)
-        return fl_last_status();
+    if (!fused_ran(fn, rc, 2, out, 3, (const fl_tensor *const[]){gates, dh, c}))
+        cell_backward_composed(dh, dc, gates, c_prev, c, out);
     return hand_over(2, out, wanted);
 }
 
@@ -283,21 +298,6 @@ static bool sequence_operands(const char *fn, const fl_tensor *xproj, const fl_t
                  fl_describe(xproj, a), fl_describe(h0, b), fl_describe(c0, c), fl_describe(w_hh, d));
         return false;
     }
-    return true;
-}
-
-/* Whether a fused entry's call went through (true: out holds its results or the
- * error is recorded); false when the backend declined it and nothing is left over. */
-static bool fused_ran(const char *fn, int rc, int count, fl_tensor **out, int ninputs, const fl_tensor *const *inputs)
-{
-    if (fl__declined(rc)) {
-        for (int k = 0; k < count; k++) {
-            fl_release(out[k]);
-            out[k] = NULL;
-        }
-        return false;
-    }
-    finish_all(fn, count, out, rc, ninputs, inputs);
     return true;
 }
 

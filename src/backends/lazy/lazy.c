@@ -51,10 +51,15 @@ static void unlock(void) { pthread_mutex_unlock(&graph_lock); }
         rc_;                   \
     })
 
-#define ON_CPU(entry, ...)                              \
-    ({                                                  \
-        const fl_backend *cpu_ = delegate();            \
-        cpu_->entry(cpu_, __VA_ARGS__);                 \
+/* Calls the cpu table's entry. A replaced cpu table may have left it NULL (a fused
+ * kernel set aside, as backend.h suggests when its parts are replaced): the call is
+ * then declined with FL_ERR_UNSUPPORTED, which the tensor layer answers by composing
+ * where the entry is optional and reports where it is not. */
+#define ON_CPU(entry, ...)                                                                              \
+    ({                                                                                                  \
+        const fl_backend *cpu_ = delegate();                                                            \
+        cpu_->entry ? cpu_->entry(cpu_, __VA_ARGS__)                                                    \
+                    : fl_backend_error(FL_ERR_UNSUPPORTED, "the cpu table has no entry '%s'", #entry); \
     })
 
 /* ---- nodes ---- */
@@ -714,7 +719,7 @@ static int lazy_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_t
 }
 
 /* The LSTM recurrence runs cpu's fused kernel on its materialized inputs, for the
- * same reason; where cpu declines (f64), so does this. */
+ * same reason; where cpu declines (f64, or a table without the kernel), so does this. */
 static int lazy_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates, const fl_tensor *xproj,
                               const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
                               bool reverse)
@@ -753,8 +758,6 @@ static int lazy_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj
 static int lazy_cross_entropy_backward(const fl_backend *self, fl_tensor *dlogits, const fl_tensor *log_probs,
                                        const fl_tensor *index, const fl_tensor *scale, double smoothing)
 {
-    if (!delegate()->cross_entropy_backward) /* the tensor layer composes, and this backend fuses that */
-        return fl_backend_error(FL_ERR_UNSUPPORTED, "the cpu table has no cross_entropy_backward");
     MATERIALIZE(vl, log_probs);
     MATERIALIZE(vi, index);
     MATERIALIZE(vs, scale);
