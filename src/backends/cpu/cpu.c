@@ -284,6 +284,24 @@ const void *cpu_dense(const fl_tensor *t, void **scratch)
     return *scratch;
 }
 
+int cpu_dense_all(int count, const fl_tensor *const *in, const void **data, void **scratch)
+{
+    for (int k = 0; k < count; k++) {
+        if (!(data[k] = cpu_dense(in[k], &scratch[k]))) {
+            cpu_scratch_free_all(k, scratch);
+            return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a dense copy of %lld elements",
+                                    (long long)in[k]->numel);
+        }
+    }
+    return 0;
+}
+
+void cpu_scratch_free_all(int count, void **scratch)
+{
+    for (int k = 0; k < count; k++)
+        cpu_scratch_free(scratch[k]);
+}
+
 /* ---- data movement ---- */
 
 static int cpu_from_host(const fl_backend *self, fl_tensor *out, const void *src)

@@ -71,6 +71,10 @@ void cpu_copy_from_dense(const fl_tensor *dst, const void *src);
  * *scratch, which the caller frees with cpu_scratch_free (it may stay NULL).
  * Returns NULL if the copy cannot be allocated. */
 const void *cpu_dense(const fl_tensor *t, void **scratch);
+/* cpu_dense of count tensors into data[k] and scratch[k]; on failure everything made
+ * is freed and an FL_ERR_MEMORY error returned. cpu_scratch_free_all frees them. */
+int cpu_dense_all(int count, const fl_tensor *const *in, const void **data, void **scratch);
+void cpu_scratch_free_all(int count, void **scratch);
 void *cpu_scratch_alloc(size_t bytes);
 void cpu_scratch_free(void *scratch);
 

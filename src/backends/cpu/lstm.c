@@ -75,29 +75,6 @@
         }                                                                                            \
     } while (0)
 
-/* Dense views of count inputs (scratch copies where one is strided), or an error;
- * the scratch is freed by release_dense. */
-static int dense_inputs(int count, const fl_tensor *const *in, const void **data, void **scratch)
-{
-    for (int k = 0; k < count; k++) {
-        scratch[k] = NULL;
-        data[k] = cpu_dense(in[k], &scratch[k]);
-        if (!data[k]) {
-            for (int j = 0; j <= k; j++)
-                cpu_scratch_free(scratch[j]);
-            return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a dense copy of %lld elements",
-                                    (long long)in[k]->numel);
-        }
-    }
-    return 0;
-}
-
-static void release_dense(int count, void **scratch)
-{
-    for (int k = 0; k < count; k++)
-        cpu_scratch_free(scratch[k]);
-}
-
 static int check_dtypes(const char *what, int count, const fl_tensor *const *in)
 {
     if (in[0]->dtype != FL_F32 && in[0]->dtype != FL_F64)
@@ -124,7 +101,7 @@ static int cpu_lstm_cell(const fl_backend *self, fl_tensor *gates, fl_tensor *c_
         return rc;
     const void *data[2];
     void *scratch[2];
-    if ((rc = dense_inputs(2, in, data, scratch)))
+    if ((rc = cpu_dense_all(2, in, data, scratch)))
         return rc;
     const void *prev = data[0], *cprevv = data[1];
     void *gatesv = cpu_data(gates), *cv = cpu_data(c_out), *hv = cpu_data(h_out);
@@ -134,7 +111,7 @@ static int cpu_lstm_cell(const fl_backend *self, fl_tensor *gates, fl_tensor *c_
         CELL_ROWS(float, vm_sigmoidf, vm_tanhf);
     else
         CELL_ROWS(double, SIGMOID_F64, tanh);
-    release_dense(2, scratch);
+    cpu_scratch_free_all(2, scratch);
     return 0;
 }
 
@@ -154,7 +131,7 @@ static int cpu_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_te
         return rc;
     const void *data[5];
     void *scratch[5];
-    if ((rc = dense_inputs(5, in, data, scratch)))
+    if ((rc = cpu_dense_all(5, in, data, scratch)))
         return rc;
     const void *gatesv = data[0], *dhv = data[1], *dcv = data[2], *cprevv = data[3], *cv = data[4];
     void *dprev = cpu_data(dpre), *dcprevv = cpu_data(dc_prev);
@@ -163,7 +140,7 @@ static int cpu_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_te
         CELL_GRAD_ROWS(float, vm_tanhf);
     else
         CELL_GRAD_ROWS(double, tanh);
-    release_dense(5, scratch);
+    cpu_scratch_free_all(5, scratch);
     return 0;
 }
 
@@ -279,7 +256,7 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
         return rc;
     const void *data[5];
     void *scratch[5];
-    if ((rc = dense_inputs(inputs, in, data, scratch)))
+    if ((rc = cpu_dense_all(inputs, in, data, scratch)))
         return rc;
     const float *x = data[0], *h_init = data[1], *c_init = data[2], *w = data[3];
     float *out = cpu_data(states), *acts = cpu_data(gates_out);
@@ -350,7 +327,7 @@ done:
     cpu_scratch_free(packed);
     cpu_scratch_free(pre);
     cpu_scratch_free(zeros);
-    release_dense(inputs, scratch);
+    cpu_scratch_free_all(inputs, scratch);
     return rc;
 }
 
@@ -358,7 +335,8 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
                                       const fl_tensor *dstates, const fl_tensor *states, const fl_tensor *gates,
                                       const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
 {
-    const fl_tensor *in[6] = {gates, dstates, states, h0, c0, w_hh};
+    /* h0 only has its dtype checked: the gradient never reads it */
+    const fl_tensor *in[6] = {gates, dstates, states, c0, w_hh, h0};
     int rc = decline_f64("lstm_sequence_backward", gates);
     if (rc || (rc = check_dtypes("lstm_sequence_backward", 6, in)))
         return rc;
@@ -373,11 +351,11 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
                                               "[2T, N, H], c0 [N, H] and w_hh [4H, H]");
     if ((rc = cpu_alloc(dxproj)) || (rc = cpu_alloc(dh0)) || (rc = cpu_alloc(dc0)) || dh0->numel == 0)
         return rc;
-    const void *data[6];
-    void *scratch[6];
-    if ((rc = dense_inputs(6, in, data, scratch)))
+    const void *data[5];
+    void *scratch[5];
+    if ((rc = cpu_dense_all(5, in, data, scratch)))
         return rc;
-    const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[4], *w = data[5];
+    const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[3], *w = data[4];
     float *dpre = cpu_data(dxproj), *dh_first = cpu_data(dh0), *dc_first = cpu_data(dc0);
     int threads = sequence_threads(rows, hs);
     /* Each thread's dh and dc flowing into the step before, [rows, units], and the
@@ -440,7 +418,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
 done:
     cpu_scratch_free(carry);
     cpu_scratch_free(row_out);
-    release_dense(6, scratch);
+    cpu_scratch_free_all(5, scratch);
     return rc;
 }
 

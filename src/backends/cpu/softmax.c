@@ -215,14 +215,9 @@ static int cpu_cross_entropy_backward(const fl_backend *self, fl_tensor *dlogits
         return rc;
     const fl_tensor *in[3] = {log_probs, index, scale};
     const void *data[3];
-    void *scratch[3] = {NULL, NULL, NULL};
-    for (int k = 0; k < 3; k++)
-        if (!(data[k] = cpu_dense(in[k], &scratch[k]))) {
-            for (int j = 0; j < k; j++)
-                cpu_scratch_free(scratch[j]);
-            return fl_backend_error(FL_ERR_MEMORY, "cannot allocate a dense copy of %lld elements",
-                                    (long long)in[k]->numel);
-        }
+    void *scratch[3];
+    if ((rc = cpu_dense_all(3, in, data, scratch)))
+        return rc;
     const int64_t *targets = data[1];
     cross_entropy_terms terms = {-smoothing / (double)n, -(1 - smoothing)};
     bool parallel = log_probs->numel >= CPU_PARALLEL_GRAIN && rows > 1, out_of_range = false;
@@ -241,8 +236,7 @@ static int cpu_cross_entropy_backward(const fl_backend *self, fl_tensor *dlogits
             cross_entropy_row_f64((double *)cpu_data(dlogits) + r * n, (const double *)data[0] + r * n, n,
                                   ((const double *)data[2])[r], &terms, target);
     }
-    for (int k = 0; k < 3; k++)
-        cpu_scratch_free(scratch[k]);
+    cpu_scratch_free_all(3, scratch);
     return out_of_range ? fl_backend_error(FL_ERR_INDEX, "a target index is out of range for %lld classes",
                                            (long long)n)
                         : 0;
