@@ -320,8 +320,13 @@ fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *bias, const 
     }
     fl_tensor *out[2] = {NULL, NULL};
     const fl_backend *b = xproj->backend;
-    if (b->lstm_sequence && xproj->shape[0] > 0) {
-        int64_t steps = xproj->shape[0];
+    int64_t steps = xproj->shape[0];
+    if (steps == 0) {
+        out[0] = fl_keep(fl_new_full(xproj, 0, xproj->dtype, 3, (int64_t[]){0, h0->shape[0], h0->shape[1]}));
+        out[1] = fl_keep(fl_new_full(xproj, 0, xproj->dtype, 3, xproj->shape));
+        return hand_over(2, out, wanted);
+    }
+    if (b->lstm_sequence) {
         fl__begin("lstm_sequence");
         out[0] = fl__new(b, xproj->dtype, 3, (int64_t[]){2 * steps, h0->shape[0], h0->shape[1]});
         out[1] = fl__new(b, xproj->dtype, 3, xproj->shape);
@@ -332,11 +337,6 @@ fl_status fl_lstm_sequence(const fl_tensor *xproj, const fl_tensor *bias, const 
         int rc = b->lstm_sequence(b, out[0], out[1], xproj, bias, h0, c0, w_hh, reverse);
         if (fused_ran(fn, rc, 2, out, 4, (const fl_tensor *const[]){xproj, h0, c0, w_hh}))
             return out[0] ? hand_over(2, out, wanted) : fl_last_status();
-    }
-    if (xproj->shape[0] == 0) {
-        out[0] = fl_keep(fl_new_full(xproj, 0, xproj->dtype, 3, (int64_t[]){0, h0->shape[0], h0->shape[1]}));
-        out[1] = fl_keep(fl_new_full(xproj, 0, xproj->dtype, 3, xproj->shape));
-        return hand_over(2, out, wanted);
     }
     if (sequence_composed(xproj, bias, h0, c0, w_hh, reverse, out) != FL_OK)
         return hand_over(2, out, (fl_tensor **[]){NULL, NULL});
