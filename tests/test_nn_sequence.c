@@ -807,8 +807,9 @@ static void lstm_sequence_run(const fl_tensor *xproj, const fl_tensor *bias, con
 
 /* The backend's fused recurrence (backend.h, lstm_sequence) gives what a product and
  * a cell per step give, forward and backward, in both directions, with and without
- * the bias, f32 and f64, for one step and one unit, units that do not split evenly
- * among threads, a language model's layer, and strided inputs. */
+ * the bias, for one step and one unit, units that do not split evenly among threads,
+ * a language model's layer, and strided inputs. f32 runs the kernel; f64, which the
+ * cpu kernel declines, checks that a declined call composes. */
 static void fused_lstm_sequence_matches_the_composition(void **state)
 {
     fl_backend composing = support_derive(fl_default_backend()->name);
