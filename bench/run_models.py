@@ -5,10 +5,17 @@ Flare / PyTorch (below 1 means Flare is faster) and the ratio of peak memory.
 
     python bench/run_models.py [--flare build/benchmark] [--models "alexnet resnet50"]
                                [--size cpu] [--iters 10] [--warmup 2] [--threads 2]
-                               [--repeats 1] [--out build/bench-models.json]
+                               [--repeats 1] [--compile] [--compile-timeout 900]
+                               [--out build/bench-models.json]
 
 Each model runs in a fresh process per side (peak resident memory is per process),
-alternating which side goes first, with --repeats rounds whose medians are kept. The
+rotating which side goes first, with --repeats rounds whose medians are kept.
+--compile adds a third side, PyTorch with the model through torch.compile, and its
+columns: seconds per iteration after compiling, Flare's ratio to it, and the seconds
+the first iteration took (compiling, the forward and the backward). Each compiled
+process compiles from nothing, with an empty Inductor cache of its own, as a first run
+does; one that fails or runs past --compile-timeout is recorded with its error, and
+the model is not compiled again. The
 machine's sgemm peak is measured once by Flare (a 2048^3 matmul) and both sides'
 GFLOP/s are reported as a fraction of it, counting the operations of a training step
 as Flare's model table does (models/models.h, flops_per_sample).
@@ -20,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,9 +36,12 @@ from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name, wri
 HERE = Path(__file__).resolve().parent
 
 
-def run_json(command, env, label):
+def run_json(command, env, label, timeout=None):
     """The last line of a program's output, as JSON, or an error."""
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{label}: ran past {timeout:.0f} s"}
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
         message = (result.stderr.strip().splitlines() or [f"exited with status {result.returncode}"])[-1]
@@ -46,23 +57,33 @@ def format_seconds(seconds):
     return "n/a" if seconds is None else f"{seconds:.3f}"
 
 
-def print_table(rows):
+def format_ratio(value):
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def print_table(rows, compiled):
     header = ("model", "params", "batch", "Flare s/iter", "PyTorch s/iter", "ratio", "memory ratio", "Flare GFLOP/s")
+    if compiled:
+        header += ("compiled s/iter", "ratio to compiled", "first step s")
     lines = []
     for row in rows:
-        lines.append((row["name"], f"{row['params']:,}" if row.get("params") else "n/a", str(row.get("batch", "n/a")),
-                      format_seconds(row["flare_s"]), format_seconds(row["torch_s"]),
-                      "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}",
-                      "n/a" if row["memory_ratio"] is None else f"{row['memory_ratio']:.2f}",
-                      "n/a" if row.get("flare_gflops") is None
-                      else f"{row['flare_gflops']:.1f} ({100 * row['flare_peak_fraction']:.0f}%)"))
+        line = (row["name"], f"{row['params']:,}" if row.get("params") else "n/a", str(row.get("batch", "n/a")),
+                format_seconds(row["flare_s"]), format_seconds(row["torch_s"]), format_ratio(row["ratio"]),
+                format_ratio(row["memory_ratio"]),
+                "n/a" if row.get("flare_gflops") is None
+                else f"{row['flare_gflops']:.1f} ({100 * row['flare_peak_fraction']:.0f}%)")
+        if compiled:
+            line += (format_seconds(row.get("compile_s")), format_ratio(row.get("compile_ratio")),
+                     "n/a" if row.get("compile_first_iteration_s") is None
+                     else f"{row['compile_first_iteration_s']:.0f}")
+        lines.append(line)
     widths = [max(len(line[i]) for line in lines + [header]) for i in range(len(header))]
     for i, line in enumerate([header] + lines):
         print(f"{line[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{w}}" for cell, w in zip(line[1:], widths[1:])))
         if i == 0:
             print("  ".join("-" * w for w in widths))
     for row in rows:
-        for key in ("flare_error", "torch_error", "params_mismatch"):
+        for key in ("flare_error", "torch_error", "compile_error", "params_mismatch"):
             if key in row:
                 print(f"  {row['name']}: {row[key]}")
 
@@ -77,10 +98,14 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1, help="rounds per model; the median is kept")
+    parser.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile")
+    parser.add_argument("--compile-timeout", type=float, default=900, help="seconds per torch.compile process")
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     if args.threads < 1 or args.iters < 1 or args.warmup < 0 or args.repeats < 1:
         parser.error("--threads, --iters and --repeats must be positive, --warmup not negative")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1: the first iteration compiles")
 
     env = benchmark_environment(args.threads)
     listed = subprocess.run([args.flare, "--list"], capture_output=True, text=True, env=env, check=True)
@@ -103,15 +128,24 @@ def main():
 
     rows, torch_version = [], None
     for i, name in enumerate(names):
-        results = {"flare": [], "torch": []}
+        sides = [("flare", flare_command, "Flare"), ("torch", torch_command, "PyTorch")]
+        if args.compile:
+            sides.append(("compile", torch_command + ["--compile"], "torch.compile"))
+        results = {key: [] for key, _, _ in sides}
         for r in range(args.repeats):
-            sides = [("flare", flare_command, "Flare"), ("torch", torch_command, "PyTorch")]
-            if (i + r) % 2:
-                sides.reverse()
-            for key, command, label in sides:
-                results[key].append(run_json(command + ["--model", name], env, label))
+            turn = (i + r) % len(sides)
+            for key, command, label in sides[turn:] + sides[:turn]:
+                if key == "compile" and any("error" in result for result in results[key]):
+                    continue
+                if key == "compile":
+                    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+                        results[key].append(run_json(command + ["--model", name],
+                                                     dict(env, TORCHINDUCTOR_CACHE_DIR=cache), label,
+                                                     args.compile_timeout))
+                else:
+                    results[key].append(run_json(command + ["--model", name], env, label))
         row = {"name": name}
-        for key in ("flare", "torch"):
+        for key in results:
             good = [result for result in results[key] if "error" not in result]
             if not good:
                 row[f"{key}_error"] = results[key][0]["error"]
@@ -132,7 +166,11 @@ def main():
                 torch_version = good[0]["version"]
                 if good[0]["params"] != row["params"]:
                     row["params_mismatch"] = f"Flare has {row['params']} parameters, PyTorch {good[0]['params']}"
+            if key == "compile":
+                row["compile_first_iteration_s"] = statistics.median(result["first_iteration_s"] for result in good)
         row["ratio"] = ratio(row["flare_s"], row["torch_s"])
+        if args.compile:
+            row["compile_ratio"] = ratio(row["flare_s"], row.get("compile_s"))
         row["memory_ratio"] = ratio(row["flare_peak_rss"], row["torch_peak_rss"])
         for key in ("flare", "torch"):
             if row.get(f"{key}_s") and row.get("flops_per_iter"):
@@ -151,7 +189,8 @@ def main():
         "environment": {variable: env.get(variable) for variable in RECORDED_VARIABLES},
         "method": {"size": args.size, "warmup": args.warmup, "iters": args.iters, "repeats": args.repeats,
                    "statistic": "median seconds per training iteration (data, forward, backward, SGD step)",
-                   "order": "model by model, a fresh process per side, alternating which goes first",
+                   "order": "model by model, a fresh process per side, rotating which goes first",
+                   "compile": "torch.compile as a third side" if args.compile else "not measured",
                    "sgemm_gflops": sgemm},
         "elapsed_s": round(elapsed, 1),
         "rows": rows,
@@ -159,7 +198,7 @@ def main():
     print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, PyTorch {torch_version}; "
           f"load average {load_average:.1f} on {os.cpu_count()} cores at the start; sgemm peak {sgemm:.1f} GFLOP/s; "
           f"{elapsed:.0f} s\n")
-    print_table(rows)
+    print_table(rows, args.compile)
     if args.out:
         write_report(report, args.out)
         print(f"\nwrote {args.out}")
