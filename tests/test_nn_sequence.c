@@ -852,6 +852,40 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
     assert_no_error();
 }
 
+/* Preactivations at the ends of the float range saturate the gates as the composition
+ * does (0, 1, -1 exactly, never NaN), subnormal and zero ones pass, and a NaN in one
+ * row reaches that row's states and gradients only, on units that do not fill a
+ * vector (37). */
+static void fused_lstm_sequence_saturates_and_passes_nan(void **state)
+{
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    if (!composing.lstm_sequence && !composing.lstm_sequence_backward)
+        skip();
+    composing.lstm_sequence = NULL;
+    composing.lstm_sequence_backward = NULL;
+    enum { steps = 3, n = 3, h = 37 };
+    const float ends[] = {0.0f, -0.0f, 1e30f, -1e30f, 88.7f, -88.7f, 104.0f, -104.0f, 1e-40f, 3.0f, -3.0f, INFINITY,
+                          -INFINITY};
+    float x[steps * n * 4 * h];
+    for (int i = 0; i < steps * n * 4 * h; i++)
+        x[i] = ends[(i * 7) % (int)(sizeof ends / sizeof *ends)];
+    x[(0 * n + 1) * 4 * h + 5] = NAN; /* step 0, row 1, the input gate of unit 5 */
+    fl_tensor *xproj = fl_from_data(x, FL_F32, FL_SHAPE(steps, n, 4 * h));
+    fl_tensor *w_hh = fl_mul_scalar(fl_randn(FL_F32, FL_SHAPE(4 * h, h)), 1 / sqrt((double)h));
+    fl_tensor *h0 = fl_randn(FL_F32, FL_SHAPE(n, h)), *c0 = fl_randn(FL_F32, FL_SHAPE(n, h));
+    fl_tensor *dstates = fl_randn(FL_F32, FL_SHAPE(2 * steps, n, h)), *fused[5], *composed[5];
+    fl_backend original = support_override(&composing);
+    lstm_sequence_run(xproj, NULL, h0, c0, w_hh, dstates, false, composed);
+    support_override(&original);
+    lstm_sequence_run(xproj, NULL, h0, c0, w_hh, dstates, false, fused);
+    for (int i = 0; i < 5; i++)
+        assert_close(fused[i], composed[i], 2e-5, 2e-5);
+    /* row 1 is NaN from step 0 on, rows 0 and 2 never are */
+    fl_tensor *nan_rows = fl_any(fl_isnan(fused[0]), FL_AXES(0, 2), false);
+    assert_values(fl_cast(nan_rows, FL_F32), 0, 0, 0, 1, 0);
+    assert_no_error();
+}
+
 /* An LSTM of T steps is the composition of T cells: the sequence's states are those
  * of fl_lstm_cell applied step by step by hand, and no steps give no states. */
 static void lstm_sequence_is_the_cell_step_by_step(void **state)
@@ -1084,6 +1118,7 @@ int main(void)
         scoped_test(lstm_cell_computes_the_gates_and_states),
         scoped_test(lstm_cell_refuses_bad_inputs),
         scoped_test(fused_lstm_sequence_matches_the_composition),
+        scoped_test(fused_lstm_sequence_saturates_and_passes_nan),
         scoped_test(lstm_sequence_is_the_cell_step_by_step),
         scoped_test(lstm_sequence_refuses_bad_inputs),
         scoped_test(bad_arguments_are_refused),
