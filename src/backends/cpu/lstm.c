@@ -17,7 +17,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -175,46 +175,6 @@ static int sequence_threads(int64_t rows, int64_t hs)
     return hs / 16 < threads ? (int)(hs / 16 > 0 ? hs / 16 : 1) : threads;
 }
 
-/* Non-temporal stores of whole vectors, where the instruction set has them. */
-#if defined(__AVX512F__)
-#define STREAM_LANES 16
-#define STREAM_STORE(dst, src) _mm512_stream_ps((dst), _mm512_loadu_ps(src))
-#elif defined(__AVX__)
-#define STREAM_LANES 8
-#define STREAM_STORE(dst, src) _mm256_stream_ps((dst), _mm256_loadu_ps(src))
-#elif defined(__SSE2__)
-#define STREAM_LANES 4
-#define STREAM_STORE(dst, src) _mm_stream_ps((dst), _mm_loadu_ps(src))
-#endif
-
-/* dst[0, n) = src[0, n), written past the cache where the machine can, for the large
- * outputs a step writes once: the gates forward (read only by the backward), the
- * preactivations' gradients backward (read once more, in order, by the step's
- * product). Stored the usual way, each of those lines is first read from memory (for
- * ownership), then evicts what the next step reads (W_hh's columns, the states);
- * that costs most where memory is shared and busy (docs/BENCHMARKS.md, "The LSTM
- * language model's step"). */
-static void store_streaming(float *dst, const float *src, int64_t n)
-{
-    int64_t j = 0;
-#ifdef STREAM_LANES
-    for (; j < n && (uintptr_t)(dst + j) % (STREAM_LANES * sizeof *dst) != 0; j++)
-        dst[j] = src[j];
-    for (; j + STREAM_LANES <= n; j += STREAM_LANES)
-        STREAM_STORE(dst + j, src + j);
-#endif
-    memcpy(dst + j, src + j, (size_t)(n - j) * sizeof *dst);
-}
-
-/* Orders the streamed stores before what follows (the step's barrier), as the
- * ordinary ones are. */
-static void streamed_stores_done(void)
-{
-#ifdef STREAM_LANES
-    _mm_sfence();
-#endif
-}
-
 /* Asks for rows x count floats, row r at base + r * stride, to be brought into the
  * core's L2 cache: the step's inputs written long before (the input projection, the
  * saved gates and states), requested before the step's product so that they arrive
@@ -227,10 +187,10 @@ static void prefetch_rows(const float *base, int64_t rows, int64_t stride, int64
 }
 
 #if defined(__AVX512F__)
-/* The cell's activations on 16 lanes, five per unit forward and one backward: about
- * twice as fast as vecmath.h's, which are written to vectorize from scalar code and
- * build 2^n from integer bits with selects around it, where AVX-512 has scalef, which
- * rounds once into the subnormals and gives 0 below them. The reduction and the
+/* The cell's activations on 16 lanes, five per unit forward and one backward, in
+ * fewer instructions than vecmath.h's, which are written to vectorize from scalar code
+ * and build 2^n from integer bits with selects around it, where AVX-512 has scalef,
+ * which rounds once into the subnormals and gives 0 below them. The reduction and the
  * polynomial are vm_exp_parts', so the results stay within a few ulp of theirs, and
  * NaN passes through (tests/test_nn_sequence.c compares the recurrence with the
  * composition, whose activations are vecmath.h's). */
@@ -319,9 +279,10 @@ static int decline_f64(const char *what, const fl_tensor *t)
 
 /* One row of a step, units [a, a + u) (the pointers start at unit a): the
  * preactivations p [4 u] (this thread's product, gate after gate) plus x [4 hs] and
- * the bias become the gates, in place in p, then c and h from c_prev. */
-static void cell_row(float *restrict p, const float *restrict x, const float *restrict bias,
-                     const float *restrict c_prev, float *restrict c, float *restrict h, int64_t u, int64_t hs)
+ * the bias become the gates [4 hs], then c and h from c_prev. */
+static void cell_row(const float *restrict p, const float *restrict x, const float *restrict bias,
+                     const float *restrict c_prev, float *restrict gates, float *restrict c, float *restrict h,
+                     int64_t u, int64_t hs)
 {
 #if defined(__AVX512F__)
     for (int64_t j = 0; j < u; j += 16) {
@@ -331,10 +292,10 @@ static void cell_row(float *restrict p, const float *restrict x, const float *re
         __m512 i = sigmoid16(PRE16(0)), f = sigmoid16(PRE16(1)), g = tanh16(PRE16(2)), o = sigmoid16(PRE16(3));
 #undef PRE16
         __m512 cell = _mm512_add_ps(_mm512_mul_ps(f, LOAD16(m, c_prev + j)), _mm512_mul_ps(i, g));
-        STORE16(m, p + j, i);
-        STORE16(m, p + u + j, f);
-        STORE16(m, p + 2 * u + j, g);
-        STORE16(m, p + 3 * u + j, o);
+        STORE16(m, gates + j, i);
+        STORE16(m, gates + hs + j, f);
+        STORE16(m, gates + 2 * hs + j, g);
+        STORE16(m, gates + 3 * hs + j, o);
         STORE16(m, c + j, cell);
         STORE16(m, h + j, _mm512_mul_ps(o, tanh16(cell)));
     }
@@ -345,10 +306,10 @@ static void cell_row(float *restrict p, const float *restrict x, const float *re
               g = vm_tanhf((x[2 * hs + j] + bias[2 * hs + j]) + p[2 * u + j]),
               o = vm_sigmoidf((x[3 * hs + j] + bias[3 * hs + j]) + p[3 * u + j]);
         float cell = f * c_prev[j] + i * g;
-        p[j] = i;
-        p[u + j] = f;
-        p[2 * u + j] = g;
-        p[3 * u + j] = o;
+        gates[j] = i;
+        gates[hs + j] = f;
+        gates[2 * hs + j] = g;
+        gates[3 * hs + j] = o;
         c[j] = cell;
         h[j] = o * vm_tanhf(cell);
     }
@@ -357,7 +318,7 @@ static void cell_row(float *restrict p, const float *restrict x, const float *re
 
 /* The gradient of one row, units [a, a + u): from the step's dh and dc [u] plus what
  * flows back from the step after (dh_next, dc_next), the preactivations' gradients
- * d [4 u], gate after gate; dc_next becomes the gradient flowing into c_prev. */
+ * d [4 hs]; dc_next becomes the gradient flowing into c_prev. */
 static void cell_gradient_row(float *restrict d, const float *restrict dh_next, float *restrict dc_next,
                               const float *restrict act, const float *restrict c_prev, const float *restrict c,
                               const float *restrict dh_in, const float *restrict dc_in, int64_t u, int64_t hs)
@@ -372,10 +333,10 @@ static void cell_gradient_row(float *restrict d, const float *restrict dh_next, 
         __m512 total = _mm512_add_ps(_mm512_add_ps(LOAD16(m, dc_in + j), LOAD16(m, dc_next + j)),
                                      _mm512_mul_ps(_mm512_mul_ps(dh, o), _mm512_sub_ps(one, _mm512_mul_ps(tc, tc))));
         STORE16(m, d + j, _mm512_mul_ps(_mm512_mul_ps(total, g), _mm512_sub_ps(i, _mm512_mul_ps(i, i))));
-        STORE16(m, d + u + j,
+        STORE16(m, d + hs + j,
                 _mm512_mul_ps(_mm512_mul_ps(total, LOAD16(m, c_prev + j)), _mm512_sub_ps(f, _mm512_mul_ps(f, f))));
-        STORE16(m, d + 2 * u + j, _mm512_mul_ps(_mm512_mul_ps(total, i), _mm512_sub_ps(one, _mm512_mul_ps(g, g))));
-        STORE16(m, d + 3 * u + j, _mm512_mul_ps(_mm512_mul_ps(dh, tc), _mm512_sub_ps(o, _mm512_mul_ps(o, o))));
+        STORE16(m, d + 2 * hs + j, _mm512_mul_ps(_mm512_mul_ps(total, i), _mm512_sub_ps(one, _mm512_mul_ps(g, g))));
+        STORE16(m, d + 3 * hs + j, _mm512_mul_ps(_mm512_mul_ps(dh, tc), _mm512_sub_ps(o, _mm512_mul_ps(o, o))));
         STORE16(m, dc_next + j, _mm512_mul_ps(total, f));
     }
 #else
@@ -385,9 +346,9 @@ static void cell_gradient_row(float *restrict d, const float *restrict dh_next, 
         float dh = dh_in[j] + dh_next[j], tc = vm_tanhf(c[j]);
         float total = (dc_in[j] + dc_next[j]) + (dh * o) * (1 - tc * tc);
         d[j] = (total * g) * (i - i * i);
-        d[u + j] = (total * c_prev[j]) * (f - f * f);
-        d[2 * u + j] = (total * i) * (1 - g * g);
-        d[3 * u + j] = (dh * tc) * (o - o * o);
+        d[hs + j] = (total * c_prev[j]) * (f - f * f);
+        d[2 * hs + j] = (total * i) * (1 - g * g);
+        d[3 * hs + j] = (dh * tc) * (o - o * o);
         dc_next[j] = total * f;
     }
 #endif
@@ -452,15 +413,9 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
             if (u > 0 && dnnl_sgemm('N', 'N', rows, width, hs, 1.0f, h_prev, hs, wp, width, 0.0f, pp, width) !=
                              dnnl_success)
                 failed = true;
-            for (int64_t r = 0; r < rows && u > 0; r++) {
-                /* the row's preactivations are replaced by its gates, then streamed out */
-                float *p = pp + r * width;
-                cell_row(p, x_t + r * 4 * hs + a, biases + a, c_prev + r * hs + a, c_t + r * hs + a,
-                         h_t + r * hs + a, u, hs);
-                for (int g = 0; g < 4; g++)
-                    store_streaming(act_t + r * 4 * hs + g * hs + a, p + g * u, u);
-            }
-            streamed_stores_done();
+            for (int64_t r = 0; r < rows && u > 0; r++)
+                cell_row(pp + r * width, x_t + r * 4 * hs + a, biases + a, c_prev + r * hs + a,
+                         act_t + r * 4 * hs + a, c_t + r * hs + a, h_t + r * hs + a, u, hs);
 #pragma omp barrier
         }
     }
@@ -501,12 +456,10 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
     const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[3], *w = data[4];
     float *dpre = cpu_data(dxproj), *dh_first = cpu_data(dh0), *dc_first = cpu_data(dc0);
     int threads = sequence_threads(rows, hs);
-    /* Each thread's dh and dc flowing into the step before, [rows, units], and the
-     * row of preactivation gradients it is writing, [4 units]. */
+    /* Each thread's dh and dc flowing into the step before, [rows, units]. */
     float *carry = cpu_scratch_alloc((size_t)(2 * rows * hs) * sizeof *carry);
-    float *row_out = cpu_scratch_alloc((size_t)(4 * hs) * sizeof *row_out);
     bool failed = false;
-    if (!carry || !row_out) {
+    if (!carry) {
         rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence_backward's scratch");
         goto done;
     }
@@ -515,7 +468,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
         int64_t a, b;
         units_of(omp_get_thread_num(), omp_get_num_threads(), hs, &a, &b);
         int64_t u = b - a;
-        float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows, *d = row_out + 4 * a;
+        float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows;
         for (int64_t k = 0; k < 2 * u * rows; k++)
             dh_next[k] = 0;
         for (int64_t s = 0; s < steps; s++) {
@@ -524,13 +477,9 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
             const float *c_t = out + (steps + t) * rows * hs, *act_t = acts + t * rows * 4 * hs;
             const float *dh_t = dout + t * rows * hs, *dc_t = dout + (steps + t) * rows * hs;
             float *d_t = dpre + t * rows * 4 * hs;
-            for (int64_t r = 0; r < rows && u > 0; r++) {
-                cell_gradient_row(d, dh_next + r * u, dc_next + r * u, act_t + r * 4 * hs + a, c_prev + r * hs + a,
-                                  c_t + r * hs + a, dh_t + r * hs + a, dc_t + r * hs + a, u, hs);
-                for (int g = 0; g < 4; g++)
-                    store_streaming(d_t + r * 4 * hs + g * hs + a, d + g * u, u);
-            }
-            streamed_stores_done();
+            for (int64_t r = 0; r < rows && u > 0; r++)
+                cell_gradient_row(d_t + r * 4 * hs + a, dh_next + r * u, dc_next + r * u, act_t + r * 4 * hs + a,
+                                  c_prev + r * hs + a, c_t + r * hs + a, dh_t + r * hs + a, dc_t + r * hs + a, u, hs);
 #pragma omp barrier
             if (before >= 0 && u > 0) {
                 for (int g = 0; g < 4; g++)
@@ -554,7 +503,6 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
         rc = fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed in lstm_sequence_backward");
 done:
     cpu_scratch_free(carry);
-    cpu_scratch_free(row_out);
     cpu_scratch_free_all(5, scratch);
     return rc;
 }
