@@ -482,7 +482,10 @@ static void cross_entropy_backward_matches_the_composition(void **state)
                   0.4, 0.6, -1.0);
     assert_no_error();
     fl_tensor *index = T_I64(FL_SHAPE(1, 1), 2), *scale = T_F32(FL_SHAPE(1, 1), 1);
-    assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1, 1), 3), scale, 0), FL_ERR_INDEX, "out of range");
+    assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1, 1), 3), scale, 0), FL_ERR_INDEX,
+                 "fl_cross_entropy_backward: index 3 is out of range for axis 1 of size 3");
+    assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1, 1), -1), scale, 0), FL_ERR_INDEX,
+                 "index -1 is out of range");
     assert_fails(fl_cross_entropy_backward(lp, 1, T_I64(FL_SHAPE(1), 2), scale, 0), FL_ERR_SHAPE,
                  "fl_cross_entropy_backward: needs index and scale of log_probs's shape with axis 1 of size 1");
     assert_fails(fl_cross_entropy_backward(lp, 1, fl_cast(index, FL_I32), scale, 0), FL_ERR_DTYPE, "i64 index");

@@ -74,22 +74,27 @@ fl_tensor *fl_cross_entropy_backward(const fl_tensor *log_probs, int axis, const
         return fl_error(FL_ERR_VALUE, fn, "smoothing %g is not in [0, 1]", smoothing);
     int64_t classes = log_probs->shape[a];
     fl_scope scope = fl_scope_begin();
+    /* checked here, as every index operation checks its own: the kernel relies on it */
+    index = fl_out(fl__checked_index(fn, index, log_probs, a, classes));
+    if (!index)
+        return fl_scope_return(scope, NULL);
     FL_ENTRY_TYPE(cross_entropy_backward) fused = log_probs->backend->cross_entropy_backward;
     if (fused && a == log_probs->ndim - 1 && classes > 0 && (log_probs->dtype == FL_F32 || log_probs->dtype == FL_F64)) {
         int64_t rows = log_probs->numel / classes;
         const fl_tensor *in[3] = {fl_reshape(log_probs, 2, (int64_t[]){rows, classes}),
                                   fl_reshape(index, 2, (int64_t[]){rows, 1}), fl_reshape(scale, 2, (int64_t[]){rows, 1})};
-        if (!in[0] || !in[1] || !in[2]) {
-            fl_scope_end(scope);
-            return NULL;
-        }
+        if (!in[0] || !in[1] || !in[2])
+            return fl_scope_return(scope, NULL);
         fl__begin("cross_entropy_backward");
         fl_tensor *dx = fl__new(log_probs->backend, log_probs->dtype, 2, in[0]->shape);
-        int rc = dx ? fused(log_probs->backend, dx, in[0], in[1], in[2], smoothing) : FL_ERR_MEMORY;
+        if (!dx) {
+            fl__end();
+            return fl_scope_return(scope, NULL);
+        }
+        int rc = fused(log_probs->backend, dx, in[0], in[1], in[2], smoothing);
         if (!fl__declined(rc)) {
-            dx = dx ? fl__finish(fn, dx, rc, 3, in) : NULL;
-            fl_tensor *shaped = dx ? fl_reshape(fl_out(dx), log_probs->ndim, log_probs->shape) : NULL;
-            return fl_scope_return(scope, shaped);
+            dx = fl__finish(fn, dx, rc, 3, in);
+            return fl_scope_return(scope, dx ? fl_reshape(fl_out(dx), log_probs->ndim, log_probs->shape) : NULL);
         }
         fl_release(dx);
     }

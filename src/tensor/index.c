@@ -233,10 +233,7 @@ fl_tensor *fl_where(const fl_tensor *cond, const fl_tensor *a, const fl_tensor *
 
 /* ---- index tensors ---- */
 
-/* index as i64, checked to hold only values in [0, size); owned. axis >= 0 names the
- * axis of t indexed; axis < 0 means size counts the classes of fl_one_hot. The check
- * reads the values to the host: backends rely on it and never see a bad index. */
-static fl_tensor *checked_index(const char *fn, const fl_tensor *index, const fl_tensor *t, int axis, int64_t size)
+fl_tensor *fl__checked_index(const char *fn, const fl_tensor *index, const fl_tensor *t, int axis, int64_t size)
 {
     char di[FL_DESC_SIZE], dt[FL_DESC_SIZE];
     if (!fl_dtype_is_integer(index->dtype))
@@ -303,7 +300,7 @@ fl_tensor *fl_gather(const fl_tensor *t, int axis, const fl_tensor *index)
         return NULL;
     FL_ENTRY_TYPE(gather) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(gather), "gather");
-    fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
+    fl_tensor *wide = primitive ? fl__checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
     fl_tensor *out = wide ? fl__new(t->backend, t->dtype, index->ndim, index->shape) : NULL;
     if (out) {
         const fl_tensor *inputs[2] = {t, wide};
@@ -333,7 +330,7 @@ fl_tensor *fl_scatter_add(const fl_tensor *t, int axis, const fl_tensor *index, 
         return NULL;
     fl_dtype compute = fl__compute_dtype(t->dtype);
     fl_scope scope = fl_scope_begin();
-    fl_tensor *out = NULL, *wide = checked_index(fn, index, t, axis, t->shape[ax]);
+    fl_tensor *out = NULL, *wide = fl__checked_index(fn, index, t, axis, t->shape[ax]);
     /* Only the part of src that index covers is added. */
     fl_index_item covered[FL_MAX_DIMS];
     for (int d = 0; d < index->ndim; d++)
@@ -364,7 +361,7 @@ fl_tensor *fl_index_select(const fl_tensor *t, int axis, const fl_tensor *index)
         return fl_error(FL_ERR_SHAPE, fn, "the index must be 1-D, got %s", fl_describe(index, di));
     FL_ENTRY_TYPE(index_select) primitive =
         fl__primitive(fn, t->backend, FL_PRIMITIVE(index_select), "index_select");
-    fl_tensor *wide = primitive ? checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
+    fl_tensor *wide = primitive ? fl__checked_index(fn, index, t, axis, t->shape[ax]) : NULL;
     int64_t shape[FL_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     shape[ax] = index->numel;
@@ -393,7 +390,7 @@ fl_tensor *fl_one_hot(const fl_tensor *index, int64_t num_classes, fl_dtype dtyp
     if (index->ndim == FL_MAX_DIMS)
         return fl_error(FL_ERR_SHAPE, fn, "%s has no room for the class axis (at most %d dimensions)",
                          fl_describe(index, di), FL_MAX_DIMS);
-    fl_tensor *wide = checked_index(fn, index, NULL, -1, num_classes);
+    fl_tensor *wide = fl__checked_index(fn, index, NULL, -1, num_classes);
     if (!wide)
         return NULL;
     int64_t shape[FL_MAX_DIMS];

@@ -88,6 +88,11 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype);
 void fl__bound_like(fl_tensor *out, const fl_tensor *t);
 void fl__bound_from_host(fl_tensor *out, const void *data);
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
+/* index as i64, checked to hold only values in [0, size); owned. axis >= 0 names the
+ * axis of t indexed; axis < 0 means size counts classes (t unused). The check reads
+ * the values to the host unless their bounds are known: backends rely on it and never
+ * see a bad index. */
+fl_tensor *fl__checked_index(const char *fn, const fl_tensor *index, const fl_tensor *t, int axis, int64_t size);
 fl_tensor *fl__reshape(const fl_tensor *t, int ndim, const int64_t *shape);
 /* A tensor of value on a given backend. */
 fl_tensor *fl__full(const fl_backend *backend, double value, fl_dtype dtype, int ndim, const int64_t *shape);
