@@ -26,9 +26,13 @@ static fl_tensor *softmax(const char *fn, const fl_tensor *t, int axis, bool log
     if (x && fused && a == t->ndim - 1 && (x->dtype == FL_F32 || x->dtype == FL_F64)) {
         fl__begin("softmax");
         fl_tensor *y = fl__new(x->backend, x->dtype, x->ndim, x->shape);
-        int rc = y ? fused(x->backend, y, x, logarithm) : FL_ERR_MEMORY;
+        if (!y) {
+            fl__end();
+            return fl_scope_return(scope, NULL);
+        }
+        int rc = fused(x->backend, y, x, logarithm);
         if (!fl__declined(rc)) {
-            y = y ? fl_out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x)) : NULL;
+            y = fl_out(fl__finish(fn, y, rc, 1, (const fl_tensor *const *)&x));
             return fl_scope_return(scope, fl_cast(y, result));
         }
         fl_release(y);
