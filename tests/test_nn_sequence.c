@@ -852,10 +852,9 @@ static void fused_lstm_sequence_matches_the_composition(void **state)
     assert_no_error();
 }
 
-/* Preactivations at the ends of the float range saturate the gates as the composition
- * does (0, 1, -1 exactly, never NaN), subnormal and zero ones pass, and a NaN in one
- * row reaches that row's states and gradients only, on units that do not fill a
- * vector (37). */
+/* Preactivations at the ends of the float range (±1e30, ±inf, ±104, subnormal, signed
+ * zeros) give what the composition gives, forward and backward, and a NaN in one row
+ * reaches that row's states only, on units that do not fill a vector (37). */
 static void fused_lstm_sequence_saturates_and_passes_nan(void **state)
 {
     fl_backend composing = support_derive(fl_default_backend()->name);
