@@ -189,10 +189,20 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
 
 static fl_module *build(const void *config) { return gpt_new(config); }
 
+/* gpt_new's parameters: the token and position embeddings; per block the attention's
+ * in and out projections, the MLP's two (4 n_embd wide) and two LayerNorms; the final
+ * LayerNorm. The head is the token embedding. */
+static double count_parameters(const void *config)
+{
+    const gpt_config *c = config;
+    double e = (double)c->embed;
+    return ((double)c->vocab + (double)c->context) * e + (double)c->layers * (12 * e * e + 13 * e) + 2 * e;
+}
+
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config)
 {
     gpt_config c;
-    fl_status status = hf_load(FN, dir, &c, read_config, build, map_weights, model);
+    fl_status status = hf_load(FN, dir, &c, read_config, count_parameters, build, map_weights, model);
     if (status == FL_OK && config)
         *config = c;
     return status;

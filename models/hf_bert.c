@@ -331,10 +331,21 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
 
 static fl_module *build(const void *config) { return bert_new(config); }
 
+/* bert_new's parameters: the three embeddings and their LayerNorm; per layer the
+ * attention's in and out projections, the MLP's two and two LayerNorms. */
+static double count_parameters(const void *config)
+{
+    const hf_bert_config *c = config;
+    double h = (double)c->hidden, inner = (double)c->intermediate;
+    double embeddings = ((double)c->vocab + (double)c->max_positions + (double)c->type_vocab) * h + 2 * h;
+    double layer = 4 * h * h + 2 * h * inner + 9 * h + inner;
+    return embeddings + (double)c->layers * layer;
+}
+
 fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config)
 {
     hf_bert_config c;
-    fl_status status = hf_load(FN, dir, &c, read_config, build, map_weights, model);
+    fl_status status = hf_load(FN, dir, &c, read_config, count_parameters, build, map_weights, model);
     if (status == FL_OK && config)
         *config = c;
     return status;

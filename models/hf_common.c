@@ -154,8 +154,25 @@ fl_tensor_map *hf_open_weights(const char *fn, const char *dir, char *path, size
                     path);
 }
 
-fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config, hf_build_fn build,
-                  hf_map_fn map_weights, fl_module **model)
+/* Whether config's model needs at most twice the values the checkpoint at path holds
+ * (hf_load). */
+static bool file_can_fill(const char *fn, const char *path, const fl_tensor_map *file, const void *config,
+                          hf_count_fn count_parameters)
+{
+    double held = 0, needed = count_parameters(config);
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++)
+        held += (double)fl_numel(fl_tensor_map_get(file, fl_tensor_map_name_at(file, i)));
+    if (needed <= 2 * held)
+        return true;
+    fl_error(FL_ERR_VALUE, fn,
+             "%s holds %.0f values, but the model of config.json has %.4g parameters, more than twice as many: the "
+             "config does not belong to these weights",
+             path, held, needed);
+    return false;
+}
+
+fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config,
+                  hf_count_fn count_parameters, hf_build_fn build, hf_map_fn map_weights, fl_module **model)
 {
     if (fl_null_args(fn, 2, dir, model))
         return fl_last_status();
@@ -167,6 +184,10 @@ fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_
     fl_tensor_map *file = hf_open_weights(fn, dir, path, sizeof path);
     if (!file)
         return fl_last_status();
+    if (!file_can_fill(fn, path, file, config, count_parameters)) {
+        fl_tensor_map_free(file);
+        return fl_last_status();
+    }
     /* A fixed stream for the initial values, which are all overwritten, so that loading
      * leaves the global generator as it was. */
     fl_random_stream previous = fl_random_stream_begin(0);

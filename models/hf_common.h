@@ -32,15 +32,23 @@ fl_tensor_map *hf_open_weights(const char *fn, const char *dir, char *path, size
 typedef bool (*hf_read_config_fn)(const char *path, void *config);
 /* A model of config; NULL after an error. */
 typedef fl_module *(*hf_build_fn)(const void *config);
+/* How many values the parameters of config's model hold (in double: a config.json may
+ * describe any size). */
+typedef double (*hf_count_fn)(const void *config);
 /* The values of the model's parameters, under Flare's names, from the file's. */
 typedef bool (*hf_map_fn)(const char *path, const fl_tensor_map *file, const void *config,
                           const fl_tensor_map *expected, fl_tensor_map *values);
 
 /* dir's config.json read into config, then the model built and given the weights of
- * dir's model.safetensors, in eval mode, into *model (NULL after an error). The model's
+ * dir's model.safetensors, in eval mode, into *model (NULL after an error). A config
+ * whose model needs more than twice the values the checkpoint holds is refused before
+ * anything is built: every parameter comes from tensors of the file, so such a config
+ * does not belong to it, and building first would allocate whatever size it names.
+ * Below that, the model is built and the tensors' names and shapes say precisely what
+ * is missing. The model's
  * initial values come from a stream of their own, so the global generator is left as it
  * was. */
-fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config, hf_build_fn build,
-                  hf_map_fn map_weights, fl_module **model);
+fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_fn read_config,
+                  hf_count_fn count_parameters, hf_build_fn build, hf_map_fn map_weights, fl_module **model);
 
 #endif

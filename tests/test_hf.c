@@ -444,6 +444,64 @@ static void bert_refuses_what_it_cannot_compute(void **state)
     assert_no_error();
 }
 
+/* config.json from the text of path with the first occurrence of `from` replaced by `to`. */
+static void write_config_replacing(const char *dir, const char *path, const char *from, const char *to)
+{
+    const char *text = read_text(path), *at = strstr(text, from);
+    assert_non_null(at);
+    char edited[4096];
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    write_text(dir, "config.json", edited);
+}
+
+/* A config.json whose model the weights cannot fill (edited, or of another checkpoint)
+ * is refused before the model is built when it needs more than twice the file's
+ * values: building first would allocate the size the config names, here petabytes.
+ * A file with exactly the model's values still loads. */
+static void a_config_the_weights_cannot_fill_is_refused(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_module *m = NULL;
+    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
+    assert_int_equal(fl_load_safetensors(BERT_DIR "/model.safetensors", &file), FL_OK);
+    save_map(dir, "model.safetensors", file);
+    write_config_replacing(dir, BERT_DIR "/config.json", "\"hidden_size\": 24", "\"hidden_size\": 24000000");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "model.safetensors holds 11000 values, but the model of config.json has 4.608e+15 "
+                        "parameters, more than twice as many: the config does not belong to these weights");
+    write_config_replacing(dir, BERT_DIR "/config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 5");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "has 2.384e+04 parameters");
+    write_config_replacing(dir, BERT_DIR "/config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "model.safetensors: the tensor \"encoder.layer.2.attention.output.dense.weight\" is missing");
+    /* Without the pooler, which Flare's encoder does not have, the file holds exactly
+     * the encoder's values. */
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++)
+        if (strncmp(fl_tensor_map_name_at(file, i), "pooler.", 7) != 0)
+            fl_tensor_map_set(out, fl_tensor_map_name_at(file, i), fl_tensor_map_tensor_at(file, i));
+    save_map(dir, "model.safetensors", out);
+    write_text(dir, "config.json", read_text(BERT_DIR "/config.json"));
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    fl_module_release(m);
+    m = NULL;
+    fl_tensor_map_free(file);
+    assert_int_equal(fl_load_safetensors(GPT2_DIR "/model.safetensors", &file), FL_OK);
+    save_map(dir, "model.safetensors", file);
+    write_config_replacing(dir, GPT2_DIR "/config.json", "\"n_embd\": 24", "\"n_embd\": 24000000");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
+                        "model.safetensors holds 21600 values, but the model of config.json has 1.382e+16 "
+                        "parameters");
+    write_config_replacing(dir, GPT2_DIR "/config.json", "\"vocab_size\": 280", "\"vocab_size\": 28000");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, "has 6.869e+05 parameters");
+    assert_null(m);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +513,7 @@ int main(void)
         scoped_test(bert_loads_the_original_layout),
         scoped_test(bert_matches_transformers),
         scoped_test(bert_refuses_what_it_cannot_compute),
+        scoped_test(a_config_the_weights_cannot_fill_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
