@@ -32,6 +32,13 @@ static const int64_t conv_w_shape[4] = {64, 64, 3, 3};
 static const fl_pool_params maxpool2x2 = {.kind = FL_POOL_MAX, .kernel = {2, 2}, .stride = {2, 2}};
 
 static fl_tensor *run_matmul(fl_tensor *const *in) { return fl_matmul(in[0], in[1]); }
+/* A linear layer's product, x W^T with W [out, in] as the layer stores it. */
+static fl_tensor *run_linear(fl_tensor *const *in)
+{
+    fl_tensor *w_t = fl_transpose(in[1], 0, 1), *y = fl_matmul(in[0], w_t);
+    fl_release(w_t);
+    return y;
+}
 static fl_tensor *run_add(fl_tensor *const *in) { return fl_add(in[0], in[1]); }
 static fl_tensor *run_mul(fl_tensor *const *in) { return fl_mul(in[0], in[1]); }
 static fl_tensor *run_exp(fl_tensor *const *in) { return fl_exp(in[0]); }
@@ -79,6 +86,11 @@ typedef struct bench_case {
 static const bench_case cases[] = {
     CASE("sgemm_1024", run_matmul, MATRIX(1024, 1024), MATRIX(1024, 1024)),
     CASE("sgemm_2048", run_matmul, MATRIX(2048, 2048), MATRIX(2048, 2048)),
+    /* x [rows, in] W^T, W [out, in]: a token's, a prompt's and a batch's worth of rows */
+    CASE("linear_8x512x2048", run_linear, MATRIX(8, 512), MATRIX(2048, 512)),
+    CASE("linear_64x512x2048", run_linear, MATRIX(64, 512), MATRIX(2048, 512)),
+    CASE("linear_64x2048x512", run_linear, MATRIX(64, 2048), MATRIX(512, 2048)),
+    CASE("linear_1024x2048x512", run_linear, MATRIX(1024, 2048), MATRIX(512, 2048)),
     CASE("add_1e6", run_add, VECTOR(1000000), VECTOR(1000000)),
     CASE("add_1e7", run_add, VECTOR(10000000), VECTOR(10000000)),
     CASE("mul_1e6", run_mul, VECTOR(1000000), VECTOR(1000000)),

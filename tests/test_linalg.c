@@ -118,6 +118,32 @@ static void matmul_larger_shapes_match_a_naive_product(void **state)
     assert_no_error();
 }
 
+/* x W^T as a linear layer takes it (W [N, K] row-major, viewed transposed), in f32
+ * against f64: the shapes that go to oneDNN's matmul primitive (16 rows or more,
+ * fewer than 256 or at most 512 columns) and their neighbours that stay with sgemm,
+ * a batch of x over one W, and an x whose rows are further apart than K. */
+static void matmul_with_a_transposed_weight_matches_f64(void **state)
+{
+    static const int64_t cases[][4] = {{1, 15, 64, 48},   {1, 16, 64, 48},   {1, 100, 600, 40}, {3, 40, 96, 130},
+                                       {1, 255, 70, 600}, {1, 256, 70, 600}, {1, 300, 512, 24}, {1, 300, 20, 513}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t B = cases[c][0], M = cases[c][1], K = cases[c][2], N = cases[c][3];
+        fl_manual_seed(11 + c);
+        fl_tensor *x = fl_randn(FL_F64, FL_SHAPE(B, M, K)), *w = fl_randn(FL_F64, FL_SHAPE(N, K));
+        fl_tensor *expected = fl_matmul(x, fl_transpose(w, 0, 1));
+        fl_tensor *y = fl_matmul(fl_cast(x, FL_F32), fl_transpose(fl_cast(w, FL_F32), 0, 1));
+        assert_dtype(y, FL_F32);
+        assert_close(y, expected, 1e-4, 1e-4);
+    }
+    /* Rows K + 7 apart: the first K columns of a wider x. */
+    fl_manual_seed(5);
+    fl_tensor *wide = fl_randn(FL_F32, FL_SHAPE(40, 71)), *w = fl_randn(FL_F32, FL_SHAPE(24, 64));
+    fl_tensor *x = strided_view(wide, (int64_t[]){40, 64}, (int64_t[]){0, 0}, (int64_t[]){1, 1});
+    assert_close(fl_matmul(x, fl_transpose(w, 0, 1)),
+                 fl_matmul(fl_cast(x, FL_F64), fl_transpose(fl_cast(w, FL_F64), 0, 1)), 1e-4, 1e-4);
+    assert_no_error();
+}
+
 static void matmul_dtypes_and_empty_operands(void **state)
 {
     /* Integers are exact and keep their dtype; mixed operands promote. */
@@ -445,6 +471,7 @@ int main(void)
         scoped_test(matmul_matches_pytorch),
         scoped_test(matmul_takes_transposed_and_strided_operands),
         scoped_test(matmul_larger_shapes_match_a_naive_product),
+        scoped_test(matmul_with_a_transposed_weight_matches_f64),
         scoped_test(matmul_dtypes_and_empty_operands),
         scoped_test(matmul_errors),
         scoped_test(conv_matches_pytorch),

@@ -20,12 +20,12 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
 #include "flare/config.h"
+#include "onednn.h"
 
 typedef enum conv_pass { PASS_FORWARD, PASS_BACKWARD_DATA, PASS_BACKWARD_WEIGHTS } conv_pass;
 
@@ -66,19 +66,11 @@ typedef struct conv_plan {
     size_t inner_bytes[3];
     dnnl_memory_desc_t scratchpad;
     size_t scratchpad_bytes;
-    int users;
-    bool cached;
-    uint64_t last_use;
 } conv_plan;
 
-static dnnl_engine_t engine;
-static dnnl_status_t engine_status;
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-
-static void engine_init(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
-
-static void destroy_plan(conv_plan *p)
+static void destroy_plan(void *plan)
 {
+    conv_plan *p = plan;
     if (!p)
         return;
     dnnl_primitive_destroy(p->primitive);
@@ -106,6 +98,7 @@ static dnnl_status_t describe(const conv_key *k, dnnl_format_tag_t data_tag, dnn
 
 static dnnl_status_t build_plan(const conv_key *k, dnnl_alg_kind_t algorithm, conv_plan *p)
 {
+    dnnl_engine_t engine = cpu_onednn_engine();
     dnnl_memory_desc_t x, w, y, ux, uw, uy;
     const fl_conv2d_desc *d = &k->desc;
     dnnl_dims_t strides = {d->stride[0], d->stride[1]};
@@ -180,68 +173,23 @@ static dnnl_status_t new_plan(const conv_key *key, dnnl_alg_kind_t algorithm, co
     return st;
 }
 
-/* A small cache of plans, least recently used out. A plan in use is never evicted;
- * when every slot is busy the new plan lives for one call. */
-#define PLAN_CACHE_SIZE 32
-static conv_plan *plan_cache[PLAN_CACHE_SIZE];
-static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t plan_clock;
-
-static int acquire_plan(const conv_key *key, conv_plan **out)
+/* The plan for key (a conv_key): Winograd where oneDNN has a kernel for the shape and
+ * Winograd is preferred, else direct; NULL after an error. */
+static void *build_conv_plan(const void *key)
 {
-    pthread_mutex_lock(&plan_lock);
-    for (int i = 0; i < PLAN_CACHE_SIZE; i++) {
-        conv_plan *p = plan_cache[i];
-        if (p && memcmp(&p->key, key, sizeof *key) == 0) {
-            p->users++;
-            p->last_use = ++plan_clock;
-            pthread_mutex_unlock(&plan_lock);
-            *out = p;
-            return 0;
-        }
-    }
-    pthread_mutex_unlock(&plan_lock);
-
+    const conv_key *k = key;
     conv_plan *p = NULL;
-    dnnl_status_t st = key->algorithm == CPU_CONV_WINOGRAD ? new_plan(key, dnnl_convolution_winograd, &p)
-                                                            : dnnl_unimplemented;
+    dnnl_status_t st = k->algorithm == CPU_CONV_WINOGRAD ? new_plan(k, dnnl_convolution_winograd, &p)
+                                                         : dnnl_unimplemented;
     if (st == dnnl_unimplemented) /* no Winograd kernel for this shape on this CPU */
-        st = new_plan(key, dnnl_convolution_direct, &p);
+        st = new_plan(k, dnnl_convolution_direct, &p);
     if (st != dnnl_success)
-        return fl_backend_error(st == dnnl_out_of_memory ? FL_ERR_MEMORY : FL_ERR_BACKEND,
-                                "oneDNN cannot build a %s (status %d)", pass_names[key->pass], (int)st);
-    pthread_mutex_lock(&plan_lock);
-    int slot = -1;
-    for (int i = 0; i < PLAN_CACHE_SIZE; i++) {
-        conv_plan *q = plan_cache[i];
-        if (!q) {
-            slot = i;
-            break;
-        }
-        if (q->users == 0 && (slot < 0 || q->last_use < plan_cache[slot]->last_use))
-            slot = i;
-    }
-    if (slot >= 0) {
-        destroy_plan(plan_cache[slot]);
-        plan_cache[slot] = p;
-        p->cached = true;
-    }
-    p->users = 1;
-    p->last_use = ++plan_clock;
-    pthread_mutex_unlock(&plan_lock);
-    *out = p;
-    return 0;
+        fl_backend_error(st == dnnl_out_of_memory ? FL_ERR_MEMORY : FL_ERR_BACKEND,
+                         "oneDNN cannot build a %s (status %d)", pass_names[k->pass], (int)st);
+    return p;
 }
 
-static void release_plan(conv_plan *p)
-{
-    pthread_mutex_lock(&plan_lock);
-    p->users--;
-    bool drop = !p->cached;
-    pthread_mutex_unlock(&plan_lock);
-    if (drop)
-        destroy_plan(p);
-}
+static cpu_plan_cache plans = CPU_PLAN_CACHE(conv_key, destroy_plan);
 
 /* The primitive's own layouts and its scratchpad share one block from the memory
  * manager: a caching manager hands the same pages back call after call, where fresh
@@ -260,6 +208,7 @@ static size_t workspace_offsets(const conv_plan *p, size_t offsets[4])
 /* Runs a plan on dense buffers: inputs in0 and in1, the output out. */
 static int run_plan(const conv_plan *p, const void *in0, const void *in1, void *out)
 {
+    dnnl_engine_t engine = cpu_onednn_engine();
     /* oneDNN's memory objects take non-const handles; the plan only reads in0, in1. */
     void *buffers[3] = {(void *)(uintptr_t)in0, (void *)(uintptr_t)in1, out};
     dnnl_memory_t user[3] = {0}, inner[3] = {0}, scratch_memory = NULL;
@@ -326,9 +275,8 @@ cpu_conv_algorithm cpu_conv_get_algorithm(void)
 static int convolve_f32(conv_pass pass, const conv_shapes *shapes, const fl_conv2d_desc *d, const void *in0,
                         const void *in1, void *out)
 {
-    pthread_once(&engine_once, engine_init);
-    if (engine_status != dnnl_success)
-        return fl_backend_error(FL_ERR_BACKEND, "oneDNN has no CPU engine (status %d)", (int)engine_status);
+    if (!cpu_onednn_engine())
+        return FL_ERR_BACKEND;
     conv_key key;
     memset(&key, 0, sizeof key); /* the key is compared bytewise, padding included */
     key.pass = pass;
@@ -336,12 +284,11 @@ static int convolve_f32(conv_pass pass, const conv_shapes *shapes, const fl_conv
     key.threads = cpu_threads();
     key.shapes = *shapes;
     key.desc = *d;
-    conv_plan *plan = NULL;
-    int rc = acquire_plan(&key, &plan);
-    if (rc)
-        return rc;
-    rc = run_plan(plan, in0, in1, out);
-    release_plan(plan);
+    conv_plan *plan = cpu_plan_acquire(&plans, &key, build_conv_plan);
+    if (!plan)
+        return FL_ERR_BACKEND;
+    int rc = run_plan(plan, in0, in1, out);
+    cpu_plan_release(&plans, plan);
     return rc;
 }
 
