@@ -188,8 +188,13 @@ static int primitive_product(const float *A, int64_t lda, const float *B, int64_
                              int64_t K)
 {
     product_key key;
-    memset(&key, 0, sizeof key); /* compared bytewise, padding included */
-    key = (product_key){.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .threads = cpu_threads()};
+    memset(&key, 0, sizeof key); /* compared bytewise, padding included: set field by field */
+    key.M = M;
+    key.N = N;
+    key.K = K;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.threads = cpu_threads();
     product_plan *p = cpu_plan_acquire(&product_plans, &key, build_product_plan);
     if (!p)
         return FL_ERR_BACKEND;
