@@ -1,10 +1,13 @@
 /* Matrix products, convolutions and pooling against PyTorch (tests/fixtures/gen_linalg.py),
  * the f32 paths (oneDNN) against the f64 ones (OpenBLAS, im2col), and their errors. */
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h" /* cpu_conv_set_algorithm */
+#include "backends/cpu/onednn.h" /* cpu_plan_cache */
 #include "support.h"
 #include "tensor/internal.h" /* fl_out, to hand the views below to the test's scope */
 
@@ -141,6 +144,96 @@ static void matmul_with_a_transposed_weight_matches_f64(void **state)
     fl_tensor *x = strided_view(wide, (int64_t[]){40, 64}, (int64_t[]){0, 0}, (int64_t[]){1, 1});
     assert_close(fl_matmul(x, fl_transpose(w, 0, 1)),
                  fl_matmul(fl_cast(x, FL_F64), fl_transpose(fl_cast(w, FL_F64), 0, 1)), 1e-4, 1e-4);
+    assert_no_error();
+}
+
+/* The plan cache on plans that count their builds and destructions: least recently
+ * used out, never a plan in use, and a plan built when every slot is busy is dropped
+ * when its call ends. */
+static int plans_built, plans_destroyed[64];
+
+static void *build_counted(const void *key)
+{
+    int *plan = malloc(sizeof *plan);
+    *plan = *(const int *)key;
+    plans_built++;
+    return plan;
+}
+
+static void destroy_counted(void *plan)
+{
+    plans_destroyed[*(int *)plan]++;
+    free(plan);
+}
+
+static void plan_cache_evicts_the_least_recently_used_plan_not_in_use(void **state)
+{
+    static cpu_plan_cache cache = CPU_PLAN_CACHE(int, destroy_counted);
+    int key = 0;
+    int *held = cpu_plan_acquire(&cache, &key, build_counted);
+    for (key = 1; key <= 40; key++)
+        cpu_plan_release(&cache, cpu_plan_acquire(&cache, &key, build_counted));
+    /* 0 is in use; 1 .. 9 made way for 32 .. 40. */
+    assert_int_equal(plans_built, 41);
+    for (key = 0; key <= 40; key++)
+        assert_int_equal(plans_destroyed[key], key >= 1 && key <= 9);
+    int *again = cpu_plan_acquire(&cache, &(int){40}, build_counted);
+    assert_int_equal(*again, 40);
+    assert_int_equal(plans_built, 41);
+    cpu_plan_release(&cache, again);
+    /* Every slot busy: a new plan is built for one call and dropped after it. */
+    int *busy[31];
+    for (key = 10; key <= 40; key++)
+        busy[key - 10] = cpu_plan_acquire(&cache, &key, build_counted);
+    key = 41;
+    int *passing = cpu_plan_acquire(&cache, &key, build_counted);
+    assert_int_equal(*passing, 41);
+    assert_int_equal(plans_destroyed[41], 0);
+    cpu_plan_release(&cache, passing);
+    assert_int_equal(plans_destroyed[41], 1);
+    for (int i = 0; i < 31; i++)
+        cpu_plan_release(&cache, busy[i]);
+    cpu_plan_release(&cache, held);
+    assert_int_equal(plans_destroyed[0], 0);
+    assert_int_equal(plans_built, 42);
+}
+
+/* Products on the matmul primitive from several threads at once, over more shapes
+ * than its plan cache holds (32): plans are built, shared, evicted and dropped while
+ * other threads run them. Each thread checks its products against f64 (OpenBLAS). */
+static fl_tensor *shared_x, *shared_w; /* f64 [56, 64] and [48, 64], made before the threads */
+
+static void *products_in_a_loop(void *seed)
+{
+    intptr_t id = (intptr_t)seed;
+    for (int k = 0; k < 60; k++) {
+        fl_scope scope = fl_scope_begin();
+        int64_t rows = 16 + (k * 7 + id * 13) % 40, cols = 8 + (k * 5 + id) % 40;
+        fl_tensor *x = fl_index(shared_x, FL_INDEX(FL_RANGE(0, rows))), *w = fl_index(shared_w, FL_INDEX(FL_RANGE(0, cols)));
+        fl_tensor *expected = fl_matmul(x, fl_transpose(w, 0, 1));
+        fl_tensor *y = fl_matmul(fl_cast(x, FL_F32), fl_transpose(fl_cast(w, FL_F32), 0, 1));
+        fl_tensor *error = y && expected ? fl_max(fl_abs(fl_sub(fl_cast(y, FL_F64), expected)), FL_ALL_AXES, false) : NULL;
+        bool ok = error && fl_item(error) < 1e-4;
+        fl_scope_end(scope);
+        if (!ok)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void matmul_primitives_are_safe_from_several_threads(void **state)
+{
+    fl_manual_seed(3);
+    shared_x = fl_randn(FL_F64, FL_SHAPE(56, 64));
+    shared_w = fl_randn(FL_F64, FL_SHAPE(48, 64));
+    pthread_t threads[4];
+    for (intptr_t i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, products_in_a_loop, (void *)i), 0);
+    for (int i = 0; i < 4; i++) {
+        void *failed;
+        pthread_join(threads[i], &failed);
+        assert_null(failed);
+    }
     assert_no_error();
 }
 
@@ -472,6 +565,8 @@ int main(void)
         scoped_test(matmul_takes_transposed_and_strided_operands),
         scoped_test(matmul_larger_shapes_match_a_naive_product),
         scoped_test(matmul_with_a_transposed_weight_matches_f64),
+        scoped_test(matmul_primitives_are_safe_from_several_threads),
+        scoped_test(plan_cache_evicts_the_least_recently_used_plan_not_in_use),
         scoped_test(matmul_dtypes_and_empty_operands),
         scoped_test(matmul_errors),
         scoped_test(conv_matches_pytorch),
