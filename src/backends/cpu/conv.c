@@ -113,11 +113,8 @@ static dnnl_status_t build_plan(const conv_key *k, dnnl_alg_kind_t algorithm, co
     if (st == dnnl_success)
         st = dnnl_dilated_convolution_forward_desc_init(&forward, dnnl_forward_training, algorithm, &x, &w,
                                                         NULL, &y, strides, dilates, padding, padding);
-    /* Scratch space is allocated per call, so concurrent calls never share it. */
     if (st == dnnl_success)
-        st = dnnl_primitive_attr_create(&attr);
-    if (st == dnnl_success)
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+        st = cpu_onednn_user_scratchpad(&attr);
     if (st == dnnl_success)
         st = dnnl_primitive_desc_create(&hint, &forward, attr, engine, NULL);
     if (st == dnnl_success && k->pass == PASS_FORWARD) {

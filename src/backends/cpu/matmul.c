@@ -159,11 +159,8 @@ static void *build_product_plan(const void *key)
         st = dnnl_memory_desc_init_by_strides(&p->c, 2, c_dims, dnnl_f32, c_strides);
     if (st == dnnl_success)
         st = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
-    /* Scratch space is allocated per call, so concurrent calls never share it. */
     if (st == dnnl_success)
-        st = dnnl_primitive_attr_create(&attr);
-    if (st == dnnl_success)
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+        st = cpu_onednn_user_scratchpad(&attr);
     if (st == dnnl_success)
         st = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
     if (st == dnnl_success)

@@ -27,6 +27,16 @@ int cpu_onednn_error(dnnl_status_t status, const char *what)
                             what, (int)status);
 }
 
+dnnl_status_t cpu_onednn_user_scratchpad(dnnl_primitive_attr_t *attr)
+{
+    dnnl_status_t st = dnnl_primitive_attr_create(attr);
+    if (st == dnnl_success && (st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user))) {
+        dnnl_primitive_attr_destroy(*attr);
+        *attr = NULL;
+    }
+    return st;
+}
+
 void *cpu_plan_acquire(cpu_plan_cache *cache, const void *key, void *(*build)(const void *key))
 {
     pthread_mutex_lock(&cache->lock);

@@ -1,8 +1,8 @@
 /*
  * What the cpu backend's oneDNN primitives share (conv.c, matmul.c): the CPU engine,
- * and caches of plans. Building a primitive costs far more than running a small one
- * (tens to hundreds of microseconds), so each kernel keeps what it built for a shape
- * in a cache of its own and builds again only for a shape it has not seen lately.
+ * their attributes, and caches of plans. Building a primitive costs far more than
+ * running a small one, so each kernel keeps what it built for a shape in a cache of
+ * its own and builds again only for a shape it has not seen lately.
  */
 #ifndef FLARE_CPU_ONEDNN_H
 #define FLARE_CPU_ONEDNN_H
@@ -17,6 +17,11 @@ dnnl_engine_t cpu_onednn_engine(void);
 
 /* An error for a failed oneDNN call (status), naming what failed. */
 int cpu_onednn_error(dnnl_status_t status, const char *what);
+
+/* Attributes under which a primitive leaves its scratch space to the caller, who takes
+ * it from the memory manager per call: concurrent calls then never share it, and a
+ * caching manager hands the same pages back call after call. */
+dnnl_status_t cpu_onednn_user_scratchpad(dnnl_primitive_attr_t *attr);
 
 /* A cache of plans (whatever a kernel builds once per key), least recently used out.
  * Keys are compared bytewise, padding included: zero a key before filling it. A plan
