@@ -86,11 +86,16 @@ typedef struct bench_case {
 static const bench_case cases[] = {
     CASE("sgemm_1024", run_matmul, MATRIX(1024, 1024), MATRIX(1024, 1024)),
     CASE("sgemm_2048", run_matmul, MATRIX(2048, 2048), MATRIX(2048, 2048)),
-    /* x [rows, in] W^T, W [out, in]: a token's, a prompt's and a batch's worth of rows */
+    /* x [rows, in] W^T, W [out, in]: a small layer's, a token's, a prompt's and a batch's
+     * worth of rows; and x W with W stored [in, out], for the untransposed speed */
+    CASE("linear_32x32x32", run_linear, MATRIX(32, 32), MATRIX(32, 32)),
     CASE("linear_8x512x2048", run_linear, MATRIX(8, 512), MATRIX(2048, 512)),
     CASE("linear_64x512x2048", run_linear, MATRIX(64, 512), MATRIX(2048, 512)),
     CASE("linear_64x2048x512", run_linear, MATRIX(64, 2048), MATRIX(512, 2048)),
     CASE("linear_1024x2048x512", run_linear, MATRIX(1024, 2048), MATRIX(512, 2048)),
+    CASE("matmul_64x512x2048", run_matmul, MATRIX(64, 512), MATRIX(512, 2048)),
+    CASE("matmul_64x2048x512", run_matmul, MATRIX(64, 2048), MATRIX(2048, 512)),
+    CASE("matmul_1024x2048x512", run_matmul, MATRIX(1024, 2048), MATRIX(2048, 512)),
     CASE("add_1e6", run_add, VECTOR(1000000), VECTOR(1000000)),
     CASE("add_1e7", run_add, VECTOR(10000000), VECTOR(10000000)),
     CASE("mul_1e6", run_mul, VECTOR(1000000), VECTOR(1000000)),

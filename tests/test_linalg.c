@@ -123,12 +123,14 @@ static void matmul_larger_shapes_match_a_naive_product(void **state)
 
 /* x W^T as a linear layer takes it (W [N, K] row-major, viewed transposed), in f32
  * against f64: the shapes that go to oneDNN's matmul primitive (16 rows or more,
- * fewer than 256 or at most 512 columns) and their neighbours that stay with sgemm,
- * a batch of x over one W, and an x whose rows are further apart than K. */
+ * fewer than 256 or at most 512 columns, 64^3 multiply-adds or more) and their
+ * neighbours that stay with sgemm, a batch of x over one W, and an x whose rows are
+ * further apart than K. {B, M, K, N}. */
 static void matmul_with_a_transposed_weight_matches_f64(void **state)
 {
-    static const int64_t cases[][4] = {{1, 15, 64, 48},   {1, 16, 64, 48},   {1, 100, 600, 40}, {3, 40, 96, 130},
-                                       {1, 255, 70, 600}, {1, 256, 70, 600}, {1, 300, 512, 24}, {1, 300, 20, 513}};
+    static const int64_t cases[][4] = {{1, 15, 128, 160}, {1, 16, 128, 160}, {1, 16, 64, 48},   {1, 100, 600, 40},
+                                       {3, 40, 96, 130},  {1, 255, 70, 600}, {1, 256, 70, 600}, {1, 300, 512, 24},
+                                       {1, 300, 20, 513}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t B = cases[c][0], M = cases[c][1], K = cases[c][2], N = cases[c][3];
         fl_manual_seed(11 + c);

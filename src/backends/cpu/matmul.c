@@ -13,12 +13,12 @@
  * broadcast batches are never materialized.
  *
  * One case goes to oneDNN's matmul primitive instead: x W^T, a linear layer's forward,
- * with 16 rows or more and either fewer than 256 rows or at most 512 columns. oneDNN's
- * sgemm takes a transposed B slowly there: 2 to 9 times the time of the same product
- * with B untransposed from 16 to 128 rows, and still 1.2 to 1.4 times at 1,024 rows
- * and 512 columns, where the primitive's kernels (brgemm) run at the untransposed
- * speed (docs/BENCHMARKS.md, "Products with a transposed weight"). With fewer rows
- * (one token at a time) sgemm is the faster, and elsewhere the two are alike.
+ * of at least SMALL_GEMM multiply-adds, with 16 rows or more and either fewer than
+ * 256 rows or at most 512 columns. oneDNN's sgemm takes a transposed B slowly there,
+ * much more slowly than the same product with B untransposed, where the primitive's
+ * kernels (brgemm) run at the untransposed speed (docs/BENCHMARKS.md, "Products with
+ * a transposed weight", has the cases and their command). With fewer rows (one token
+ * at a time) sgemm is the faster.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -111,10 +111,13 @@ static int64_t batch_offset(const fl_tensor *out, const int64_t *batch_strides, 
 
 /* ---- x W^T through oneDNN's matmul primitive ---- */
 
-/* Whether C[M x N] = A B^T (A row-major, B column-major) goes to the primitive. */
-static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N)
+/* Whether C[M x N] = A B^T (A row-major, B column-major) goes to the primitive. A
+ * product under SMALL_GEMM stays with sgemm, which is not slow there: the primitive's
+ * cost per call (the plan's lookup, a stream and three memory objects) would be most
+ * of it. */
+static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N, int64_t K)
 {
-    return !a->transposed && b->transposed && M >= 16 && (M < 256 || N <= 512);
+    return !a->transposed && b->transposed && M >= 16 && (M < 256 || N <= 512) && M * N * K >= SMALL_GEMM;
 }
 
 typedef struct product_key {
@@ -293,7 +296,7 @@ static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a
             void *ci = c + i * M * N * element;
             if (out->dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM)
                 dgemm_split_rows(&ga, &gb, ao, bo, ci, M, N, K, threads);
-            else if (out->dtype == FL_F32 && use_primitive(&ga, &gb, M, N))
+            else if (out->dtype == FL_F32 && use_primitive(&ga, &gb, M, N, K))
                 rc = primitive_product((const float *)ga.base + ao, ga.ld, (const float *)gb.base + bo, gb.ld, ci, M,
                                        N, K);
             else
