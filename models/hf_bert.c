@@ -145,6 +145,8 @@ static bool read_config(const char *path, void *out)
     *c = (hf_bert_config){.layer_norm_eps = 1e-12};
     json_t *type = json_object_get(config, "model_type");
     bool ok = json_is_object(config);
+    if (!ok)
+        fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
     if (ok && !(json_is_string(type) && strcmp(json_string_value(type), "bert") == 0)) {
         ok = false;
         fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", got %s", path,

@@ -126,6 +126,8 @@ static void refuses_what_it_cannot_compute(void **state)
     write_text(dir, "config.json", "{\"model_type\": \"bert\"}");
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
                         "config.json: \"model_type\" must be \"gpt2\", got bert");
+    write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
     write_config(dir, "relu", "");
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
                         "\"activation_function\" \"relu\" is not one Flare has");
@@ -415,6 +417,9 @@ static void bert_refuses_what_it_cannot_compute(void **state)
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"is_decoder\" must be false");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"model_type\" must be \"bert\", got gpt2");
+    write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
+    assert_null(m);
     snprintf(text, sizeof text, BERT_CONFIG, "");
     write_text(dir, "config.json", text);
     fl_tensor_map *file = NULL, *out = NULL;
