@@ -237,6 +237,37 @@ def lexicons():
     }
 
 
+def hf_configs():
+    """config.json files for the hf_config target (tests/fuzz/hf_config.c), which puts
+    each beside both fixtures' weights: the fixtures' own, each with a key that Flare
+    reads or refuses changed, another architecture, and broken JSON."""
+    def fixture(name):
+        with open(os.path.join(FIXTURES, name, "config.json"), "rb") as f:
+            return json.loads(f.read())
+
+    def dump(config):
+        return json.dumps(config, sort_keys=True).encode()
+
+    gpt, bert = fixture("hf_gpt2"), fixture("hf_bert")
+    return {
+        "gpt2": dump(gpt),
+        "bert": dump(bert),
+        "gpt2_exact_gelu": dump(dict(gpt, activation_function="gelu")),
+        "gpt2_relu": dump(dict(gpt, activation_function="relu")),
+        "gpt2_inner": dump(dict(gpt, n_inner=4 * gpt["n_embd"] + 1)),
+        "gpt2_wide": dump(dict(gpt, n_embd=24000000)),
+        "gpt2_heads": dump(dict(gpt, n_head=5)),
+        "gpt2_tiny_eps": dump(dict(gpt, layer_norm_epsilon=1e-300)),
+        "bert_decoder": dump(dict(bert, is_decoder=True)),
+        "bert_relative": dump(dict(bert, position_embedding_type="relative_key")),
+        "bert_layers": dump(dict(bert, num_hidden_layers=3)),
+        "bert_gelu_new": dump(dict(bert, hidden_act="gelu_new")),
+        "llama": dump({"model_type": "llama", "hidden_size": 24}),
+        "truncated": dump(gpt)[:100],
+        "not_object": b"[1, 2, 3]",
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -264,6 +295,7 @@ def main():
     write("audio", audio())
     write("arpa", arpa())
     write("lexicon", lexicons())
+    write("hf_config", hf_configs())
 
 
 if __name__ == "__main__":
