@@ -27,7 +27,7 @@ SEED            ?= 1
 FUZZ_PACKAGES   := clang libclang-rt-14-dev
 FUZZ_BUILD      ?= build-fuzz
 FUZZ_SECONDS    ?= 60
-FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer audio arpa lexicon hf_config
+FUZZ_TARGETS    := safetensors checkpoint idx idx_gzip tokenizer bpe_train audio arpa lexicon hf_config
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

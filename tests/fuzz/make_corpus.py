@@ -268,6 +268,20 @@ def hf_configs():
     }
 
 
+def bpe_texts():
+    """Training texts for the bpe_train target (tests/fuzz/bpe_train.c), whose first
+    byte sets the number of merges: English, repeated letters, UTF-8 of several
+    scripts, bytes that are not UTF-8, spaces and newlines alone, and nothing."""
+    return {
+        "english": b"\x40the cat sat on the mat; the cat's hat is on the mat.\nThe end.\n" * 3,
+        "repeats": b"\xffaaaaaaaaaaaaaaaaabababababababab aaaa aaaa bbbb",
+        "utf8": "\x10caf\u00e9 \u4e2d\u6587 \u0645\u0631\u062d\u0628\u0627 \U0001f600 na\u00efve".encode(),
+        "bytes": bytes(range(256)) + bytes(range(255, -1, -3)),
+        "whitespace": b"\x20  \t\t\n\n\r\n   \n",
+        "empty": b"",
+    }
+
+
 def write(target, files):
     folder = os.path.join(HERE, "corpus", target)
     shutil.rmtree(folder, ignore_errors=True)
@@ -296,6 +310,7 @@ def main():
     write("arpa", arpa())
     write("lexicon", lexicons())
     write("hf_config", hf_configs())
+    write("bpe_train", bpe_texts())
 
 
 if __name__ == "__main__":
