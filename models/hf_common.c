@@ -188,11 +188,12 @@ fl_status hf_load(const char *fn, const char *dir, void *config, hf_read_config_
         fl_tensor_map_free(file);
         return fl_last_status();
     }
-    /* A fixed stream for the initial values, which are all overwritten, so that loading
-     * leaves the global generator as it was. */
-    fl_random_stream previous = fl_random_stream_begin(0);
+    /* Every parameter is overwritten below: building without initializing them spares
+     * drawing as many random values as the checkpoint holds (and the memory for them),
+     * and leaves the global generator as it was. */
+    bool initializing = fl_nn_set_initialization(false);
     fl_module *m = build(config);
-    fl_random_stream_end(previous);
+    fl_nn_set_initialization(initializing);
     fl_tensor_map *expected = fl_tensor_map_create(), *values = fl_tensor_map_create();
     fl_scope scope = fl_scope_begin();
     bool ok = m && expected && values && fl_module_state_dict(m, expected) == FL_OK &&

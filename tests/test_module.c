@@ -83,12 +83,17 @@ static void a_state_dict_loads_back_by_name(void **state)
     fl_module_state_dict(a, map);
     assert_int_equal(fl_module_load_state_dict(b, map, true), FL_OK);
     assert_values(fl_v_value(fl_module_parameter(fl_module_child(b, "0"), "shift")), 0, 0, 6, 6);
+    /* Of the module's dtype and backend, the map's tensor itself: no copy. */
+    assert_ptr_equal(fl_v_value(fl_module_parameter(fl_module_child(b, "0"), "shift")),
+                     fl_tensor_map_get(map, "0.shift"));
     /* f64 values are converted to the module's f32. */
     fl_tensor_map_set(map, "0.scale", T_F64(FL_SHAPE(2), 7, 8));
     assert_int_equal(fl_module_load_state_dict(b, map, true), FL_OK);
     assert_dtype(fl_v_value(fl_module_parameter(fl_module_child(b, "0"), "scale")), FL_F32);
     assert_values(fl_v_value(fl_module_parameter(fl_module_child(b, "0"), "scale")), 0, 0, 7, 8);
+    /* Freeing the map leaves the module's values. */
     fl_tensor_map_free(map);
+    assert_values(fl_v_value(fl_module_parameter(fl_module_child(b, "0"), "shift")), 0, 0, 6, 6);
     fl_module_release(a);
     fl_module_release(b);
 }

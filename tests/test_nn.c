@@ -2,6 +2,8 @@
  * f64, PyTorch's outputs and gradients for its own weights, the paper's Listing 8, and
  * the errors. */
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../src/nn/internal.h" /* fl__module_exchange_parameter: modules under gradcheck */
@@ -450,6 +452,59 @@ static void listing_8_builds_the_mnist_cnn_of_pytorch(void **state)
 
 /* ---- initialization and modes ---- */
 
+/* The largest magnitude among a module's parameters. */
+static double largest_parameter(fl_module *m)
+{
+    fl_tensor_map *state = fl_tensor_map_create();
+    assert_int_equal(fl_module_state_dict(m, state), FL_OK);
+    double largest = 0;
+    for (size_t i = 0; i < fl_tensor_map_count(state); i++)
+        largest = fmax(largest, max_abs(fl_tensor_map_tensor_at(state, i)));
+    fl_tensor_map_free(state);
+    return largest;
+}
+
+static void *initialization_of_a_new_thread(void *unused)
+{
+    (void)unused;
+    return (void *)(intptr_t)fl_nn_set_initialization(true);
+}
+
+/* fl_nn_set_initialization(false): layers built meanwhile have zeros for parameters,
+ * the initializers leave a value as it is and draw nothing from the generator, and
+ * the setting is the calling thread's. */
+static void initialization_can_be_turned_off(void **state)
+{
+    fl_manual_seed(5);
+    fl_tensor *expected = fl_rand(FL_F32, FL_SHAPE(4));
+    fl_manual_seed(5);
+    assert_true(fl_nn_set_initialization(false));
+    fl_module *built[] = {fl_nn_linear(4, 3, true), fl_nn_lstm(2, 3, 2, true, true, 0, true),
+                          fl_nn_embedding(5, 4, -1), fl_nn_layer_norm(FL_SHAPE(4), 1e-5, true),
+                          fl_nn_multihead_attention(4, 2, 0, true, true)};
+    for (int i = 0; i < 5; i++) {
+        assert_non_null(built[i]);
+        assert_true(largest_parameter(built[i]) == 0);
+        fl_module_release(built[i]);
+    }
+    fl_variable *p = fl_v_new(fl_ones(FL_F32, FL_SHAPE(3, 2)), true);
+    assert_int_equal(fl_init_normal(p, 0, 1), FL_OK);
+    assert_int_equal(fl_init_kaiming_uniform(p, 0, FL_FAN_IN), FL_OK);
+    assert_int_equal(fl_init_zeros(p), FL_OK);
+    assert_values(fl_v_value(p), 0, 0, 1, 1, 1, 1, 1, 1);
+    assert_fails_status(fl_init_normal(NULL, 0, 1), FL_ERR_NULL, "fl_init_normal");
+    pthread_t other;
+    void *other_setting;
+    assert_int_equal(pthread_create(&other, NULL, initialization_of_a_new_thread, NULL), 0);
+    assert_int_equal(pthread_join(other, &other_setting), 0);
+    assert_true((intptr_t)other_setting); /* on by default there */
+    assert_false(fl_nn_set_initialization(true));
+    assert_close(fl_rand(FL_F32, FL_SHAPE(4)), expected, 0, 0); /* nothing was drawn */
+    fl_module *linear = fl_nn_linear(4, 3, true);
+    assert_true(largest_parameter(linear) > 0);
+    fl_module_release(linear);
+}
+
 static void initializers_follow_pytorch(void **state)
 {
     fl_manual_seed(1);
@@ -625,6 +680,7 @@ int main(void)
         scoped_test(class_losses_take_every_integer_dtype),
         scoped_test(listing_8_builds_the_mnist_cnn_of_pytorch),
         scoped_test(initializers_follow_pytorch),
+        scoped_test(initialization_can_be_turned_off),
         scoped_test(dropout_scales_what_it_keeps_and_only_while_training),
         scoped_test(bad_inputs_name_the_layer_and_the_shapes),
         scoped_test(bad_losses_and_constructors_are_refused),

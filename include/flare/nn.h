@@ -164,8 +164,11 @@ fl_status fl_module_to_backend(fl_module *m, const char *backend);
 /* PyTorch's state_dict(): every parameter's value and every buffer, by dotted name,
  * each module's parameters, then its buffers, then its children. */
 fl_status fl_module_state_dict(const fl_module *m, fl_tensor_map *out);
-/* load_state_dict(): copies values into parameters and buffers by name, converting
- * the dtype and moving to the member's backend if they differ. strict: every name of the module must be in the map and
+/* load_state_dict(): sets parameters' and buffers' values by name to the map's
+ * tensors, converted to the member's dtype and moved to its backend where they differ.
+ * Where they agree the member takes the map's tensor itself (values never change, so
+ * no copy is needed; a map of views into larger tensors keeps those alive as long as
+ * the module holds the views). strict: every name of the module must be in the map and
  * every name of the map in the module; the error counts the names missing and the
  * names unexpected, and quotes the first 10 of each. A shape mismatch is always an error. Nothing is changed on error. */
 fl_status fl_module_load_state_dict(fl_module *m, const fl_tensor_map *map, bool strict);
@@ -303,6 +306,14 @@ fl_status fl_init_xavier_uniform(fl_variable *p, double gain);
 fl_status fl_init_xavier_normal(fl_variable *p, double gain);
 /* The fans of a shape, as above. */
 fl_status fl_init_fans(const fl_tensor *t, int64_t *fan_in, int64_t *fan_out);
+/* Turns the initializers above off (false) or on again (true, the default) for the
+ * calling thread, and returns the previous setting. Off, each returns FL_OK and leaves
+ * the parameter as it is, so that a model built meanwhile has zeros for parameters
+ * (its layers' constructors initialize through these functions) and consumes nothing
+ * of the generator: for a model whose every parameter a checkpoint is about to
+ * replace, as transformers' no_init_weights does. hf_load_gpt2 and hf_load_bert build
+ * so. Arguments are still checked (FL_ERR_NULL). */
+bool fl_nn_set_initialization(bool on);
 
 /* ---- losses ------------------------------------------------------------------------ */
 /* Functions of a prediction and a target, reduced to a scalar (mean or sum) or not

@@ -20,6 +20,18 @@ fl_status fl_init_fans(const fl_tensor *t, int64_t *fan_in, int64_t *fan_out)
     return FL_OK;
 }
 
+/* Whether initializers initialize on this thread (fl_nn_set_initialization). */
+static _Thread_local bool skipping;
+
+bool fl__nn_initializing(void) { return !skipping; }
+
+bool fl_nn_set_initialization(bool on)
+{
+    bool was = !skipping;
+    skipping = !on;
+    return was;
+}
+
 /* Sets p's value to value (made in the caller's scope), or passes on its failure. */
 static fl_status replace(fl_variable *p, fl_tensor *value)
 {
@@ -30,6 +42,8 @@ static fl_status init_uniform(const char *fn, fl_variable *p, double low, double
 {
     if (fl_null_args(fn, 1, p))
         return fl_last_status();
+    if (skipping)
+        return FL_OK;
     const fl_tensor *v = fl_v_value(p);
     fl_scope scope = fl_scope_begin();
     fl_status status = replace(p, fl_uniform(low, high, fl_dtype_of(v), fl_ndim(v), fl_shape(v)));
@@ -41,6 +55,8 @@ static fl_status init_normal(const char *fn, fl_variable *p, double mean, double
 {
     if (fl_null_args(fn, 1, p))
         return fl_last_status();
+    if (skipping)
+        return FL_OK;
     const fl_tensor *v = fl_v_value(p);
     fl_scope scope = fl_scope_begin();
     fl_status status = replace(p, fl_normal(mean, std, fl_dtype_of(v), fl_ndim(v), fl_shape(v)));
@@ -62,6 +78,8 @@ fl_status fl_init_constant(fl_variable *p, double value)
 {
     if (fl_null_args("fl_init_constant", 1, p))
         return fl_last_status();
+    if (skipping)
+        return FL_OK;
     fl_scope scope = fl_scope_begin();
     fl_status status = replace(p, fl_full_like(fl_v_value(p), value));
     fl_scope_end(scope);

@@ -10,6 +10,8 @@
 /* Registers a new f32 parameter of shape (zeros, for an initializer to fill); returns
  * it (borrowed from the module), or NULL with the error recorded. */
 fl_variable *fl__nn_parameter(fl_module *m, const char *name, int ndim, const int64_t *shape);
+/* Whether initializers initialize on this thread (fl_nn_set_initialization). */
+bool fl__nn_initializing(void);
 
 /* Linear's and Conv's default initialization of "weight" and "bias" (init.c). */
 fl_status fl__nn_reset_affine(fl_module *m);

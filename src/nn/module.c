@@ -554,10 +554,12 @@ static fl_status load_entry(const char *name, member *item, bool is_parameter, v
     }
     if (!l->apply)
         return FL_OK;
-    /* A copy, so that the module never shares storage with the map's tensors, on the
-     * member's backend: a map read from a file is on the default one. */
+    /* The map's tensor itself where it has the member's dtype and backend (a value
+     * never changes, so sharing it is invisible, and loading a checkpoint then needs
+     * no second copy of its weights), else converted and moved: a map read from a
+     * file is on the default backend. */
     fl_scope scope = fl_scope_begin();
-    fl_tensor *copy = fl_copy(fl_to_backend(fl_cast(given, fl_dtype_of(now)), fl_backend_name(now)));
+    fl_tensor *copy = fl_to_backend(fl_cast(given, fl_dtype_of(now)), fl_backend_name(now));
     fl_status status = copy ? FL_OK : fl_last_status();
     if (copy && is_parameter)
         status = fl_v_set_value(item->parameter, copy);
@@ -629,7 +631,11 @@ fl_variable *fl__nn_parameter(fl_module *m, const char *name, int ndim, const in
     if (!m)
         return NULL;
     fl_scope scope = fl_scope_begin();
-    fl_variable *p = fl_v_new(fl_zeros(FL_F32, ndim, shape), true);
+    /* Zeros; with initialization off, one zero broadcast to the shape, which holds no
+     * memory for the checkpoint that is about to replace it. */
+    fl_tensor *zeros = fl__nn_initializing() ? fl_zeros(FL_F32, ndim, shape)
+                                             : fl_expand(fl_zeros(FL_F32, 0, NULL), ndim, shape);
+    fl_variable *p = fl_v_new(zeros, true);
     fl_status status = p ? fl_module_add_parameter(m, name, p) : fl_last_status();
     fl_scope_end(scope);
     return status == FL_OK ? fl_module_parameter(m, name) : NULL;

@@ -7,6 +7,7 @@
 
 #include "flare/extension.h"
 #include "flare/nn.h"
+#include "internal.h"
 #include "recurrence.h"
 
 typedef struct rnn_state {
@@ -199,8 +200,8 @@ static fl_module *build(const char *fn, const fl_module_type *type, int gates, i
             for (int k = 0; k < (bias ? 4 : 2) && status == FL_OK; k++) {
                 char name[64];
                 snprintf(name, sizeof name, "%s_l%d%s", kinds[k], layer, d ? "_reverse" : "");
-                fl_tensor *value = fl_uniform(-bound, bound, FL_F32, k < 2 ? 2 : 1, shapes[k]);
-                status = fl_module_add_parameter(m, name, fl_v_new(value, true));
+                fl_variable *p = fl__nn_parameter(m, name, k < 2 ? 2 : 1, shapes[k]);
+                status = p ? fl_init_uniform(p, -bound, bound) : fl_last_status();
             }
         }
     }
