@@ -43,7 +43,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl bench-speech bench-generate complexity speech-data \
+        bench-opencl bench-speech bench-generate bench-hf-load complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -210,6 +210,15 @@ bench-generate: build venv
 	$(PYTHON) bench/run_generate.py --threads $(THREADS) --flare $(BUILD)/bench_generate \
 	    --out $(BUILD)/bench-generate.json $(if $(BATCHES),--batches '$(BATCHES)') \
 	    $(if $(PROMPT),--prompt $(PROMPT)) $(if $(NEW),--new $(NEW))
+
+# Loading Hugging Face checkpoints of GPT-2 small's and bert-base's shapes (random,
+# written by transformers under build/hf_load the first time, about 1 GB): Flare's
+# hf_load_gpt2 and hf_load_bert (bench/hf_load.c) against transformers' from_pretrained,
+# a fresh process per load, alternating (bench/run_hf_load.py). Writes
+# build/bench-hf-load.json. REPEATS=5.
+bench-hf-load: build venv
+	$(PYTHON) bench/run_hf_load.py --threads $(THREADS) --flare $(BUILD)/bench_hf_load \
+	    --dir $(BUILD)/hf_load --out $(BUILD)/bench-hf-load.json $(if $(REPEATS),--repeats $(REPEATS))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
