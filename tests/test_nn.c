@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../src/nn/internal.h" /* fl__module_exchange_parameter: modules under gradcheck */
+#include "flare/memory.h"
 #include "flare/nn.h"
 #include "gradcheck.h"
 
@@ -487,6 +488,13 @@ static void initialization_can_be_turned_off(void **state)
         assert_true(largest_parameter(built[i]) == 0);
         fl_module_release(built[i]);
     }
+    /* Each parameter is one zero broadcast: a 16 MB weight takes no memory. */
+    fl_memory_stats before, after;
+    fl_memory_stats_get(&before);
+    fl_module *wide = fl_nn_linear(2048, 2048, true);
+    fl_memory_stats_get(&after);
+    assert_true(after.in_use - before.in_use < 64 * 1024);
+    fl_module_release(wide);
     fl_variable *p = fl_v_new(fl_ones(FL_F32, FL_SHAPE(3, 2)), true);
     assert_int_equal(fl_init_normal(p, 0, 1), FL_OK);
     assert_int_equal(fl_init_kaiming_uniform(p, 0, FL_FAN_IN), FL_OK);
