@@ -15,12 +15,11 @@ includes what importing torch and transformers takes, which the table shows apar
 """
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
+from run_generate import run_json
 from run_ops import benchmark_environment, machine_name, write_report
 
 MODELS = {"gpt2": "GPT2LMHeadModel", "bert": "BertModel"}
@@ -54,12 +53,12 @@ def write_checkpoints(root):
         getattr(transformers, cls)(config).save_pretrained(target)
 
 
-def run_json(command, env):
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        sys.exit(f"{' '.join(map(str, command[:3]))}: {(result.stderr.strip().splitlines() or ['failed'])[-1]}")
-    return json.loads(lines[-1])
+def load(command, env, label):
+    """One load's JSON line; the run stops at the first failure."""
+    result = run_json(command, env, label)
+    if "error" in result:
+        sys.exit(result["error"])
+    return result
 
 
 def main():
@@ -85,7 +84,7 @@ def main():
                     command = [args.flare, "--dir", str(root / arch), "--arch", arch, "--threads", str(args.threads)]
                 else:
                     command = [sys.executable, "-c", TORCH_LOAD, str(root / arch), cls, str(args.threads)]
-                runs[side].append(run_json(command, env))
+                runs[side].append(load(command, env, f"{side} {arch}"))
         median = {side: {key: statistics.median(r[key] for r in runs[side]) for key in runs[side][0]}
                   for side in runs}
         rows.append({"model": arch, "parameters": runs["flare"][0]["parameters"], "flare": median["flare"],
