@@ -97,12 +97,39 @@ static void init_failed(fl_status status, const char *fmt, ...)
 static void device_memory_init(void);
 
 /* Work still queued when the process exits would run while exit() tears the OpenCL
- * implementation down (PoCL compiles kernels on threads of its own, with LLVM, and
- * crashes if its exit handler runs meanwhile): the queue is drained first. Exit
- * handlers run in the reverse order of their registration, and an implementation
- * may register its own when it first compiles, so this one is registered after the
- * first program is built. */
+ * implementation down. PoCL compiles a kernel for its first run, with LLVM, whose
+ * function-local statics register their destructors with atexit on first use (as
+ * PoCL registers handlers of its own), and a compile running after those have run
+ * crashes. Exit handlers run in the reverse order of their registration, so the
+ * handler that drains the queue is registered again after the first run of each
+ * kernel, once that run is done: it then runs before anything that run registered.
+ * The first runs are remembered by a key (a kernel and its work-group size, or a
+ * CLBlast call's signature) in a table of fixed size; past its capacity nothing more
+ * is registered. */
 static void finish_at_exit(void) { clFinish(device.queue); }
+
+#define FIRST_RUNS 1024
+static uint64_t first_runs[FIRST_RUNS]; /* open addressing; 0 is an empty slot */
+static pthread_mutex_t first_runs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ocl_first_run_done(uint64_t key)
+{
+    key |= 1;
+    pthread_mutex_lock(&first_runs_lock);
+    size_t slot = key % FIRST_RUNS;
+    for (int probe = 0; probe < FIRST_RUNS; probe++, slot = (slot + 1) % FIRST_RUNS) {
+        if (first_runs[slot] == key)
+            break;
+        if (first_runs[slot] == 0) {
+            first_runs[slot] = key;
+            clFinish(device.queue);
+            COUNT(waits, 1);
+            atexit(finish_at_exit);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&first_runs_lock);
+}
 
 static void init(void)
 {
@@ -459,9 +486,6 @@ cl_kernel ocl_kernel(const char *source, const char *name)
         }
         p->next = *bucket;
         *bucket = p;
-        static bool exit_handler;
-        if (!exit_handler)
-            exit_handler = atexit(finish_at_exit) == 0;
     }
     cl_kernel kernel = NULL;
     for (int i = 0; i < p->nkernels && !kernel; i++)
@@ -513,6 +537,10 @@ int ocl_launch_nd(const char *operation, cl_kernel kernel, int dims, const size_
     if (err != CL_SUCCESS)
         return ocl_check(err, operation);
     COUNT(launches, 1);
+    uint64_t key = (uint64_t)(uintptr_t)kernel;
+    for (int d = 0; d < dims; d++)
+        key = key * 1099511628211ull ^ (local ? local[d] : 0);
+    ocl_first_run_done(key);
     return 0;
 }
 

@@ -94,6 +94,11 @@ int ocl_launch_nd(const char *operation, cl_kernel kernel, int dims, const size_
 /* Waits for everything enqueued. */
 int ocl_finish(void);
 
+/* Called after enqueueing work that may be a kernel's first run, named by key: the
+ * first time a key is seen, waits for the queue and registers the exit handler that
+ * drains it again (runtime.c says why). */
+void ocl_first_run_done(uint64_t key);
+
 /* The queue, for libraries that enqueue on it (CLBlast); ocl_lock_queue holds the
  * launch lock while they do. */
 void ocl_lock_queue(void);
