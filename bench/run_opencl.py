@@ -9,6 +9,13 @@
     python3 bench/run_opencl.py [--benchmark build/benchmark] [--bench-opencl build/bench_opencl]
                                 [--size tiny] [--iters 3] [--warmup 1] [--threads 2]
                                 [--models "mnist vit"] [--out build/bench-opencl.json]
+                                [--torch-device cuda [--python python3]]
+
+--torch-device trains the same models in PyTorch on that device (bench/torch/harness.py
+--device) at the same size, warm-up and iterations, one model after the other on each
+side, and adds PyTorch's seconds and Flare's ratio to each row: on a machine with an
+NVIDIA GPU, `--torch-device cuda` puts Flare's opencl backend and PyTorch's CUDA side by
+side on the same card.
 
 A model that fails on opencl (a primitive the backend lacks, say) is recorded with its
 error rather than stopping the run. With PoCL the OpenCL device is this machine's CPU,
@@ -54,6 +61,21 @@ def model_row(args, name, env):
     return {key: rows[0][key] for key in KEPT if key in rows[0]}
 
 
+def torch_row(args, name, env):
+    """PyTorch's training step of the same model on --torch-device, or its error."""
+    command = [args.python, str(HERE / "torch" / "harness.py"), "--model", name, "--size", args.size, "--iters",
+               str(args.iters), "--warmup", str(args.warmup), "--threads", str(args.threads), "--device",
+               args.torch_device]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=MODEL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {MODEL_TIMEOUT} s"}
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not rows:
+        return {"error": last_line(done.stderr) or f"exit status {done.returncode}"}
+    return {key: rows[0][key] for key in ("seconds", "fastest", "slowest", "version", "device")}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--benchmark", default="build/benchmark")
@@ -64,6 +86,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", help="space-separated names (default: every model of benchmark --list)")
     parser.add_argument("--out", default="build/bench-opencl.json")
+    parser.add_argument("--torch-device", help="also train each model in PyTorch on this device (cuda)")
+    parser.add_argument("--python", default=sys.executable, help="the Python that has PyTorch, for --torch-device")
     args = parser.parse_args()
     env = benchmark_environment(args.threads)
 
@@ -80,12 +104,22 @@ def main():
     models = []
     for name in names:
         row = model_row(args, name, env)
+        if args.torch_device:
+            row["torch"] = torch_row(args, name, env)
+            if "seconds" in row and "seconds" in row["torch"]:
+                row["ratio"] = row["seconds"] / row["torch"]["seconds"]
         models.append(row)
         shown = f"{row['seconds']:.4f} s/iter" if "seconds" in row else f"failed: {row['error']}"
+        if "torch" in row:
+            theirs = row["torch"]
+            shown += (f", PyTorch {theirs['version']} on {theirs['device']} {theirs['seconds']:.4f} s/iter"
+                      if "seconds" in theirs else f", PyTorch failed: {theirs['error']}")
+            if "ratio" in row:
+                shown += f", ratio {row['ratio']:.2f}"
         print(f"{name:>12}: {shown}", flush=True)
 
     report = {"device": device, "pocl": pocl, "machine": machine_name(), "note": note, "size": args.size,
-              "threads": args.threads, "models": models, "overhead": overhead}
+              "threads": args.threads, "torch_device": args.torch_device, "models": models, "overhead": overhead}
     write_report(report, args.out)
 
     print(f"\nOpenCL device: {device}")

@@ -5,11 +5,15 @@ and spread), samples per second and peak resident memory as one JSON line.
 
     python bench/torch/harness.py --model NAME [--size cpu] [--batch B] [--warmup 2]
                                   [--iters 10] [--threads 2] [--lr 0.01] [--seed 1]
-                                  [--compile]
+                                  [--compile] [--device cuda]
 
 --compile runs the model through torch.compile (its default mode; the backward is
 compiled with it, the optimizer runs eagerly). Compiling happens in the first warm-up
 iteration; first_iteration_s, reported with or without it, is that iteration's time.
+
+--device runs the model on another device (cuda, for the opencl backend's GPU row in
+bench/run_opencl.py): the batch is made on the CPU and copied over in the data phase,
+and each phase ends with a synchronize, so the times are the device's work.
 
 NAME is a module of this folder (resnet50.py, ...) exposing build(size), BATCH,
 make_batch(size, batch, generator) and loss(model, input, target).
@@ -28,6 +32,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def synchronized(device):
+    """The time once the device's queued work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
@@ -40,6 +51,7 @@ def main():
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    parser.add_argument("--device", default="cpu", help="the device the model trains on (cpu, cuda)")
     args = parser.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 0:
         parser.error("--iters and --threads must be positive, --warmup and --batch not negative")
@@ -50,7 +62,8 @@ def main():
     torch.manual_seed(args.seed)
     spec = importlib.import_module(args.model)
     batch = args.batch or spec.BATCH[args.size]
-    model = spec.build(args.size)
+    device = torch.device(args.device)
+    model = spec.build(args.size).to(device)
     model.train()
     forward_model = torch.compile(model) if args.compile else model
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -60,15 +73,15 @@ def main():
     first_iteration_s = None
     for i in range(args.warmup + args.iters):
         start = time.perf_counter()
-        images, targets = spec.make_batch(args.size, batch, generator)
-        data_done = time.perf_counter()
+        images, targets = (t.to(device) for t in spec.make_batch(args.size, batch, generator))
+        data_done = synchronized(device)
         loss = spec.loss(forward_model, images, targets)
-        forward_done = time.perf_counter()
+        forward_done = synchronized(device)
         loss.backward()
-        backward_done = time.perf_counter()
+        backward_done = synchronized(device)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        end = time.perf_counter()
+        end = synchronized(device)
         if i == 0:
             first_iteration_s = end - start
         if i >= args.warmup:
@@ -78,7 +91,8 @@ def main():
 
     result = {"name": args.model, "size": args.size, "params": sum(p.numel() for p in model.parameters()),
               "batch": batch, "threads": torch.get_num_threads(), "warmup": args.warmup, "iters": args.iters,
-              "version": torch.__version__, "compiled": args.compile, "first_iteration_s": first_iteration_s}
+              "version": torch.__version__, "compiled": args.compile, "device": str(device),
+              "first_iteration_s": first_iteration_s}
     result.update({key: statistics.median(values) for key, values in phases.items()})
     result["fastest"], result["slowest"] = min(phases["seconds"]), max(phases["seconds"])
     result["samples_per_s"] = batch / result["seconds"]
