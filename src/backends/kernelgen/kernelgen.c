@@ -217,9 +217,11 @@ static void conversion(fl_dtype from, fl_dtype to, char *buf, size_t size)
         snprintf(buf, size, "kg_half_bits((float)(%s))", value);
     else if (to == FL_BF16)
         snprintf(buf, size, "kg_bf16_store((float)(%s))", value);
-    else if ((from == FL_F32 || from == FL_F64 || from == FL_F16 || from == FL_BF16) &&
-             (to == FL_U8 || to == FL_I32 || to == FL_I64))
-        snprintf(buf, size, "(%s)(%s)", kg_type(to), value); /* truncates toward zero, as C does */
+    else if ((from == FL_F32 || from == FL_F64 || from == FL_F16 || from == FL_BF16) && to == FL_U8)
+        /* through int, so that -2 wraps to 254 as on the cpu backend and in PyTorch: a
+         * float converted straight to uchar out of its range is undefined in OpenCL C,
+         * and NVIDIA's gives 0 */
+        snprintf(buf, size, "(uchar)(int)(%s)", value);
     else
         snprintf(buf, size, "(%s)(%s)", kg_type(to), value);
 }
