@@ -162,9 +162,9 @@ static void device_errors_are_statuses(void **state)
     fl_release(huge);
     fl_clear_error();
     assert_null(fl_zeros(FL_I32, 2, (int64_t[]){1 << 20, 1 << 20}));
-    assert_int_equal(fl_last_status(), FL_ERR_MEMORY);
-    assert_non_null(strstr(fl_last_error(), "device memory"));
-    assert_non_null(strstr(fl_last_error(), fl_opencl_device()));
+    if (fl_last_status() != FL_ERR_MEMORY || !strstr(fl_last_error(), "device memory") ||
+        !strstr(fl_last_error(), fl_opencl_device()))
+        fail_msg("a 4 TiB tensor: status %d, \"%s\"", (int)fl_last_status(), fl_last_error());
     /* an operation across backends names both */
     fl_tensor *a = fl_ones(FL_F32, 1, (int64_t[]){3});
     fl_tensor *c = fl_to_backend(a, "cpu");

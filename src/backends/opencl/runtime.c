@@ -78,8 +78,12 @@ int ocl_check(cl_int err, const char *operation)
 {
     if (err == CL_SUCCESS)
         return 0;
-    return fl_backend_error(status_of(err), "OpenCL %s failed on %s: %s (%d)", operation,
-                            device.name[0] ? device.name : "no device", ocl_error_name(err), err);
+    /* a driver may reserve a buffer's memory only when a kernel first uses it
+     * (NVIDIA's does): then that kernel's launch is what runs out of device memory */
+    fl_status status = status_of(err);
+    return fl_backend_error(status, "OpenCL %s failed on %s: %s%s (%d)", operation,
+                            device.name[0] ? device.name : "no device",
+                            status == FL_ERR_MEMORY ? "out of device memory, " : "", ocl_error_name(err), err);
 }
 
 /* ---- the device ---- */
@@ -185,6 +189,11 @@ static void init(void)
     clGetDeviceInfo(chosen, CL_DEVICE_EXTENSIONS, sizeof extensions, extensions, NULL);
     snprintf(device.name, sizeof device.name, "%s: %s", platform_name, device_name);
     device.fp64 = strstr(extensions, "cl_khr_fp64") != NULL;
+    cl_device_fp_config single = 0;
+    clGetDeviceInfo(chosen, CL_DEVICE_SINGLE_FP_CONFIG, sizeof single, &single, NULL);
+    device.build_options = single & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT
+                               ? "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
+                               : "-cl-std=CL1.2";
     size_t max_group = 256;
     clGetDeviceInfo(chosen, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_group, &max_group, NULL);
     device.local_size = max_group < 256 ? max_group : 256;
@@ -445,7 +454,7 @@ static program *program_build(const char *source, uint64_t hash)
     cl_int err;
     p->program = clCreateProgramWithSource(device.context, 1, &source, NULL, &err);
     if (err == CL_SUCCESS)
-        err = clBuildProgram(p->program, 1, &device.id, "-cl-std=CL1.2", NULL, NULL);
+        err = clBuildProgram(p->program, 1, &device.id, device.build_options, NULL, NULL);
     COUNT(builds, 1);
     if (err != CL_SUCCESS) {
         char log[2048] = "";

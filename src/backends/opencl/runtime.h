@@ -29,6 +29,10 @@ typedef struct ocl_device {
     cl_command_queue queue;
     char name[256];     /* "<platform>: <device>" */
     bool fp64;          /* cl_khr_fp64 */
+    /* programs are built with -cl-fp32-correctly-rounded-divide-sqrt, where the device
+     * offers it: f32 division and sqrt then round as on the cpu backend, where
+     * OpenCL's defaults allow 2.5 and 3 ulp (NVIDIA's differ by one) */
+    const char *build_options;
     size_t local_size;  /* work-group size used for 1-D launches */
     fl_memory_manager *memory; /* the caching manager over device buffers */
 } ocl_device;
