@@ -29,6 +29,63 @@ static void from_data_round_trips_every_dtype(void **state)
     }
 }
 
+/* fl_from_fill's callbacks: a ramp that says where it wrote, integers, and a read
+ * that fails. */
+static fl_status fill_ramp(void *data, size_t bytes, void *where)
+{
+    float *values = data;
+    for (size_t i = 0; i < bytes / sizeof *values; i++)
+        values[i] = (float)i;
+    *(void **)where = data;
+    return FL_OK;
+}
+
+static fl_status fill_ints(void *data, size_t bytes, void *context)
+{
+    (void)context;
+    int32_t *values = data;
+    for (size_t i = 0; i < bytes / sizeof *values; i++)
+        values[i] = (int32_t)i - 2;
+    return FL_OK;
+}
+
+static fl_status fill_fails(void *data, size_t bytes, void *calls)
+{
+    (void)data;
+    (void)bytes;
+    ++*(int *)calls;
+    fl_error(FL_ERR_IO, "fill_fails", "the file ended");
+    return FL_ERR_IO;
+}
+
+/* fl_from_fill hands its callback the tensor's own storage where the backend gives
+ * the host access (the cpu backend), else a staging buffer, with the same values. */
+static void from_fill_writes_the_values(void **state)
+{
+    void *where = NULL;
+    fl_tensor *t = fl_from_fill(FL_F32, 2, (int64_t[]){3, 4}, fill_ramp, &where);
+    assert_values(t, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11);
+    const fl_backend *backend = fl_default_backend();
+    if (strcmp(backend->name, "cpu") == 0) {
+        void *storage = NULL;
+        assert_int_equal(backend->host_data(backend, t, &storage), 0);
+        assert_ptr_equal(storage, where); /* no copy */
+    }
+    int64_t low, high;
+    fl_tensor *ints = fl_from_fill(FL_I32, 1, (int64_t[]){5}, fill_ints, NULL);
+    assert_values(ints, 0, 0, -2, -1, 0, 1, 2);
+    assert_true(fl_known_bounds(ints, &low, &high));
+    assert_true(low == -2 && high == 2);
+    int calls = 0;
+    assert_null(fl_from_fill(FL_F64, 1, (int64_t[]){4}, fill_fails, &calls));
+    assert_int_equal(calls, 1);
+    assert_fails(NULL, FL_ERR_IO, "the file ended");
+    assert_shape(fl_from_fill(FL_F32, 2, (int64_t[]){0, 3}, fill_fails, &calls), 0, 3);
+    assert_int_equal(calls, 1); /* not called for an empty tensor */
+    assert_fails(fl_from_fill(FL_F32, 1, (int64_t[]){2}, NULL, NULL), FL_ERR_NULL, "fill is NULL");
+    assert_no_error();
+}
+
 static void creation_functions(void **state)
 {
     assert_values(fl_zeros(FL_F32, FL_SHAPE(2, 2)), 0, 0, 0, 0, 0, 0);
@@ -629,6 +686,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         scoped_test(from_data_round_trips_every_dtype),
         scoped_test(creation_functions),
+        scoped_test(from_fill_writes_the_values),
         scoped_test(half_precision_conversions),
         scoped_test(promotion_follows_pytorch),
         scoped_test(errors_name_the_function_and_propagate_null),

@@ -144,6 +144,15 @@ int fl_num_threads(void);
 
 /* Copies numel elements of dtype from data (row-major). */
 fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_t *shape);
+/* A tensor whose values fill writes: numel elements of dtype, row-major, `bytes` of
+ * them at data, in host memory that is the tensor's own storage where the default
+ * backend gives the host access to a new tensor (the cpu backend does), else a
+ * staging buffer that is then copied over as fl_from_data copies. So a reader that
+ * reads a file into tensors this way makes no copy of its own. fill is called once,
+ * and not for an empty tensor; a non-zero status from it (with its error recorded by
+ * fl_error) fails the call with that status and nothing is made. */
+typedef fl_status (*fl_fill_fn)(void *data, size_t bytes, void *context);
+fl_tensor *fl_from_fill(fl_dtype dtype, int ndim, const int64_t *shape, fl_fill_fn fill, void *context);
 /* fl_scalar and fl_full refuse a value an integer dtype cannot hold (FL_ERR_VALUE):
  * converting it would be undefined. */
 fl_tensor *fl_scalar(double value, fl_dtype dtype); /* a 0-d tensor */

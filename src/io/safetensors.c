@@ -617,42 +617,47 @@ static bool read_at(int fd, void *bytes, size_t length, uint64_t offset)
     return true;
 }
 
+/* Reads one tensor's bytes where fl_from_fill asks: straight into the tensor's
+ * storage on the cpu backend. */
+typedef struct tensor_read {
+    const char *path;
+    int fd;
+    const tensor_info *t;
+    uint64_t at; /* the tensor's first byte in the file */
+} tensor_read;
+
+static fl_status read_tensor(void *data, size_t bytes, void *context)
+{
+    const tensor_read *r = context;
+    unsigned char *values = data;
+    if (!read_at(r->fd, values, bytes, r->at))
+        return load_error(r->path, errno ? FL_ERR_IO : FL_ERR_VALUE, "reading tensor '%s' at byte %llu: %s",
+                          r->t->name, (unsigned long long)r->at, errno ? strerror(errno) : "the file ended");
+    if (r->t->dtype == FL_BOOL)
+        for (size_t k = 0; k < bytes; k++)
+            if (values[k] > 1)
+                return load_error(r->path, FL_ERR_VALUE, "tensor '%s' of dtype BOOL holds %u at byte %llu",
+                                  r->t->name, values[k], (unsigned long long)(r->at + k));
+    return FL_OK;
+}
+
 static fl_status read_tensors(const char *path, int fd, const header *h, uint64_t data_offset, fl_tensor_map *map)
 {
-    uint64_t largest = 0;
-    for (size_t i = 0; i < h->count; i++)
-        if (h->tensors[i].bytes > largest)
-            largest = h->tensors[i].bytes;
-    if (largest > SIZE_MAX)
-        return load_error(path, FL_ERR_MEMORY, "a tensor of %llu bytes does not fit in memory", (unsigned long long)largest);
-    unsigned char *data = malloc(largest ? (size_t)largest : 1);
-    if (!data)
-        return load_error(path, FL_ERR_MEMORY, "out of memory for a tensor of %llu bytes", (unsigned long long)largest);
-    fl_status status = FL_OK;
-    for (size_t i = 0; i < h->count && status == FL_OK; i++) {
+    for (size_t i = 0; i < h->count; i++) {
         const tensor_info *t = &h->tensors[i];
-        if (!read_at(fd, data, (size_t)t->bytes, data_offset + t->begin)) {
-            status = load_error(path, errno ? FL_ERR_IO : FL_ERR_VALUE, "reading tensor '%s' at byte %llu: %s", t->name,
-                                (unsigned long long)(data_offset + t->begin), errno ? strerror(errno) : "the file ended");
-            break;
-        }
-        if (t->dtype == FL_BOOL)
-            for (uint64_t k = 0; k < t->bytes; k++)
-                if (data[k] > 1) {
-                    status = load_error(path, FL_ERR_VALUE, "tensor '%s' of dtype BOOL holds %u at byte %llu", t->name,
-                                        data[k], (unsigned long long)(data_offset + t->begin + k));
-                    break;
-                }
-        if (status != FL_OK)
-            break;
+        if (t->bytes > SIZE_MAX)
+            return load_error(path, FL_ERR_MEMORY, "tensor '%s' of %llu bytes does not fit in memory", t->name,
+                              (unsigned long long)t->bytes);
+        tensor_read r = {.path = path, .fd = fd, .t = t, .at = data_offset + t->begin};
         /* The map keeps the only reference: ours (taken from a scope, if one is
          * open) is dropped once the map has its own. */
-        fl_tensor *tensor = fl_keep(fl_from_data(data, t->dtype, t->ndim, t->shape));
-        status = tensor ? fl_tensor_map_set(map, t->name, tensor) : fl_last_status();
+        fl_tensor *tensor = fl_keep(fl_from_fill(t->dtype, t->ndim, t->shape, read_tensor, &r));
+        fl_status status = tensor ? fl_tensor_map_set(map, t->name, tensor) : fl_last_status();
         fl_release(tensor);
+        if (status != FL_OK)
+            return status;
     }
-    free(data);
-    return status;
+    return FL_OK;
 }
 
 fl_status fl_load_safetensors(const char *path, fl_tensor_map **out)

@@ -50,6 +50,59 @@ fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_
     return out;
 }
 
+/* The host address of a new tensor's storage, made by its backend's empty entry; NULL
+ * (and no error recorded) where the backend offers no host access. */
+static void *empty_with_host_access(fl_tensor *t)
+{
+    const fl_backend *b = t->backend;
+    void *data = NULL;
+    if (!b->empty || !b->host_data || b->empty(b, t) != 0 || b->host_data(b, t, &data) != 0)
+        data = NULL;
+    if (!data) {
+        fl__take_backend_error(NULL, 0); /* declining is not an error: the caller stages */
+        if (t->impl) {
+            b->release(b, t);
+            t->impl = NULL;
+        }
+    }
+    return data;
+}
+
+fl_tensor *fl_from_fill(fl_dtype dtype, int ndim, const int64_t *shape, fl_fill_fn fill, void *context)
+{
+    static const char fn[] = "fl_from_fill";
+    if (!check_dtype(fn, dtype) || !fl_check_size(fn, dtype, ndim, shape))
+        return NULL;
+    if (!fill)
+        return fl_error(FL_ERR_NULL, fn, "fill is NULL");
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        numel *= shape[i];
+    if (numel == 0)
+        return fl_from_data(NULL, dtype, ndim, shape);
+    size_t bytes = (size_t)numel * fl_dtype_size(dtype); /* fl_check_size bounds it */
+    fl_tensor *out = fl__new(fl_default_backend(), dtype, ndim, shape);
+    if (!out)
+        return NULL;
+    void *data = empty_with_host_access(out);
+    if (data) {
+        if (fill(data, bytes, context) != FL_OK) {
+            fl_release(out);
+            return NULL;
+        }
+        if (fl_dtype_is_integer(dtype))
+            fl__bound_from_host(out, data);
+        return fl_out(out);
+    }
+    fl_release(out);
+    void *staging = malloc(bytes);
+    if (!staging)
+        return fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+    out = fill(staging, bytes, context) == FL_OK ? fl_from_data(staging, dtype, ndim, shape) : NULL;
+    free(staging);
+    return out;
+}
+
 static fl_tensor *full_unbounded(const char *fn, double value, fl_dtype dtype, int ndim, const int64_t *shape)
 {
     CREATE(fn, full, dtype, ndim, shape, value);
