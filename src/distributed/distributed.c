@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "flare/config.h"
-#include "../tensor/internal.h" /* calls the backends' host-access entries */
+#include "../tensor/internal.h" /* host access: fl__host_data, fl__host_output */
 #include "internal.h"
 
 /* ---- errors ---- */
@@ -249,19 +249,6 @@ void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size)
     }
 }
 
-/* The host address of t's values through its backend's host_data entry, or NULL
- * (and no error) where the backend has none for t. */
-static void *host_data(const fl_tensor *t)
-{
-    void *data = NULL;
-    FL_ENTRY_TYPE(host_data) entry = t->backend->host_data;
-    if (!entry || entry(t->backend, t, &data) != 0) {
-        fl__take_backend_error(NULL, 0); /* declining is not an error */
-        return NULL;
-    }
-    return data;
-}
-
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch)
 {
     *scratch = NULL;
@@ -270,7 +257,7 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     static const char nothing; /* empty tensors may have no storage; NULL means failure here */
     if (t->numel == 0)
         return &nothing;
-    const void *direct = host_data(t);
+    const void *direct = fl__host_data(t);
     if (direct)
         return direct;
     size_t bytes = (size_t)t->numel * fl_dtype_size(t->dtype);
@@ -285,60 +272,6 @@ const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scrat
     return *scratch;
 }
 
-bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
-                           const int64_t *shape)
-{
-    *out = (fl__dist_output){.backend = backend};
-    FL_ENTRY_TYPE(empty) empty = backend->empty;
-    fl_tensor *t = fl__new(backend, dtype, ndim, shape);
-    if (!t)
-        return false;
-    if (empty && empty(backend, t) == 0 && (t->numel == 0 || (out->data = host_data(t)))) {
-        out->tensor = t;
-        return true;
-    }
-    if (t->impl) { /* storage without host access (device memory): from_host makes its own */
-        backend->release(backend, t);
-        t->impl = NULL;
-    }
-    fl__take_backend_error(NULL, 0); /* no host access: stage in host memory */
-    size_t bytes = (size_t)t->numel * fl_dtype_size(dtype);
-    out->tensor = t; /* metadata only until from_host fills it */
-    out->staging = malloc(bytes ? bytes : 1);
-    out->data = out->staging;
-    if (!out->staging) {
-        fl__dist_output_abandon(out);
-        fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
-        return false;
-    }
-    return true;
-}
-
-fl_tensor *fl__dist_output_finish(const char *fn, fl__dist_output *out)
-{
-    fl_tensor *t = out->tensor;
-    out->tensor = NULL;
-    if (t && out->staging) {
-        FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, t->backend, FL_PRIMITIVE(from_host), "from_host");
-        if (from_host) {
-            fl__begin("from_host");
-            t = fl__finish(fn, t, from_host(t->backend, t, out->staging), 0, NULL);
-        } else {
-            fl_release(t);
-            t = NULL;
-        }
-    }
-    fl__dist_output_abandon(out);
-    return t;
-}
-
-void fl__dist_output_abandon(fl__dist_output *out)
-{
-    fl_release(out->tensor);
-    free(out->staging);
-    *out = (fl__dist_output){0};
-}
-
 /* ---- collectives ---- */
 
 typedef enum collective { ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER } collective;
@@ -348,14 +281,14 @@ struct fl_dist_request {
     void *work;
     fl_tensor *input;  /* retained while the engine may read its storage */
     void *scratch;     /* input's staged copy, if it had to be made */
-    fl__dist_output result; /* on the input's backend */
+    fl__host_output result; /* on the input's backend */
     fl_dist_op op;
 };
 
 static void request_free(fl_dist_request *r)
 {
     fl_release(r->input);
-    fl__dist_output_abandon(&r->result);
+    fl__host_output_abandon(&r->result);
     free(r->scratch);
     free(r);
 }
@@ -400,7 +333,7 @@ static fl_dist_request *start(const char *fn, collective kind, const fl_tensor *
     r->op = op;
     r->input = fl_retain(t);
     const void *send = fl__dist_host_input(fn, t, &r->scratch);
-    if (!send || !fl__dist_output_begin(fn, &r->result, t->backend, t->dtype, ndim, shape)) {
+    if (!send || !fl__host_output_begin(fn, &r->result, t->backend, t->dtype, ndim, shape)) {
         request_free(r);
         return NULL;
     }
@@ -438,7 +371,7 @@ static fl_tensor *finish(const char *fn, fl_dist_request *r)
         const fl_tensor *t = r->result.tensor;
         if (r->op == FL_DIST_MEAN)
             fl__dist_divide(r->result.data, t->numel, t->dtype, r->engine->size(r->engine));
-        result = fl__dist_output_finish(fn, &r->result);
+        result = fl__host_output_finish(fn, &r->result);
     }
     request_free(r);
     return fl_out(result);

@@ -36,20 +36,4 @@ void fl__dist_divide(void *data, int64_t count, fl_dtype dtype, int size);
  * entry gives it, else a copy in *scratch (free it with free()). NULL on failure. */
 const void *fl__dist_host_input(const char *fn, const fl_tensor *t, void **scratch);
 
-/* Where an engine writes a result: into a tensor of backend directly where the
- * backend gives host access (empty, then host_data), else into host memory that
- * finish copies in with from_host. The layer never looks inside a backend. */
-typedef struct fl__dist_output {
-    const fl_backend *backend;
-    fl_tensor *tensor; /* the result, owned */
-    void *data;        /* where the engine writes tensor's values */
-    void *staging;     /* host memory, when the backend has no host access */
-} fl__dist_output;
-
-bool fl__dist_output_begin(const char *fn, fl__dist_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
-                           const int64_t *shape);
-/* The filled tensor, owned; NULL and an error naming fn. out is empty afterwards. */
-fl_tensor *fl__dist_output_finish(const char *fn, fl__dist_output *out);
-void fl__dist_output_abandon(fl__dist_output *out);
-
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/internal.h" /* fl__host_output */
 #include "internal.h"
 
 typedef struct slot {
@@ -24,7 +25,7 @@ typedef struct bucket {
     int members;
     int pending;    /* members not yet added in this round */
     const fl_backend *backend; /* of the first tensor added this round: where the flat buffer lives */
-    fl__dist_output flat; /* this round's buffer, 1-D */
+    fl__host_output flat; /* this round's buffer, 1-D */
     fl_tensor *reduced;   /* the flat buffer once reduced */
     void *work;     /* the engine's pending all-reduce */
 } bucket;
@@ -140,7 +141,7 @@ fl_status fl_dist_reducer_add(fl_dist_reducer *reducer, int index, const fl_tens
      * backend after its reducer was made gets its gradients back where it now is. */
     if (!b->flat.tensor) {
         b->backend = t->backend;
-        if (!fl__dist_output_begin(fn, &b->flat, b->backend, b->dtype, 1, &b->numel))
+        if (!fl__host_output_begin(fn, &b->flat, b->backend, b->dtype, 1, &b->numel))
             return fl_last_status();
     }
     s->backend = t->backend;
@@ -162,7 +163,7 @@ static void end_round(const char *fn, fl_dist_reducer *r, bool drain)
         if (b->work && drain)
             drain = fl__dist_wait(fn, r->engine, b->work);
         b->work = NULL;
-        fl__dist_output_abandon(&b->flat);
+        fl__host_output_abandon(&b->flat);
         fl_release(b->reduced);
         b->reduced = NULL;
         b->pending = b->members;
@@ -221,7 +222,7 @@ fl_status fl_dist_reducer_finish(fl_dist_reducer *reducer, fl_tensor **out)
         b->work = NULL;
         if (reducer->op == FL_DIST_MEAN)
             fl__dist_divide(b->flat.data, b->numel, b->dtype, engine->size(engine));
-        if (!(b->reduced = fl__dist_output_finish(fn, &b->flat))) {
+        if (!(b->reduced = fl__host_output_finish(fn, &b->flat))) {
             end_round(fn, reducer, false);
             return fl_last_status();
         }

@@ -50,22 +50,71 @@ fl_tensor *fl_from_data(const void *data, fl_dtype dtype, int ndim, const int64_
     return out;
 }
 
-/* The host address of a new tensor's storage, made by its backend's empty entry; NULL
- * (and no error recorded) where the backend offers no host access. */
-static void *empty_with_host_access(fl_tensor *t)
+/* ---- host access (internal.h) ---- */
+
+void *fl__host_data(const fl_tensor *t)
 {
-    const fl_backend *b = t->backend;
     void *data = NULL;
-    if (!b->empty || !b->host_data || b->empty(b, t) != 0 || b->host_data(b, t, &data) != 0)
-        data = NULL;
-    if (!data) {
-        fl__take_backend_error(NULL, 0); /* declining is not an error: the caller stages */
-        if (t->impl) {
-            b->release(b, t);
-            t->impl = NULL;
-        }
+    FL_ENTRY_TYPE(host_data) entry = t->backend->host_data;
+    if (!entry || entry(t->backend, t, &data) != 0) {
+        fl__take_backend_error(NULL, 0); /* declining is not an error */
+        return NULL;
     }
     return data;
+}
+
+bool fl__host_output_begin(const char *fn, fl__host_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
+                           const int64_t *shape)
+{
+    *out = (fl__host_output){0};
+    FL_ENTRY_TYPE(empty) empty = backend->empty;
+    fl_tensor *t = fl__new(backend, dtype, ndim, shape);
+    if (!t)
+        return false;
+    if (empty && empty(backend, t) == 0 && (t->numel == 0 || (out->data = fl__host_data(t)))) {
+        out->tensor = t;
+        return true;
+    }
+    if (t->impl) { /* storage without host access (device memory): from_host makes its own */
+        backend->release(backend, t);
+        t->impl = NULL;
+    }
+    fl__take_backend_error(NULL, 0); /* no host access: stage in host memory */
+    size_t bytes = (size_t)t->numel * fl_dtype_size(dtype);
+    out->tensor = t; /* metadata only until from_host fills it */
+    out->staging = malloc(bytes ? bytes : 1);
+    out->data = out->staging;
+    if (!out->staging) {
+        fl__host_output_abandon(out);
+        fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
+        return false;
+    }
+    return true;
+}
+
+fl_tensor *fl__host_output_finish(const char *fn, fl__host_output *out)
+{
+    fl_tensor *t = out->tensor;
+    out->tensor = NULL;
+    if (t && out->staging) {
+        FL_ENTRY_TYPE(from_host) from_host = fl__primitive(fn, t->backend, FL_PRIMITIVE(from_host), "from_host");
+        if (from_host) {
+            fl__begin("from_host");
+            t = fl__finish(fn, t, from_host(t->backend, t, out->staging), 0, NULL);
+        } else {
+            fl_release(t);
+            t = NULL;
+        }
+    }
+    fl__host_output_abandon(out);
+    return t;
+}
+
+void fl__host_output_abandon(fl__host_output *out)
+{
+    fl_release(out->tensor);
+    free(out->staging);
+    *out = (fl__host_output){0};
 }
 
 fl_tensor *fl_from_fill(fl_dtype dtype, int ndim, const int64_t *shape, fl_fill_fn fill, void *context)
@@ -75,32 +124,18 @@ fl_tensor *fl_from_fill(fl_dtype dtype, int ndim, const int64_t *shape, fl_fill_
         return NULL;
     if (!fill)
         return fl_error(FL_ERR_NULL, fn, "fill is NULL");
-    int64_t numel = 1;
-    for (int i = 0; i < ndim; i++)
-        numel *= shape[i];
-    if (numel == 0)
-        return fl_from_data(NULL, dtype, ndim, shape);
-    size_t bytes = (size_t)numel * fl_dtype_size(dtype); /* fl_check_size bounds it */
-    fl_tensor *out = fl__new(fl_default_backend(), dtype, ndim, shape);
-    if (!out)
+    fl__host_output out;
+    if (!fl__host_output_begin(fn, &out, fl_default_backend(), dtype, ndim, shape))
         return NULL;
-    void *data = empty_with_host_access(out);
-    if (data) {
-        if (fill(data, bytes, context) != FL_OK) {
-            fl_release(out);
+    if (out.tensor->numel > 0) {
+        if (fill(out.data, (size_t)out.tensor->numel * fl_dtype_size(dtype), context) != FL_OK) {
+            fl__host_output_abandon(&out);
             return NULL;
         }
         if (fl_dtype_is_integer(dtype))
-            fl__bound_from_host(out, data);
-        return fl_out(out);
+            fl__bound_from_host(out.tensor, out.data);
     }
-    fl_release(out);
-    void *staging = malloc(bytes);
-    if (!staging)
-        return fl_error(FL_ERR_MEMORY, fn, "no memory to stage %zu bytes", bytes);
-    out = fill(staging, bytes, context) == FL_OK ? fl_from_data(staging, dtype, ndim, shape) : NULL;
-    free(staging);
-    return out;
+    return fl_out(fl__host_output_finish(fn, &out));
 }
 
 static fl_tensor *full_unbounded(const char *fn, double value, fl_dtype dtype, int ndim, const int64_t *shape)

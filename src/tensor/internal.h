@@ -87,6 +87,25 @@ fl_tensor *fl__cast(const fl_tensor *t, fl_dtype dtype);
  * bounds of the numel values of out's dtype at data. Both ignore a NULL out. */
 void fl__bound_like(fl_tensor *out, const fl_tensor *t);
 void fl__bound_from_host(fl_tensor *out, const void *data);
+
+/* Host access to tensors through the backends' optional entries (backend.h, version
+ * 2), for layers that hand memory to code outside Flare and never look inside a
+ * backend. fl__host_data: the host address of t's values through host_data, or NULL
+ * (and no error) where the backend has none for t. */
+void *fl__host_data(const fl_tensor *t);
+/* Where a producer writes a new tensor's values: the tensor's own storage where its
+ * backend gives host access (empty, then host_data), else host memory that finish
+ * copies in with from_host. */
+typedef struct fl__host_output {
+    fl_tensor *tensor; /* the result, owned */
+    void *data;        /* where the producer writes tensor's values */
+    void *staging;     /* host memory, when the backend has no host access */
+} fl__host_output;
+bool fl__host_output_begin(const char *fn, fl__host_output *out, const fl_backend *backend, fl_dtype dtype, int ndim,
+                           const int64_t *shape);
+/* The filled tensor, owned; NULL and an error naming fn. out is empty afterwards. */
+fl_tensor *fl__host_output_finish(const char *fn, fl__host_output *out);
+void fl__host_output_abandon(fl__host_output *out);
 fl_tensor *fl__expand(const fl_tensor *t, int ndim, const int64_t *shape);
 /* index as i64, checked to hold only values in [0, size); owned. axis >= 0 names the
  * axis of t indexed; axis < 0 means size counts classes (t unused). The check reads
