@@ -645,9 +645,6 @@ static fl_status read_tensors(const char *path, int fd, const header *h, uint64_
 {
     for (size_t i = 0; i < h->count; i++) {
         const tensor_info *t = &h->tensors[i];
-        if (t->bytes > SIZE_MAX)
-            return load_error(path, FL_ERR_MEMORY, "tensor '%s' of %llu bytes does not fit in memory", t->name,
-                              (unsigned long long)t->bytes);
         tensor_read r = {.path = path, .fd = fd, .t = t, .at = data_offset + t->begin};
         /* The map keeps the only reference: ours (taken from a scope, if one is
          * open) is dropped once the map has its own. */
