@@ -108,29 +108,34 @@ static void device_memory_init(void);
  * handler that drains the queue is registered again after the first run of each
  * kernel, once that run is done: it then runs before anything that run registered.
  * The first runs are remembered by a key (a kernel and its work-group size, or a
- * CLBlast call's signature) in a table of fixed size; past its capacity nothing more
- * is registered. */
+ * CLBlast call's signature) in a table of fixed size. Every launch looks its key up,
+ * so a key seen before is found without the lock (a slot is written once, under it);
+ * past three quarters of the table no more keys are added. */
 static void finish_at_exit(void) { clFinish(device.queue); }
 
 #define FIRST_RUNS 1024
 static uint64_t first_runs[FIRST_RUNS]; /* open addressing; 0 is an empty slot */
+static int first_runs_count;
 static pthread_mutex_t first_runs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void ocl_first_run_done(uint64_t key)
 {
     key |= 1;
-    pthread_mutex_lock(&first_runs_lock);
     size_t slot = key % FIRST_RUNS;
-    for (int probe = 0; probe < FIRST_RUNS; probe++, slot = (slot + 1) % FIRST_RUNS) {
-        if (first_runs[slot] == key)
-            break;
-        if (first_runs[slot] == 0) {
-            first_runs[slot] = key;
-            clFinish(device.queue);
-            COUNT(waits, 1);
-            atexit(finish_at_exit);
-            break;
-        }
+    uint64_t held;
+    while ((held = __atomic_load_n(&first_runs[slot], __ATOMIC_ACQUIRE)) != 0 && held != key)
+        slot = (slot + 1) % FIRST_RUNS;
+    if (held == key || __atomic_load_n(&first_runs_count, __ATOMIC_RELAXED) >= FIRST_RUNS * 3 / 4)
+        return;
+    pthread_mutex_lock(&first_runs_lock);
+    while ((held = first_runs[slot]) != 0 && held != key) /* another thread may have filled it */
+        slot = (slot + 1) % FIRST_RUNS;
+    if (held == 0 && first_runs_count < FIRST_RUNS * 3 / 4) {
+        clFinish(device.queue);
+        COUNT(waits, 1);
+        atexit(finish_at_exit);
+        __atomic_store_n(&first_runs[slot], key, __ATOMIC_RELEASE);
+        __atomic_store_n(&first_runs_count, first_runs_count + 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&first_runs_lock);
 }
