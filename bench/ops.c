@@ -39,6 +39,13 @@ static fl_tensor *run_linear(fl_tensor *const *in)
     fl_release(w_t);
     return y;
 }
+/* A linear layer's weight gradient, dY^T x with dY [rows, out] and x [rows, in]. */
+static fl_tensor *run_weight_grad(fl_tensor *const *in)
+{
+    fl_tensor *dy_t = fl_transpose(in[0], 0, 1), *dw = fl_matmul(dy_t, in[1]);
+    fl_release(dy_t);
+    return dw;
+}
 static fl_tensor *run_add(fl_tensor *const *in) { return fl_add(in[0], in[1]); }
 static fl_tensor *run_mul(fl_tensor *const *in) { return fl_mul(in[0], in[1]); }
 static fl_tensor *run_exp(fl_tensor *const *in) { return fl_exp(in[0]); }
@@ -96,6 +103,13 @@ static const bench_case cases[] = {
     CASE("matmul_64x512x2048", run_matmul, MATRIX(64, 512), MATRIX(512, 2048)),
     CASE("matmul_64x2048x512", run_matmul, MATRIX(64, 2048), MATRIX(2048, 512)),
     CASE("matmul_1024x2048x512", run_matmul, MATRIX(1024, 2048), MATRIX(2048, 512)),
+    /* dY^T x, named out x rows x in: an LSTM's gate weights (35 steps of 20), a
+     * transformer's attention projections (1024 tokens), and two that stay with sgemm,
+     * fewer outputs than 512 and more inputs than 512 */
+    CASE("weight_grad_1024x700x256", run_weight_grad, MATRIX(700, 1024), MATRIX(700, 256)),
+    CASE("weight_grad_1536x1024x512", run_weight_grad, MATRIX(1024, 1536), MATRIX(1024, 512)),
+    CASE("weight_grad_256x2048x256", run_weight_grad, MATRIX(2048, 256), MATRIX(2048, 256)),
+    CASE("weight_grad_512x1024x2048", run_weight_grad, MATRIX(1024, 512), MATRIX(1024, 2048)),
     CASE("add_1e6", run_add, VECTOR(1000000), VECTOR(1000000)),
     CASE("add_1e7", run_add, VECTOR(10000000), VECTOR(10000000)),
     CASE("mul_1e6", run_mul, VECTOR(1000000), VECTOR(1000000)),

@@ -149,6 +149,33 @@ static void matmul_with_a_transposed_weight_matches_f64(void **state)
     assert_no_error();
 }
 
+/* dY^T X as a linear layer's weight gradient takes it (dY [K, M] row-major, viewed
+ * transposed), in f32 against f64: the shapes that go to oneDNN's matmul primitive (512
+ * rows or more, at most 512 columns, 64^3 multiply-adds or more) and their neighbours
+ * that stay with sgemm, a batch, and a dY whose rows are further apart than M. {B, M,
+ * K, N}. */
+static void matmul_with_a_transposed_left_operand_matches_f64(void **state)
+{
+    static const int64_t cases[][4] = {{1, 511, 40, 64},  {1, 512, 40, 64}, {1, 1024, 70, 256},
+                                       {1, 600, 30, 513}, {1, 600, 30, 512}, {3, 520, 24, 40}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t B = cases[c][0], M = cases[c][1], K = cases[c][2], N = cases[c][3];
+        fl_manual_seed(23 + c);
+        fl_tensor *dy = fl_randn(FL_F64, FL_SHAPE(B, K, M)), *x = fl_randn(FL_F64, FL_SHAPE(B, K, N));
+        fl_tensor *expected = fl_matmul(fl_transpose(dy, 1, 2), x);
+        fl_tensor *y = fl_matmul(fl_transpose(fl_cast(dy, FL_F32), 1, 2), fl_cast(x, FL_F32));
+        assert_dtype(y, FL_F32);
+        assert_close(y, expected, 1e-4, 1e-4);
+    }
+    /* Rows M + 7 apart: the first M columns of a wider dY. */
+    fl_manual_seed(6);
+    fl_tensor *wide = fl_randn(FL_F32, FL_SHAPE(40, 519)), *x = fl_randn(FL_F32, FL_SHAPE(40, 64));
+    fl_tensor *dy = strided_view(wide, (int64_t[]){40, 512}, (int64_t[]){0, 0}, (int64_t[]){1, 1});
+    assert_close(fl_matmul(fl_transpose(dy, 0, 1), x),
+                 fl_matmul(fl_transpose(fl_cast(dy, FL_F64), 0, 1), fl_cast(x, FL_F64)), 1e-4, 1e-4);
+    assert_no_error();
+}
+
 /* The plan cache on plans that count their builds and destructions: least recently
  * used out, never a plan in use, and a plan built when every slot is busy is dropped
  * when its call ends. */
@@ -567,6 +594,7 @@ int main(void)
         scoped_test(matmul_takes_transposed_and_strided_operands),
         scoped_test(matmul_larger_shapes_match_a_naive_product),
         scoped_test(matmul_with_a_transposed_weight_matches_f64),
+        scoped_test(matmul_with_a_transposed_left_operand_matches_f64),
         scoped_test(matmul_primitives_are_safe_from_several_threads),
         scoped_test(plan_cache_evicts_the_least_recently_used_plan_not_in_use),
         scoped_test(matmul_dtypes_and_empty_operands),

@@ -12,13 +12,16 @@
  * layout is copied dense first. Batch axes may have any strides, zero included, so
  * broadcast batches are never materialized.
  *
- * One case goes to oneDNN's matmul primitive instead: x W^T, a linear layer's forward,
- * of at least SMALL_GEMM multiply-adds, with 16 rows or more and either fewer than
- * 256 rows or at most 512 columns. oneDNN's sgemm takes a transposed B slowly there,
- * much more slowly than the same product with B untransposed, where the primitive's
- * kernels (brgemm) run at the untransposed speed (docs/BENCHMARKS.md, "Products with
- * a transposed weight", has the cases and their command). With fewer rows (one token
- * at a time) sgemm is the faster.
+ * Two cases go to oneDNN's matmul primitive instead, each of at least SMALL_GEMM
+ * multiply-adds, where its kernels (brgemm) are faster than sgemm's
+ * (docs/BENCHMARKS.md, "Products with a transposed weight" and "Weight gradients", has
+ * the cases and their command):
+ *  - x W^T, a linear layer's forward, with 16 rows or more and either fewer than 256
+ *    rows or at most 512 columns. sgemm takes a transposed B much more slowly there
+ *    than an untransposed one; the primitive runs it at the untransposed speed. With
+ *    fewer rows (one token at a time) sgemm is the faster.
+ *  - dY^T X, a linear layer's weight gradient, with 512 rows or more and at most 512
+ *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -109,20 +112,23 @@ static int64_t batch_offset(const fl_tensor *out, const int64_t *batch_strides, 
     return offset;
 }
 
-/* ---- x W^T through oneDNN's matmul primitive ---- */
+/* ---- x W^T and dY^T X through oneDNN's matmul primitive ---- */
 
-/* Whether C[M x N] = A B^T (A row-major, B column-major) goes to the primitive. A
- * product under SMALL_GEMM stays with sgemm, which is not slow there: the primitive's
- * cost per call (the plan's lookup, a stream and three memory objects) would be most
- * of it. */
+/* Whether C[M x N] = A B^T (A row-major, B column-major) or A^T B (A column-major, B
+ * row-major) goes to the primitive. A product under SMALL_GEMM stays with sgemm,
+ * which is not slow there: the primitive's cost per call (the plan's lookup, a stream
+ * and three memory objects) would be most of it. */
 static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N, int64_t K)
 {
-    return !a->transposed && b->transposed && M >= 16 && (M < 256 || N <= 512) && M * N * K >= SMALL_GEMM;
+    if (M * N * K < SMALL_GEMM || a->transposed == b->transposed)
+        return false;
+    return b->transposed ? M >= 16 && (M < 256 || N <= 512) : M >= 512 && N <= 512;
 }
 
 typedef struct product_key {
     int64_t M, N, K, lda, ldb;
     int threads; /* oneDNN fixes a kernel's partitioning when it builds it */
+    bool a_transposed, b_transposed;
 } product_key;
 
 typedef struct product_plan {
@@ -151,7 +157,8 @@ static void *build_product_plan(const void *key)
         return NULL;
     }
     dnnl_dims_t a_dims = {k->M, k->K}, b_dims = {k->K, k->N}, c_dims = {k->M, k->N};
-    dnnl_dims_t a_strides = {k->lda, 1}, b_strides = {1, k->ldb}, c_strides = {k->N, 1};
+    dnnl_dims_t a_strides = {k->a_transposed ? 1 : k->lda, k->a_transposed ? k->lda : 1},
+                b_strides = {k->b_transposed ? 1 : k->ldb, k->b_transposed ? k->ldb : 1}, c_strides = {k->N, 1};
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
@@ -183,18 +190,20 @@ static void *build_product_plan(const void *key)
 
 static cpu_plan_cache product_plans = CPU_PLAN_CACHE(product_key, destroy_product_plan);
 
-/* C = A B^T through a cached primitive; 0 or an fl_backend_error. */
-static int primitive_product(const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t M, int64_t N,
-                             int64_t K)
+/* C = op(A) op(B) through a cached primitive; 0 or an fl_backend_error. */
+static int primitive_product(const gemm_operand *a, const float *A, const gemm_operand *b, const float *B, float *C,
+                             int64_t M, int64_t N, int64_t K)
 {
     product_key key;
     memset(&key, 0, sizeof key); /* compared bytewise, padding included: set field by field */
     key.M = M;
     key.N = N;
     key.K = K;
-    key.lda = lda;
-    key.ldb = ldb;
+    key.lda = a->ld;
+    key.ldb = b->ld;
     key.threads = cpu_threads();
+    key.a_transposed = a->transposed;
+    key.b_transposed = b->transposed;
     product_plan *p = cpu_plan_acquire(&product_plans, &key, build_product_plan);
     if (!p)
         return FL_ERR_BACKEND;
@@ -297,8 +306,7 @@ static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a
             if (out->dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM)
                 dgemm_split_rows(&ga, &gb, ao, bo, ci, M, N, K, threads);
             else if (out->dtype == FL_F32 && use_primitive(&ga, &gb, M, N, K))
-                rc = primitive_product((const float *)ga.base + ao, ga.ld, (const float *)gb.base + bo, gb.ld, ci, M,
-                                       N, K);
+                rc = primitive_product(&ga, (const float *)ga.base + ao, &gb, (const float *)gb.base + bo, ci, M, N, K);
             else
                 failed = !gemm(out->dtype, &ga, &gb, ao, bo, ci, M, N, K);
         }
