@@ -214,10 +214,10 @@ static int gemm(const char *operation, fl_dtype dtype, const gemm_call *g)
     }
     ocl_unlock_queue();
     /* CLBlast picks its kernels and their work-group sizes from the call's shape */
-    if (s == CLBlastSuccess)
-        ocl_first_run_done(((((uint64_t)dtype * 4 + (uint64_t)g->a.transposed * 2 + (uint64_t)g->b.transposed) *
-                                 1000003u + (uint64_t)g->m) * 1000003u + (uint64_t)g->n) * 1000003u +
-                           (uint64_t)g->k * 2 + (uint64_t)batched);
+    if (s == CLBlastSuccess) {
+        int64_t shape[7] = {dtype, g->a.transposed, g->b.transposed, g->m, g->n, g->k, batched};
+        ocl_first_run_done(ocl_hash(OCL_HASH_SEED, shape, sizeof shape));
+    }
     /* OpenCL keeps a released sub-buffer until the commands using it are done. */
     for (int i = 0; i < 3; i++)
         if (subs[i])

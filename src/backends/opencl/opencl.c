@@ -120,14 +120,6 @@ typedef struct known_kernel {
 static known_kernel *known[KNOWN_BUCKETS];
 static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t size)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < size; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static known_kernel *known_find(uint64_t hash, const void *key, size_t key_size, const char *name)
 {
     for (known_kernel *k = known[hash % KNOWN_BUCKETS]; k; k = k->next)
@@ -160,7 +152,7 @@ static void known_add(uint64_t hash, const void *key, size_t key_size, const cha
 cl_kernel ocl_kernel_keyed(const void *key, size_t key_size, const char *name, ocl_source_writer write,
                            const void *arg)
 {
-    uint64_t hash = fnv1a(fnv1a(1469598103934665603ull, key, key_size), name, strlen(name));
+    uint64_t hash = ocl_hash(ocl_hash(OCL_HASH_SEED, key, key_size), name, strlen(name));
     pthread_mutex_lock(&known_lock);
     known_kernel *k = known_find(hash, key, key_size, name);
     pthread_mutex_unlock(&known_lock);

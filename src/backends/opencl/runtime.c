@@ -438,11 +438,11 @@ typedef struct program {
 static program *programs[PROGRAM_BUCKETS];
 static pthread_mutex_t programs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv1a(const char *s)
+uint64_t ocl_hash(uint64_t h, const void *data, size_t size)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    const unsigned char *b = data;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
@@ -482,7 +482,7 @@ cl_kernel ocl_kernel(const char *source, const char *name)
 {
     if (!ocl_device_get())
         return NULL;
-    uint64_t hash = fnv1a(source);
+    uint64_t hash = ocl_hash(OCL_HASH_SEED, source, strlen(source));
     pthread_mutex_lock(&programs_lock);
     program **bucket = &programs[hash % PROGRAM_BUCKETS], *p = *bucket;
     while (p && (p->hash != hash || strcmp(p->source, source) != 0))
@@ -551,10 +551,10 @@ int ocl_launch_nd(const char *operation, cl_kernel kernel, int dims, const size_
     if (err != CL_SUCCESS)
         return ocl_check(err, operation);
     COUNT(launches, 1);
-    uint64_t key = (uint64_t)(uintptr_t)kernel;
-    for (int d = 0; d < dims; d++)
-        key = key * 1099511628211ull ^ (local ? local[d] : 0);
-    ocl_first_run_done(key);
+    size_t run[4] = {(size_t)(uintptr_t)kernel, 0, 0, 0}; /* the kernel and its work-group size */
+    for (int d = 0; d < dims && local; d++)
+        run[1 + d] = local[d];
+    ocl_first_run_done(ocl_hash(OCL_HASH_SEED, run, sizeof run));
     return 0;
 }
 

@@ -98,9 +98,14 @@ int ocl_launch_nd(const char *operation, cl_kernel kernel, int dims, const size_
 /* Waits for everything enqueued. */
 int ocl_finish(void);
 
-/* Called after enqueueing work that may be a kernel's first run, named by key: the
- * first time a key is seen, waits for the queue and registers the exit handler that
- * drains it again (runtime.c says why). */
+/* FNV-1a over size bytes, continuing from h (OCL_HASH_SEED to start): the key of the
+ * backend's caches of programs and kernels and of ocl_first_run_done. */
+#define OCL_HASH_SEED 1469598103934665603ull
+uint64_t ocl_hash(uint64_t h, const void *data, size_t size);
+
+/* Called after enqueueing work that may be a kernel's first run, named by key (an
+ * ocl_hash): the first time a key is seen, waits for the queue and registers the exit
+ * handler that drains it again (runtime.c says why). */
 void ocl_first_run_done(uint64_t key);
 
 /* The queue, for libraries that enqueue on it (CLBlast); ocl_lock_queue holds the
