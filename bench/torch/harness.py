@@ -5,7 +5,7 @@ and spread), samples per second and peak resident memory as one JSON line.
 
     python bench/torch/harness.py --model NAME [--size cpu] [--batch B] [--warmup 2]
                                   [--iters 10] [--threads 2] [--lr 0.01] [--seed 1]
-                                  [--compile] [--device cuda]
+                                  [--compile] [--device cuda] [--profile]
 
 --compile runs the model through torch.compile (its default mode; the backward is
 compiled with it, the optimizer runs eagerly). Compiling happens in the first warm-up
@@ -15,10 +15,16 @@ iteration; first_iteration_s, reported with or without it, is that iteration's t
 bench/run_opencl.py): the batch is made on the CPU and copied over in the data phase,
 and each phase ends with a synchronize, so the times are the device's work.
 
+--profile records the timed iterations with torch.profiler and prints its table of
+operations (self CPU time, longest first) to stderr: the twin of FLARE_PROFILE=1 on
+Flare's side (docs/BENCHMARKS.md, "Profiling a training step"). The profiler's own
+cost is in the times it reports.
+
 NAME is a module of this folder (resnet50.py, ...) exposing build(size), BATCH,
 make_batch(size, batch, generator) and loss(model, input, target).
 """
 import argparse
+import contextlib
 import importlib
 import json
 import resource
@@ -52,6 +58,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--device", default="cpu", help="the device the model trains on (cpu, cuda)")
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler's table of the timed iterations")
     args = parser.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 0:
         parser.error("--iters and --threads must be positive, --warmup and --batch not negative")
@@ -71,7 +78,11 @@ def main():
 
     phases = {"data_s": [], "forward_s": [], "backward_s": [], "step_s": [], "seconds": []}
     first_iteration_s = None
+    profiler = contextlib.nullcontext()
     for i in range(args.warmup + args.iters):
+        if i == args.warmup and args.profile:
+            profiler = torch.profiler.profile()
+            profiler.__enter__()
         start = time.perf_counter()
         images, targets = (t.to(device) for t in spec.make_batch(args.size, batch, generator))
         data_done = synchronized(device)
@@ -88,6 +99,9 @@ def main():
             for key, value in zip(phases, (data_done - start, forward_done - data_done, backward_done - forward_done,
                                            end - backward_done, end - start)):
                 phases[key].append(value)
+    if args.profile:
+        profiler.__exit__(None, None, None)
+        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), file=sys.stderr)
 
     result = {"name": args.model, "size": args.size, "params": sum(p.numel() for p in model.parameters()),
               "batch": batch, "threads": torch.get_num_threads(), "warmup": args.warmup, "iters": args.iters,
