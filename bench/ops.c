@@ -104,14 +104,14 @@ static const bench_case cases[] = {
     CASE("matmul_64x2048x512", run_matmul, MATRIX(64, 2048), MATRIX(2048, 512)),
     CASE("matmul_1024x2048x512", run_matmul, MATRIX(1024, 2048), MATRIX(2048, 512)),
     /* the LSTM language model's (bench-models, 35 steps of 20): its head over 2000
-     * words forward and its input gradient, a gate projection's input gradient */
+     * words and a layer's gate projection, each forward and its input gradient */
     CASE("linear_700x256x2000", run_linear, MATRIX(700, 256), MATRIX(2000, 256)),
     CASE("linear_700x256x1024", run_linear, MATRIX(700, 256), MATRIX(1024, 256)),
     CASE("matmul_700x2000x256", run_matmul, MATRIX(700, 2000), MATRIX(2000, 256)),
     CASE("matmul_700x1024x256", run_matmul, MATRIX(700, 1024), MATRIX(1024, 256)),
-    /* dY^T x, named out x rows x in: an LSTM's gate weights (35 steps of 20), a
-     * transformer's attention projections (1024 tokens), and two that stay with sgemm,
-     * fewer outputs than 512 and more inputs than 512 */
+    /* dY^T x, named out x rows x in: the LSTM language model's gate weights and head
+     * (35 steps of 20), a transformer's attention projections (1024 tokens), and two
+     * that stay with sgemm, fewer outputs than 512 and more inputs than 512 */
     CASE("weight_grad_1024x700x256", run_weight_grad, MATRIX(700, 1024), MATRIX(700, 256)),
     CASE("weight_grad_2000x700x256", run_weight_grad, MATRIX(700, 2000), MATRIX(700, 256)),
     CASE("weight_grad_1536x1024x512", run_weight_grad, MATRIX(1024, 1536), MATRIX(1024, 512)),

@@ -24,7 +24,6 @@ NAME is a module of this folder (resnet50.py, ...) exposing build(size), BATCH,
 make_batch(size, batch, generator) and loss(model, input, target).
 """
 import argparse
-import contextlib
 import importlib
 import json
 import resource
@@ -78,11 +77,10 @@ def main():
 
     phases = {"data_s": [], "forward_s": [], "backward_s": [], "step_s": [], "seconds": []}
     first_iteration_s = None
-    profiler = contextlib.nullcontext()
+    profiler = torch.profiler.profile() if args.profile else None
     for i in range(args.warmup + args.iters):
-        if i == args.warmup and args.profile:
-            profiler = torch.profiler.profile()
-            profiler.__enter__()
+        if i == args.warmup and profiler:
+            profiler.start()
         start = time.perf_counter()
         images, targets = (t.to(device) for t in spec.make_batch(args.size, batch, generator))
         data_done = synchronized(device)
@@ -99,8 +97,8 @@ def main():
             for key, value in zip(phases, (data_done - start, forward_done - data_done, backward_done - forward_done,
                                            end - backward_done, end - start)):
                 phases[key].append(value)
-    if args.profile:
-        profiler.__exit__(None, None, None)
+    if profiler:
+        profiler.stop()
         print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), file=sys.stderr)
 
     result = {"name": args.model, "size": args.size, "params": sum(p.numel() for p in model.parameters()),
