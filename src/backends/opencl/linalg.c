@@ -215,8 +215,8 @@ static int gemm(const char *operation, fl_dtype dtype, const gemm_call *g)
     ocl_unlock_queue();
     /* CLBlast picks its kernels and their work-group sizes from the call's shape */
     if (s == CLBlastSuccess) {
-        int64_t shape[7] = {dtype, g->a.transposed, g->b.transposed, g->m, g->n, g->k, batched};
-        ocl_first_run_done(ocl_hash(OCL_HASH_SEED, shape, sizeof shape));
+        int64_t signature[7] = {dtype, g->a.transposed, g->b.transposed, g->m, g->n, g->k, batched};
+        ocl_first_run_done(ocl_hash(OCL_HASH_SEED, signature, sizeof signature));
     }
     /* OpenCL keeps a released sub-buffer until the commands using it are done. */
     for (int i = 0; i < 3; i++)
