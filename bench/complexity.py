@@ -86,6 +86,8 @@ PERFORMS = {
     "add_scaled": ("add",),
     # (softmax - s / C) r, plus the target's term added at its class
     "cross_entropy_backward": ("add",),
+    # x W^T + b: the bias's add (the products' sums are matmul's, which counts none)
+    "linear": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

@@ -39,6 +39,8 @@ static fl_tensor *run_linear(fl_tensor *const *in)
     fl_release(w_t);
     return y;
 }
+/* A linear layer with its bias: x W^T + b in one call. */
+static fl_tensor *run_linear_bias(fl_tensor *const *in) { return fl_linear(in[0], in[1], in[2]); }
 /* A linear layer's weight gradient, dY^T x with dY [rows, out] and x [rows, in]. */
 static fl_tensor *run_weight_grad(fl_tensor *const *in)
 {
@@ -72,6 +74,8 @@ static fl_tensor *run_pool_forward(fl_tensor *const *in) { return fl_pool2d(in[0
  * reads the indices its forward saved (see ops_torch.py). */
 static fl_tensor *run_pool_backward(fl_tensor *const *in) { return fl_pool2d_backward(in[0], in[1], &maxpool2x2); }
 
+#define MAX_INPUTS 3
+
 typedef struct input_shape {
     int ndim;
     int64_t dims[4];
@@ -80,7 +84,7 @@ typedef struct input_shape {
 typedef struct bench_case {
     const char *name;
     fl_tensor *(*run)(fl_tensor *const *in); /* one operation; returns a new tensor */
-    input_shape inputs[2];                   /* N(0, 1) inputs; ndim 0 marks an absent one */
+    input_shape inputs[MAX_INPUTS];          /* N(0, 1) inputs; ndim 0 marks an absent one */
     int64_t iterations;                      /* a fixed loop count, or 0 to calibrate */
 } bench_case;
 
@@ -107,6 +111,11 @@ static const bench_case cases[] = {
      * words and a layer's gate projection, each forward and its input gradient */
     CASE("linear_700x256x2000", run_linear, MATRIX(700, 256), MATRIX(2000, 256)),
     CASE("linear_700x256x1024", run_linear, MATRIX(700, 256), MATRIX(1024, 256)),
+    /* with the bias: the LSTM language model's head, and the GPT row's feed-forward
+     * pair (8 sequences of 512 tokens, width 512) */
+    CASE("linear_bias_700x256x2000", run_linear_bias, MATRIX(700, 256), MATRIX(2000, 256), VECTOR(2000)),
+    CASE("linear_bias_4096x512x2048", run_linear_bias, MATRIX(4096, 512), MATRIX(2048, 512), VECTOR(2048)),
+    CASE("linear_bias_4096x2048x512", run_linear_bias, MATRIX(4096, 2048), MATRIX(512, 2048), VECTOR(512)),
     CASE("matmul_700x2000x256", run_matmul, MATRIX(700, 2000), MATRIX(2000, 256)),
     CASE("matmul_700x1024x256", run_matmul, MATRIX(700, 1024), MATRIX(1024, 256)),
     /* dY^T x, named out x rows x in: the LSTM language model's gate weights and head
@@ -269,7 +278,7 @@ static bool make_inputs(const bench_case *c, fl_tensor **in)
 {
     fl_manual_seed(0);
     bool made = true;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < MAX_INPUTS; i++) {
         in[i] = c->inputs[i].ndim ? fl_randn(FL_F32, c->inputs[i].ndim, c->inputs[i].dims) : NULL;
         made &= in[i] || !c->inputs[i].ndim;
     }
@@ -278,7 +287,7 @@ static bool make_inputs(const bench_case *c, fl_tensor **in)
 
 static void run_case(const bench_case *c, const options *o)
 {
-    fl_tensor *in[2];
+    fl_tensor *in[MAX_INPUTS];
     fl_clear_error();
     measurement m = make_inputs(c, in) ? measure(c, in, o) : (measurement){NAN, NAN, 0, 0};
     if (isnan(m.seconds)) {
@@ -289,8 +298,8 @@ static void run_case(const bench_case *c, const options *o)
         printf(", \"seconds\": %.6e, \"fastest\": %.6e, \"iterations\": %lld, \"repeats\": %d}\n", m.seconds,
                m.fastest, (long long)m.iterations, m.repeats);
     }
-    fl_release(in[0]);
-    fl_release(in[1]);
+    for (int i = 0; i < MAX_INPUTS; i++)
+        fl_release(in[i]);
 }
 
 static const bench_case *find_case(const char *name)
@@ -308,13 +317,13 @@ static const bench_case *find_case(const char *name)
  * driver can alternate single batches of the two programs. */
 typedef struct loaded_case {
     const bench_case *c;
-    fl_tensor *in[2];
+    fl_tensor *in[MAX_INPUTS];
 } loaded_case;
 
 static void unload(loaded_case *l)
 {
-    fl_release(l->in[0]);
-    fl_release(l->in[1]);
+    for (int i = 0; i < MAX_INPUTS; i++)
+        fl_release(l->in[i]);
     *l = (loaded_case){0};
 }
 

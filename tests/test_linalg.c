@@ -302,6 +302,69 @@ static void matmul_errors(void **state)
     assert_fails(fl_matmul(NULL, a), FL_ERR_NULL, "fl_matmul");
 }
 
+/* ---- linear ---- */
+
+/* x [B, M, K] (B 0: [M, K]; B -1: [M, K] transposed from [K, M]) and weight [N, K]
+ * (transposed from [K, N] where weight_transposed). */
+static void linear_operands(fl_dtype dtype, const int64_t *c, bool weight_transposed, fl_tensor **x, fl_tensor **w)
+{
+    int64_t B = c[0], M = c[1], K = c[2], N = c[3];
+    *x = B > 0 ? fl_randn(dtype, FL_SHAPE(B, M, K))
+         : B < 0 ? fl_transpose(fl_randn(dtype, FL_SHAPE(K, M)), 0, 1) : fl_randn(dtype, FL_SHAPE(M, K));
+    *w = weight_transposed ? fl_transpose(fl_randn(dtype, FL_SHAPE(K, N)), 0, 1) : fl_randn(dtype, FL_SHAPE(N, K));
+}
+
+/* fl_linear against the composition x W^T + b, which runs where the backend's linear
+ * entry is NULL, in f32 and f64: the shapes of each path of the cpu kernel (a gemm
+ * after the rows are set to the bias; its blocks on two threads; oneDNN's primitive
+ * with its bias; f64 rows split between threads), x with batch axes and x and the
+ * weight as transposed views. {B, M, K, N}. */
+static void linear_matches_the_composition(void **state)
+{
+    static const int64_t cases[][4] = {{0, 5, 7, 3},    {0, 300, 64, 600}, {0, 700, 40, 2000}, {0, 64, 256, 512},
+                                       {2, 30, 40, 50}, {-1, 300, 64, 600}, {-1, 64, 256, 512}, {0, 1, 33, 17}};
+    fl_backend composing = support_derive(fl_default_backend()->name);
+    composing.linear = NULL;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int f64 = 0; f64 < 2; f64++)
+            for (int weight_transposed = 0; weight_transposed < 2; weight_transposed++) {
+                fl_dtype dtype = f64 ? FL_F64 : FL_F32;
+                fl_manual_seed(31 + c);
+                fl_tensor *x, *w, *b = fl_randn(dtype, FL_SHAPE(cases[c][3]));
+                linear_operands(dtype, cases[c], weight_transposed, &x, &w);
+                fl_tensor *y = fl_linear(x, w, b);
+                fl_backend original = support_override(&composing);
+                fl_tensor *composed = fl_linear(x, w, b);
+                support_override(&original);
+                assert_dtype(y, dtype);
+                assert_int_equal(fl_ndim(y), fl_ndim(x));
+                assert_int_equal(fl_shape(y)[fl_ndim(y) - 1], cases[c][3]);
+                assert_close(y, composed, f64 ? 1e-12 : 1e-5, f64 ? 1e-12 : 1e-4);
+                assert_close(fl_linear(x, w, NULL), fl_matmul(x, fl_transpose(w, 0, 1)), 0, 0);
+            }
+    assert_no_error();
+}
+
+static void linear_edges_and_errors(void **state)
+{
+    /* No inputs: every row is the bias. */
+    fl_tensor *b = T_F32(FL_SHAPE(2), 1.5f, -2);
+    assert_values(fl_linear(fl_zeros(FL_F32, FL_SHAPE(2, 0)), fl_zeros(FL_F32, FL_SHAPE(2, 0)), b), 0, 0, 1.5, -2,
+                  1.5, -2);
+    assert_shape(fl_linear(fl_zeros(FL_F32, FL_SHAPE(0, 3)), fl_zeros(FL_F32, FL_SHAPE(2, 3)), b), 0, 2);
+    /* Mixed dtypes promote, as the composition's product and sum do. */
+    fl_tensor *y = fl_linear(T_F32(FL_SHAPE(1, 2), 1, 2), T_F64(FL_SHAPE(2, 2), 1, 0, 0, 1), b);
+    assert_dtype(y, FL_F64);
+    assert_values(y, 0, 0, 2.5, 0);
+    fl_tensor *x = fl_zeros(FL_F32, FL_SHAPE(2, 3));
+    assert_fails(fl_linear(x, fl_zeros(FL_F32, FL_SHAPE(4, 5)), NULL), FL_ERR_SHAPE,
+                 "fl_linear: x f32[2, 3], weight f32[4, 5] and bias none do not make x [*, in] weight [out, in]^T + "
+                 "bias [out]");
+    assert_fails(fl_linear(x, fl_zeros(FL_F32, FL_SHAPE(4, 3)), b), FL_ERR_SHAPE, "bias f32[2]");
+    assert_fails(fl_linear(fl_scalar(1, FL_F32), fl_zeros(FL_F32, FL_SHAPE(1, 1)), NULL), FL_ERR_SHAPE, "x f32[]");
+    assert_fails(fl_linear(NULL, x, NULL), FL_ERR_NULL, "fl_linear");
+}
+
 /* ---- convolution ---- */
 
 typedef struct conv_case {
@@ -599,6 +662,8 @@ int main(void)
         scoped_test(plan_cache_evicts_the_least_recently_used_plan_not_in_use),
         scoped_test(matmul_dtypes_and_empty_operands),
         scoped_test(matmul_errors),
+        scoped_test(linear_matches_the_composition),
+        scoped_test(linear_edges_and_errors),
         scoped_test(conv_matches_pytorch),
         scoped_test(conv_f32_agrees_with_f64),
         scoped_test(winograd_and_direct_convolutions_agree_with_f64),

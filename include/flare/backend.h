@@ -43,7 +43,7 @@
  *    cpu entry means under the lazy backend.
  *
  * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell, the
- * LSTM recurrence, add_scaled and cross_entropy_backward compute what the tensor
+ * LSTM recurrence, add_scaled, cross_entropy_backward and linear compute what the tensor
  * layer also composes from the primitives, in one pass instead of several. A backend
  * may leave any of them NULL and the composition is used; the composition defines
  * the semantics, and the tests check each fused kernel against it. They exist
@@ -112,6 +112,14 @@
  *    three tensors of its size, against one pass; over a language model's vocabulary
  *    it is the largest tensor of the step. It may decline a call (a dtype it lacks)
  *    with FL_ERR_UNSUPPORTED; the tensor layer composes then.
+ *  - linear (version 6): a linear layer's product and its bias, out [M, N] =
+ *    x [M, K] weight^T + bias, with weight [N, K] as the layer stores it and bias
+ *    [N]; all of one dtype, f32 or f64; x and weight may be views (a matrix whose
+ *    rows or columns are contiguous). Composed, the bias is a second pass that reads
+ *    and writes the product again: over a language model's vocabulary, a tensor as
+ *    large as any of the step's. Fused, each block of out starts from the bias while
+ *    the product's cache still holds it. It may decline a call with
+ *    FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
@@ -259,7 +267,9 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(4, add_scaled, (fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha, double beta))         \
     /* -- version 5: the gradient of cross-entropy (see "Fused kernels" above) -- */                          \
     X(5, cross_entropy_backward, (fl_tensor *dlogits, const fl_tensor *log_probs, const fl_tensor *index,         \
-                                  const fl_tensor *scale, double smoothing))
+                                  const fl_tensor *scale, double smoothing))                                      \
+    /* -- version 6: a linear layer's product with its bias (see "Fused kernels" above) -- */                    \
+    X(6, linear, (fl_tensor *out, const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -267,7 +277,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 5
+#define FL_BACKEND_VERSION 6
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -459,6 +459,10 @@ fl_status fl_lstm_sequence_backward(const fl_tensor *dstates, const fl_tensor *s
 
 /* numpy.matmul: 1-D operands are promoted to matrices, batch dimensions broadcast. */
 fl_tensor *fl_matmul(const fl_tensor *a, const fl_tensor *b);
+/* torch.nn.functional.linear: x [..., in] weight^T + bias, with weight [out, in] and
+ * bias [out] (NULL for none), giving [..., out]. Operands of mixed dtypes promote as
+ * fl_matmul's and fl_add's do. */
+fl_tensor *fl_linear(const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias);
 
 typedef struct fl_conv_params {
     int stride[2];   /* {height, width}; a zero means 1 */

@@ -1,4 +1,5 @@
-/* Linear: y = x W^T + b, one node with the transposed weight as a view. */
+/* Linear: y = x W^T + b, one node whose forward is fl_linear (the product and its
+ * bias in one pass where the backend fuses them). */
 #include "internal.h"
 
 typedef struct linear_context {
@@ -33,9 +34,7 @@ fl_variable *fl_f_linear(fl_variable *x, fl_variable *weight, fl_variable *bias)
                          fl_describe(xv, dx), fl_describe(w, dw), b ? fl_describe(b, db) : "none");
     }
     fl_scope scope = fl_scope_begin();
-    fl_tensor *y = fl_matmul(xv, fl_transpose(w, 0, 1));
-    if (b)
-        y = fl_add(y, b);
+    fl_tensor *y = fl_linear(xv, w, b);
     linear_context c = {bias != NULL};
     fl_variable *inputs[3] = {x, weight, bias};
     fl_variable *result = fl_v_record(y, inputs, bias ? 3 : 2, linear_grad, FL_SAVE(xv, w), &c, sizeof c);

@@ -118,6 +118,62 @@ fl_tensor *fl_matmul(const fl_tensor *a, const fl_tensor *b)
     return fl_scope_return(scope, product);
 }
 
+/* ---- linear ---- */
+
+/* The backend's fused kernel on x folded into rows: false where the backend declined
+ * the call (nothing recorded); else *y is the result, or NULL after an error. */
+static bool linear_fused(const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias, fl_tensor **y)
+{
+    const char *fn = "fl_linear";
+    int64_t K = weight->shape[1], N = weight->shape[0], rows = 1;
+    for (int i = 0; i < x->ndim - 1; i++)
+        rows *= x->shape[i];
+    const fl_tensor *in[3] = {fl_out(fl__reshape(x, 2, (int64_t[]){rows, K})), weight, bias};
+    *y = NULL;
+    if (!in[0])
+        return true;
+    fl__begin("linear");
+    fl_tensor *out = fl__new(x->backend, x->dtype, 2, (int64_t[]){rows, N});
+    if (!out) {
+        fl__end();
+        return true;
+    }
+    int rc = x->backend->linear(x->backend, out, in[0], weight, bias);
+    if (fl__declined(rc)) {
+        fl_release(out);
+        return false;
+    }
+    out = fl_out(fl__finish(fn, out, rc, 3, in));
+    int64_t shape[FL_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = N;
+    *y = out ? fl_out(fl__reshape(out, x->ndim, shape)) : NULL;
+    return true;
+}
+
+fl_tensor *fl_linear(const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias)
+{
+    const char *fn = "fl_linear";
+    if (fl_null_args(fn, 2, x, weight) || fl_mixed_backends(fn, 3, x, weight, bias))
+        return NULL;
+    char dx[FL_DESC_SIZE], dw[FL_DESC_SIZE], db[FL_DESC_SIZE];
+    if (x->ndim < 1 || weight->ndim != 2 || x->shape[x->ndim - 1] != weight->shape[1] ||
+        (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0])))
+        return fl_error(FL_ERR_SHAPE, fn, "x %s, weight %s and bias %s do not make x [*, in] weight [out, in]^T + "
+                        "bias [out]", fl_describe(x, dx), fl_describe(weight, dw), bias ? fl_describe(bias, db) : "none");
+    fl_scope scope = fl_scope_begin();
+    fl_tensor *y;
+    /* Mixed dtypes take the composition, which promotes them. */
+    bool fusable = bias && x->backend->linear && (x->dtype == FL_F32 || x->dtype == FL_F64) &&
+                   weight->dtype == x->dtype && bias->dtype == x->dtype;
+    if (!fusable || !linear_fused(x, weight, bias, &y)) {
+        y = fl_matmul(x, fl_transpose(weight, 0, 1));
+        if (y && bias)
+            y = fl_add(y, bias);
+    }
+    return fl_scope_return(scope, y);
+}
+
 /* ---- convolution ---- */
 
 static bool resolve_conv_params(const char *fn, const fl_conv_params *p, fl_conv2d_desc *d)

@@ -22,6 +22,11 @@
  *    fewer rows (one token at a time) sgemm is the faster.
  *  - dY^T X, a linear layer's weight gradient, with 512 rows or more and at most 512
  *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
+ *
+ * A linear layer's product with its bias (the linear entry) takes the same paths, the
+ * bias added where each writes C: the primitive's own bias, or the rows of C set to
+ * the bias before a gemm that adds to them (beta 1), block by block on several
+ * threads so that each block is still in cache when its product reads it.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -128,12 +133,12 @@ static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t 
 typedef struct product_key {
     int64_t M, N, K, lda, ldb;
     int threads; /* oneDNN fixes a kernel's partitioning when it builds it */
-    bool a_transposed, b_transposed;
+    bool a_transposed, b_transposed, bias;
 } product_key;
 
 typedef struct product_plan {
     dnnl_primitive_t primitive;
-    dnnl_memory_desc_t a, b, c, scratchpad;
+    dnnl_memory_desc_t a, b, c, bias, scratchpad;
     size_t scratchpad_bytes;
 } product_plan;
 
@@ -156,7 +161,7 @@ static void *build_product_plan(const void *key)
         fl_backend_error(FL_ERR_MEMORY, "no memory for a matmul plan");
         return NULL;
     }
-    dnnl_dims_t a_dims = {k->M, k->K}, b_dims = {k->K, k->N}, c_dims = {k->M, k->N};
+    dnnl_dims_t a_dims = {k->M, k->K}, b_dims = {k->K, k->N}, c_dims = {k->M, k->N}, bias_dims = {1, k->N};
     dnnl_dims_t a_strides = {k->a_transposed ? 1 : k->lda, k->a_transposed ? k->lda : 1},
                 b_strides = {k->b_transposed ? 1 : k->ldb, k->b_transposed ? k->ldb : 1}, c_strides = {k->N, 1};
     dnnl_matmul_desc_t desc;
@@ -167,8 +172,10 @@ static void *build_product_plan(const void *key)
         st = dnnl_memory_desc_init_by_strides(&p->b, 2, b_dims, dnnl_f32, b_strides);
     if (st == dnnl_success)
         st = dnnl_memory_desc_init_by_strides(&p->c, 2, c_dims, dnnl_f32, c_strides);
+    if (st == dnnl_success && k->bias)
+        st = dnnl_memory_desc_init_by_tag(&p->bias, 2, bias_dims, dnnl_f32, dnnl_ab);
     if (st == dnnl_success)
-        st = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
+        st = dnnl_matmul_desc_init(&desc, &p->a, &p->b, k->bias ? &p->bias : NULL, &p->c);
     if (st == dnnl_success)
         st = cpu_onednn_user_scratchpad(&attr);
     if (st == dnnl_success)
@@ -190,9 +197,10 @@ static void *build_product_plan(const void *key)
 
 static cpu_plan_cache product_plans = CPU_PLAN_CACHE(product_key, destroy_product_plan);
 
-/* C = op(A) op(B) through a cached primitive; 0 or an fl_backend_error. */
+/* C = op(A) op(B) (+ bias [N] on every row, where not NULL) through a cached
+ * primitive; 0 or an fl_backend_error. */
 static int primitive_product(const gemm_operand *a, const float *A, const gemm_operand *b, const float *B, float *C,
-                             int64_t M, int64_t N, int64_t K)
+                             int64_t M, int64_t N, int64_t K, const float *bias)
 {
     product_key key;
     memset(&key, 0, sizeof key); /* compared bytewise, padding included: set field by field */
@@ -204,22 +212,30 @@ static int primitive_product(const gemm_operand *a, const float *A, const gemm_o
     key.threads = cpu_threads();
     key.a_transposed = a->transposed;
     key.b_transposed = b->transposed;
+    key.bias = bias != NULL;
     product_plan *p = cpu_plan_acquire(&product_plans, &key, build_product_plan);
     if (!p)
         return FL_ERR_BACKEND;
     dnnl_engine_t engine = cpu_onednn_engine();
     fl_memory_manager *owner = NULL;
     void *scratch = p->scratchpad_bytes ? fl_memory_alloc(p->scratchpad_bytes, &owner) : NULL;
-    /* oneDNN's memory objects take non-const handles; the primitive only reads A, B. */
-    void *handles[4] = {(void *)(uintptr_t)A, (void *)(uintptr_t)B, C, scratch};
-    const dnnl_memory_desc_t *descs[4] = {&p->a, &p->b, &p->c, &p->scratchpad};
-    static const int roles[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
-    dnnl_memory_t memory[4] = {0};
-    dnnl_exec_arg_t args[4];
-    int count = p->scratchpad_bytes ? 4 : 3;
+    /* oneDNN's memory objects take non-const handles; the primitive only reads A, B
+     * and the bias. The scratchpad, where there is one, comes last. */
+    void *handles[5] = {(void *)(uintptr_t)A, (void *)(uintptr_t)B, C, (void *)(uintptr_t)bias, scratch};
+    const dnnl_memory_desc_t *descs[5] = {&p->a, &p->b, &p->c, &p->bias, &p->scratchpad};
+    int roles[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS, DNNL_ARG_SCRATCHPAD};
+    int count = bias ? 4 : 3;
+    if (p->scratchpad_bytes) {
+        handles[count] = scratch;
+        descs[count] = &p->scratchpad;
+        roles[count] = DNNL_ARG_SCRATCHPAD;
+        count++;
+    }
+    dnnl_memory_t memory[5] = {0};
+    dnnl_exec_arg_t args[5];
     dnnl_stream_t stream = NULL;
-    dnnl_status_t st = count == 4 && !scratch ? dnnl_out_of_memory
-                                              : dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+    dnnl_status_t st = p->scratchpad_bytes && !scratch ? dnnl_out_of_memory
+                                                       : dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     for (int i = 0; i < count && st == dnnl_success; i++) {
         st = dnnl_memory_create(&memory[i], descs[i], engine, handles[i]);
         args[i] = (dnnl_exec_arg_t){roles[i], memory[i]};
@@ -237,34 +253,113 @@ static int primitive_product(const gemm_operand *a, const float *A, const gemm_o
     return st == dnnl_success ? 0 : cpu_onednn_error(st, "running a matmul primitive");
 }
 
-/* C[M x N] = A[M x K] B[K x N] for one matrix; false if the library refused. */
+/* The offsets of row i of op(A) and of column j of op(B), in elements. */
+static int64_t row_offset(const gemm_operand *a, int64_t i) { return a->transposed ? i : i * a->ld; }
+static int64_t column_offset(const gemm_operand *b, int64_t j) { return b->transposed ? j * b->ld : j; }
+
+/* C[M x N] (rows ldc apart) = A[M x K] B[K x N] + beta C for one matrix; false if the
+ * library refused. */
 static bool gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
-                 void *c, int64_t M, int64_t N, int64_t K)
+                 void *c, int64_t ldc, int64_t M, int64_t N, int64_t K, double beta)
 {
     if (dtype == FL_F32) {
         const float *A = (const float *)a->base + a_offset, *B = (const float *)b->base + b_offset;
         return dnnl_sgemm(a->transposed ? 'T' : 'N', b->transposed ? 'T' : 'N', M, N, K, 1.0f, A, a->ld, B, b->ld,
-                          0.0f, c, N) == dnnl_success;
+                          (float)beta, c, ldc) == dnnl_success;
     }
     const double *A = (const double *)a->base + a_offset, *B = (const double *)b->base + b_offset;
     cblas_dgemm(CblasRowMajor, a->transposed ? CblasTrans : CblasNoTrans, b->transposed ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, 0.0, c, (int)N);
+                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, beta, c, (int)ldc);
     return true;
 }
 
+/* Copies count elements of the bias into each of `rows` rows of C, ldc apart. */
+static void fill_rows(size_t element, char *c, int64_t ldc, const char *bias, int64_t rows, int64_t count)
+{
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(c + (size_t)(r * ldc) * element, bias, (size_t)count * element);
+}
+
 /* An f64 product on several threads: OpenBLAS runs on one, so the rows of C are
- * split here. Row i of A starts at i * ld, or at i when A is transposed. */
+ * split here, each thread setting its rows to the bias first where there is one. */
 static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
-                             double *c, int64_t M, int64_t N, int64_t K, int threads)
+                             double *c, int64_t M, int64_t N, int64_t K, const double *bias, int threads)
 {
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t first = M * t / n, last = M * (t + 1) / n;
-        int64_t row_step = a->transposed ? 1 : a->ld;
+        if (last > first && bias)
+            fill_rows(sizeof *c, (char *)(c + first * N), N, (const char *)bias, last - first, N);
         if (last > first)
-            gemm(FL_F64, a, b, a_offset + first * row_step, b_offset, c + first * N, last - first, N, K);
+            gemm(FL_F64, a, b, a_offset + row_offset(a, first), b_offset, c + first * N, N, last - first, N, K,
+                 bias ? 1 : 0);
     }
+}
+
+/* The blocks of C[M x N] for a product with its bias on several threads: about four
+ * a thread, as square as power-of-two splits of M and N make them, no side under 64
+ * where there is a choice and each a multiple of 16 (whole cache lines of C's rows). */
+static void bias_blocks(int64_t M, int64_t N, int threads, int64_t *rows, int64_t *cols)
+{
+    int target = 4 * threads;
+    int64_t best = -1;
+    *rows = M;
+    *cols = N;
+    for (int m = 1; m <= target; m *= 2) {
+        int n = target / m;
+        int64_t r = ((M + m - 1) / m + 15) / 16 * 16, c = ((N + n - 1) / n + 15) / 16 * 16;
+        int64_t side = r < c ? r : c;
+        if ((m > 1 && r < 64) || (n > 1 && c < 64) || side <= best)
+            continue;
+        best = side;
+        *rows = r;
+        *cols = c;
+    }
+}
+
+/* C = op(A) op(B) + bias, f32, as blocks of C that the threads take in turn: each sets
+ * its block to the bias and runs a single-threaded sgemm that adds to it, while the
+ * block is in its cache. Set before a threaded sgemm instead, the whole of C would be
+ * written and then read back from memory, a pass as costly as the add it replaces. */
+static bool sgemm_bias_blocks(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
+                              float *c, int64_t M, int64_t N, int64_t K, const float *bias, int threads)
+{
+    int64_t rows, cols;
+    bias_blocks(M, N, threads, &rows, &cols);
+    int64_t down = (M + rows - 1) / rows, across = (N + cols - 1) / cols;
+    bool failed = false;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(|| : failed)
+    for (int64_t block = 0; block < down * across; block++) {
+        int64_t i = block / across * rows, j = block % across * cols;
+        int64_t m = M - i < rows ? M - i : rows, n = N - j < cols ? N - j : cols;
+        float *cij = c + i * N + j;
+        fill_rows(sizeof *c, (char *)cij, N, (const char *)(bias + j), m, n);
+        failed = failed || !gemm(FL_F32, a, b, a_offset + row_offset(a, i), b_offset + column_offset(b, j), cij, N, m,
+                                 n, K, 1);
+    }
+    return !failed;
+}
+
+/* C[M x N] = op(A) op(B) (+ bias [N] on every row, where not NULL) for one matrix, on
+ * the library path its shape and dtype take; 0 or an fl_backend_error. */
+static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
+                   void *c, int64_t M, int64_t N, int64_t K, const void *bias, int threads)
+{
+    bool ok = true;
+    if (dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM) {
+        dgemm_split_rows(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
+    } else if (dtype == FL_F32 && use_primitive(a, b, M, N, K)) {
+        return primitive_product(a, (const float *)a->base + a_offset, b, (const float *)b->base + b_offset, c, M, N,
+                                 K, bias);
+    } else if (dtype == FL_F32 && bias && threads > 1 && M * N * K >= SMALL_GEMM) {
+        ok = sgemm_bias_blocks(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
+    } else {
+        if (bias)
+            fill_rows(cpu_element_size(dtype), c, N, bias, M, N);
+        ok = gemm(dtype, a, b, a_offset, b_offset, c, N, M, N, K, bias ? 1 : 0);
+    }
+    return ok ? 0 : fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed");
 }
 
 static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -298,28 +393,52 @@ static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a
 #pragma omp parallel for num_threads(team) if (team > 1) schedule(static) reduction(|| : failed)
         for (int64_t i = 0; i < batch; i++)
             failed = failed || !gemm(out->dtype, &ga, &gb, batch_offset(out, ga.batch_strides, i),
-                                     batch_offset(out, gb.batch_strides, i), c + i * M * N * element, M, N, K);
+                                     batch_offset(out, gb.batch_strides, i), c + i * M * N * element, N, M, N, K, 0);
     } else {
-        for (int64_t i = 0; i < batch && !failed && !rc; i++) {
-            int64_t ao = batch_offset(out, ga.batch_strides, i), bo = batch_offset(out, gb.batch_strides, i);
-            void *ci = c + i * M * N * element;
-            if (out->dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM)
-                dgemm_split_rows(&ga, &gb, ao, bo, ci, M, N, K, threads);
-            else if (out->dtype == FL_F32 && use_primitive(&ga, &gb, M, N, K))
-                rc = primitive_product(&ga, (const float *)ga.base + ao, &gb, (const float *)gb.base + bo, ci, M, N, K);
-            else
-                failed = !gemm(out->dtype, &ga, &gb, ao, bo, ci, M, N, K);
-        }
+        for (int64_t i = 0; i < batch && !rc; i++)
+            rc = product(out->dtype, &ga, &gb, batch_offset(out, ga.batch_strides, i),
+                         batch_offset(out, gb.batch_strides, i), c + i * M * N * element, M, N, K, NULL, threads);
     }
     cpu_scratch_free(ga.scratch);
     cpu_scratch_free(gb.scratch);
     return rc ? rc : failed ? fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed") : 0;
 }
 
+static int cpu_linear(const fl_backend *self, fl_tensor *out, const fl_tensor *x, const fl_tensor *weight,
+                      const fl_tensor *bias)
+{
+    if ((x->dtype != FL_F32 && x->dtype != FL_F64) || weight->dtype != x->dtype || bias->dtype != x->dtype)
+        return fl_backend_error(FL_ERR_DTYPE, "linear takes f32 or f64 operands of one dtype");
+    if (x->ndim != 2 || weight->ndim != 2 || bias->ndim != 1 || x->shape[1] != weight->shape[1] ||
+        bias->shape[0] != weight->shape[0])
+        return fl_backend_error(FL_ERR_SHAPE, "linear needs x [M, K], weight [N, K] and bias [N]");
+    int rc = cpu_alloc(out);
+    if (rc || out->numel == 0)
+        return rc;
+    int64_t M = x->shape[0], N = weight->shape[0], K = x->shape[1];
+    void *bias_scratch;
+    const void *b = cpu_dense(bias, &bias_scratch);
+    if (!b)
+        return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of linear's bias");
+    gemm_operand ga, gw;
+    if (K == 0) {
+        fill_rows(cpu_element_size(out->dtype), cpu_data(out), N, b, M, N);
+    } else if (!(rc = prepare_operand(&ga, x))) {
+        if (!(rc = prepare_operand(&gw, weight))) {
+            gw.transposed = !gw.transposed; /* weight [N, K] read as weight^T [K, N] */
+            rc = product(out->dtype, &ga, &gw, 0, 0, cpu_data(out), M, N, K, b, cpu_threads());
+            cpu_scratch_free(gw.scratch);
+        }
+        cpu_scratch_free(ga.scratch);
+    }
+    cpu_scratch_free(bias_scratch);
+    return rc;
+}
 
 void cpu_register_linalg(fl_backend *b)
 {
     openblas_set_num_threads(1);
     b->matmul = cpu_matmul;
+    b->linear = cpu_linear;
     cpu_register_conv(b);
 }
