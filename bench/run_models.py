@@ -9,7 +9,11 @@ Flare / PyTorch (below 1 means Flare is faster) and the ratio of peak memory.
                                [--out build/bench-models.json]
 
 Each model runs in a fresh process per side (peak resident memory is per process),
-rotating which side goes first, with --repeats rounds whose medians are kept.
+rotating which side goes first, with --repeats rounds whose medians are kept. A round
+runs both sides back to back; "rounds' ratios" is the median of the rounds' own ratios
+(with their range): the paired statistic, each ratio taken from two runs a few seconds
+apart, where the ratio of the medians may set a run of a fast minute against one of a
+slow minute on a shared host.
 --compile adds a third side, PyTorch with the model through torch.compile, and its
 columns: seconds per iteration after compiling, Flare's ratio to it, and the seconds
 the first iteration took (compiling, the forward and the backward). Each compiled
@@ -61,15 +65,24 @@ def format_ratio(value):
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def format_rounds(values):
+    """The median of the rounds' ratios, with their range when there are several."""
+    if not values:
+        return "n/a"
+    middle = statistics.median(values)
+    return f"{middle:.2f}" if len(values) == 1 else f"{middle:.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def print_table(rows, compiled):
-    header = ("model", "params", "batch", "Flare s/iter", "PyTorch s/iter", "ratio", "memory ratio", "Flare GFLOP/s")
+    header = ("model", "params", "batch", "Flare s/iter", "PyTorch s/iter", "ratio", "rounds' ratios",
+              "memory ratio", "Flare GFLOP/s")
     if compiled:
         header += ("compiled s/iter", "ratio to compiled", "first step s")
     lines = []
     for row in rows:
         line = (row["name"], f"{row['params']:,}" if row.get("params") else "n/a", str(row.get("batch", "n/a")),
                 format_seconds(row["flare_s"]), format_seconds(row["torch_s"]), format_ratio(row["ratio"]),
-                format_ratio(row["memory_ratio"]),
+                format_rounds(row.get("round_ratios")), format_ratio(row["memory_ratio"]),
                 "n/a" if row.get("flare_gflops") is None
                 else f"{row['flare_gflops']:.1f} ({100 * row['flare_peak_fraction']:.0f}%)")
         if compiled:
@@ -169,6 +182,13 @@ def main():
             if key == "compile":
                 row["compile_first_iteration_s"] = statistics.median(result["first_iteration_s"] for result in good)
         row["ratio"] = ratio(row["flare_s"], row["torch_s"])
+        # Each round runs both sides back to back, so its ratio compares them under
+        # nearly the same load.
+        rounds = [flare["seconds"] / torch["seconds"] for flare, torch in zip(results["flare"], results["torch"])
+                  if "error" not in flare and "error" not in torch]
+        if rounds:
+            row["round_ratios"] = [round(value, 4) for value in rounds]
+            row["paired_ratio"] = statistics.median(rounds)
         if args.compile:
             row["compile_ratio"] = ratio(row["flare_s"], row.get("compile_s"))
         row["memory_ratio"] = ratio(row["flare_peak_rss"], row["torch_peak_rss"])
