@@ -315,14 +315,15 @@ static void linear_operands(fl_dtype dtype, const int64_t *c, bool weight_transp
 }
 
 /* fl_linear against the composition x W^T + b, which runs where the backend's linear
- * entry is NULL, in f32 and f64: the shapes of each path of the cpu kernel (a gemm
- * after the rows are set to the bias; its blocks on two threads; oneDNN's primitive
- * with its bias; f64 rows split between threads), x with batch axes and x and the
- * weight as transposed views. {B, M, K, N}. */
+ * entry is NULL, in f32 and f64: the shapes of each path of the cpu kernel (oneDNN's
+ * primitive with its bias, from 16 rows and 64^3 multiply-adds; below either, a gemm
+ * after the rows are set to the bias, threaded or not; f64 rows split between
+ * threads), x with batch axes and x and the weight as transposed views. {B, M, K, N}. */
 static void linear_matches_the_composition(void **state)
 {
-    static const int64_t cases[][4] = {{0, 5, 7, 3},    {0, 300, 64, 600}, {0, 700, 40, 2000}, {0, 64, 256, 512},
-                                       {2, 30, 40, 50}, {-1, 300, 64, 600}, {-1, 64, 256, 512}, {0, 1, 33, 17}};
+    static const int64_t cases[][4] = {{0, 5, 7, 3},      {0, 300, 64, 600}, {0, 700, 40, 2000}, {0, 8, 512, 2048},
+                                       {2, 30, 40, 50},   {-1, 300, 64, 600}, {-1, 64, 256, 512}, {0, 1, 33, 17},
+                                       {-1, 8, 512, 2048}};
     fl_backend composing = support_derive(fl_default_backend()->name);
     composing.linear = NULL;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)

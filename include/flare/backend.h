@@ -117,9 +117,8 @@
  *    [N]; all of one dtype, f32 or f64; x and weight may be views (a matrix whose
  *    rows or columns are contiguous). Composed, the bias is a second pass that reads
  *    and writes the product again: over a language model's vocabulary, a tensor as
- *    large as any of the step's. Fused, each block of out starts from the bias while
- *    the product's cache still holds it. It may decline a call with
- *    FL_ERR_UNSUPPORTED; the tensor layer composes then.
+ *    large as any of the step's. Fused, the bias is added as the product writes out.
+ *    It may decline a call with FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:

@@ -23,10 +23,9 @@
  *  - dY^T X, a linear layer's weight gradient, with 512 rows or more and at most 512
  *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
  *
- * A linear layer's product with its bias (the linear entry) takes the same paths, the
- * bias added where each writes C: the primitive's own bias, or the rows of C set to
- * the bias before a gemm that adds to them (beta 1), block by block on several
- * threads so that each block is still in cache when its product reads it.
+ * A linear layer's product with its bias (the linear entry) goes to the primitive,
+ * which adds the bias as it writes C, from 16 rows and SMALL_GEMM multiply-adds up;
+ * smaller ones set the rows of C to the bias and run a gemm that adds to them.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -129,6 +128,13 @@ static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t 
         return false;
     return b->transposed ? M >= 16 && (M < 256 || N <= 512) : M >= 512 && N <= 512;
 }
+
+/* Whether a product with its bias goes to the primitive, which adds the bias as it
+ * writes C, where sgemm takes it faster without one: with 16 rows or more and 64^3
+ * multiply-adds, setting C to the bias before sgemm (beta 1) or adding it after costs
+ * a pass over C that the primitive does not make. With fewer rows C is small, still in
+ * cache when sgemm adds to it. */
+static bool use_primitive_for_bias(int64_t M, int64_t N, int64_t K) { return M >= 16 && M * N * K >= SMALL_GEMM; }
 
 typedef struct product_key {
     int64_t M, N, K, lda, ldb;
@@ -253,35 +259,32 @@ static int primitive_product(const gemm_operand *a, const float *A, const gemm_o
     return st == dnnl_success ? 0 : cpu_onednn_error(st, "running a matmul primitive");
 }
 
-/* The offsets of row i of op(A) and of column j of op(B), in elements. */
-static int64_t row_offset(const gemm_operand *a, int64_t i) { return a->transposed ? i : i * a->ld; }
-static int64_t column_offset(const gemm_operand *b, int64_t j) { return b->transposed ? j * b->ld : j; }
-
-/* C[M x N] (rows ldc apart) = A[M x K] B[K x N] + beta C for one matrix; false if the
- * library refused. */
+/* C[M x N] = A[M x K] B[K x N] + beta C for one matrix; false if the library
+ * refused. */
 static bool gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
-                 void *c, int64_t ldc, int64_t M, int64_t N, int64_t K, double beta)
+                 void *c, int64_t M, int64_t N, int64_t K, double beta)
 {
     if (dtype == FL_F32) {
         const float *A = (const float *)a->base + a_offset, *B = (const float *)b->base + b_offset;
         return dnnl_sgemm(a->transposed ? 'T' : 'N', b->transposed ? 'T' : 'N', M, N, K, 1.0f, A, a->ld, B, b->ld,
-                          (float)beta, c, ldc) == dnnl_success;
+                          (float)beta, c, N) == dnnl_success;
     }
     const double *A = (const double *)a->base + a_offset, *B = (const double *)b->base + b_offset;
     cblas_dgemm(CblasRowMajor, a->transposed ? CblasTrans : CblasNoTrans, b->transposed ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, beta, c, (int)ldc);
+                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, beta, c, (int)N);
     return true;
 }
 
-/* Copies count elements of the bias into each of `rows` rows of C, ldc apart. */
-static void fill_rows(size_t element, char *c, int64_t ldc, const char *bias, int64_t rows, int64_t count)
+/* Sets each of the rows of C [rows, N] to the bias [N]. */
+static void fill_rows(size_t element, char *c, const char *bias, int64_t rows, int64_t N)
 {
     for (int64_t r = 0; r < rows; r++)
-        memcpy(c + (size_t)(r * ldc) * element, bias, (size_t)count * element);
+        memcpy(c + (size_t)(r * N) * element, bias, (size_t)N * element);
 }
 
 /* An f64 product on several threads: OpenBLAS runs on one, so the rows of C are
- * split here, each thread setting its rows to the bias first where there is one. */
+ * split here, each thread setting its rows to the bias first where there is one. Row
+ * i of A starts at i * ld, or at i when A is transposed. */
 static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
                              double *c, int64_t M, int64_t N, int64_t K, const double *bias, int threads)
 {
@@ -289,56 +292,12 @@ static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64
     {
         int t = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t first = M * t / n, last = M * (t + 1) / n;
+        int64_t row_step = a->transposed ? 1 : a->ld;
         if (last > first && bias)
-            fill_rows(sizeof *c, (char *)(c + first * N), N, (const char *)bias, last - first, N);
+            fill_rows(sizeof *c, (char *)(c + first * N), (const char *)bias, last - first, N);
         if (last > first)
-            gemm(FL_F64, a, b, a_offset + row_offset(a, first), b_offset, c + first * N, N, last - first, N, K,
-                 bias ? 1 : 0);
+            gemm(FL_F64, a, b, a_offset + first * row_step, b_offset, c + first * N, last - first, N, K, bias ? 1 : 0);
     }
-}
-
-/* The blocks of C[M x N] for a product with its bias on several threads: about four
- * a thread, as square as power-of-two splits of M and N make them, no side under 64
- * where there is a choice and each a multiple of 16 (whole cache lines of C's rows). */
-static void bias_blocks(int64_t M, int64_t N, int threads, int64_t *rows, int64_t *cols)
-{
-    int target = 4 * threads;
-    int64_t best = -1;
-    *rows = M;
-    *cols = N;
-    for (int m = 1; m <= target; m *= 2) {
-        int n = target / m;
-        int64_t r = ((M + m - 1) / m + 15) / 16 * 16, c = ((N + n - 1) / n + 15) / 16 * 16;
-        int64_t side = r < c ? r : c;
-        if ((m > 1 && r < 64) || (n > 1 && c < 64) || side <= best)
-            continue;
-        best = side;
-        *rows = r;
-        *cols = c;
-    }
-}
-
-/* C = op(A) op(B) + bias, f32, as blocks of C that the threads take in turn: each sets
- * its block to the bias and runs a single-threaded sgemm that adds to it, while the
- * block is in its cache. Set before a threaded sgemm instead, the whole of C would be
- * written and then read back from memory, a pass as costly as the add it replaces. */
-static bool sgemm_bias_blocks(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
-                              float *c, int64_t M, int64_t N, int64_t K, const float *bias, int threads)
-{
-    int64_t rows, cols;
-    bias_blocks(M, N, threads, &rows, &cols);
-    int64_t down = (M + rows - 1) / rows, across = (N + cols - 1) / cols;
-    bool failed = false;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(|| : failed)
-    for (int64_t block = 0; block < down * across; block++) {
-        int64_t i = block / across * rows, j = block % across * cols;
-        int64_t m = M - i < rows ? M - i : rows, n = N - j < cols ? N - j : cols;
-        float *cij = c + i * N + j;
-        fill_rows(sizeof *c, (char *)cij, N, (const char *)(bias + j), m, n);
-        failed = failed || !gemm(FL_F32, a, b, a_offset + row_offset(a, i), b_offset + column_offset(b, j), cij, N, m,
-                                 n, K, 1);
-    }
-    return !failed;
 }
 
 /* C[M x N] = op(A) op(B) (+ bias [N] on every row, where not NULL) for one matrix, on
@@ -349,15 +308,13 @@ static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b,
     bool ok = true;
     if (dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM) {
         dgemm_split_rows(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
-    } else if (dtype == FL_F32 && use_primitive(a, b, M, N, K)) {
+    } else if (dtype == FL_F32 && (use_primitive(a, b, M, N, K) || (bias && use_primitive_for_bias(M, N, K)))) {
         return primitive_product(a, (const float *)a->base + a_offset, b, (const float *)b->base + b_offset, c, M, N,
                                  K, bias);
-    } else if (dtype == FL_F32 && bias && threads > 1 && M * N * K >= SMALL_GEMM) {
-        ok = sgemm_bias_blocks(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
     } else {
         if (bias)
-            fill_rows(cpu_element_size(dtype), c, N, bias, M, N);
-        ok = gemm(dtype, a, b, a_offset, b_offset, c, N, M, N, K, bias ? 1 : 0);
+            fill_rows(cpu_element_size(dtype), c, bias, M, N);
+        ok = gemm(dtype, a, b, a_offset, b_offset, c, M, N, K, bias ? 1 : 0);
     }
     return ok ? 0 : fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed");
 }
@@ -393,7 +350,7 @@ static int cpu_matmul(const fl_backend *self, fl_tensor *out, const fl_tensor *a
 #pragma omp parallel for num_threads(team) if (team > 1) schedule(static) reduction(|| : failed)
         for (int64_t i = 0; i < batch; i++)
             failed = failed || !gemm(out->dtype, &ga, &gb, batch_offset(out, ga.batch_strides, i),
-                                     batch_offset(out, gb.batch_strides, i), c + i * M * N * element, N, M, N, K, 0);
+                                     batch_offset(out, gb.batch_strides, i), c + i * M * N * element, M, N, K, 0);
     } else {
         for (int64_t i = 0; i < batch && !rc; i++)
             rc = product(out->dtype, &ga, &gb, batch_offset(out, ga.batch_strides, i),
@@ -422,7 +379,7 @@ static int cpu_linear(const fl_backend *self, fl_tensor *out, const fl_tensor *x
         return fl_backend_error(FL_ERR_MEMORY, "no memory for a dense copy of linear's bias");
     gemm_operand ga, gw;
     if (K == 0) {
-        fill_rows(cpu_element_size(out->dtype), cpu_data(out), N, b, M, N);
+        fill_rows(cpu_element_size(out->dtype), cpu_data(out), b, M, N);
     } else if (!(rc = prepare_operand(&ga, x))) {
         if (!(rc = prepare_operand(&gw, weight))) {
             gw.transposed = !gw.transposed; /* weight [N, K] read as weight^T [K, N] */
