@@ -24,8 +24,9 @@
  *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
  *
  * A linear layer's product with its bias (the linear entry) goes to the primitive,
- * which adds the bias as it writes C, from 16 rows and SMALL_GEMM multiply-adds up;
- * smaller ones set the rows of C to the bias and run a gemm that adds to them.
+ * which adds the bias as it writes C, from 16 rows and SMALL_GEMM multiply-adds up
+ * (use_primitive); smaller ones set the rows of C to the bias and run a gemm that adds
+ * to them.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -118,23 +119,24 @@ static int64_t batch_offset(const fl_tensor *out, const int64_t *batch_strides, 
 
 /* ---- x W^T and dY^T X through oneDNN's matmul primitive ---- */
 
-/* Whether C[M x N] = A B^T (A row-major, B column-major) or A^T B (A column-major, B
- * row-major) goes to the primitive. A product under SMALL_GEMM stays with sgemm,
- * which is not slow there: the primitive's cost per call (the plan's lookup, a stream
- * and three memory objects) would be most of it. */
-static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N, int64_t K)
+/* Whether C[M x N] = op(A) op(B) (+ a bias on every row) goes to the primitive. A
+ * product under SMALL_GEMM stays with sgemm, which is not slow there: the primitive's
+ * cost per call (the plan's lookup, a stream and three memory objects) would be most
+ * of it. Without a bias, A B^T (A row-major, B column-major) and A^T B (A
+ * column-major, B row-major) go where sgemm takes them slowly. With a bias, every
+ * product of 16 rows or more goes: the primitive adds the bias as it writes C, where
+ * sgemm needs C set to the bias first (beta 1), a pass over C; with fewer rows C is
+ * small, still in cache when sgemm adds to it. */
+static bool use_primitive(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N, int64_t K, bool bias)
 {
-    if (M * N * K < SMALL_GEMM || a->transposed == b->transposed)
+    if (M * N * K < SMALL_GEMM)
+        return false;
+    if (bias)
+        return M >= 16;
+    if (a->transposed == b->transposed)
         return false;
     return b->transposed ? M >= 16 && (M < 256 || N <= 512) : M >= 512 && N <= 512;
 }
-
-/* Whether a product with its bias goes to the primitive, which adds the bias as it
- * writes C, where sgemm takes it faster without one: with 16 rows or more and 64^3
- * multiply-adds, setting C to the bias before sgemm (beta 1) or adding it after costs
- * a pass over C that the primitive does not make. With fewer rows C is small, still in
- * cache when sgemm adds to it. */
-static bool use_primitive_for_bias(int64_t M, int64_t N, int64_t K) { return M >= 16 && M * N * K >= SMALL_GEMM; }
 
 typedef struct product_key {
     int64_t M, N, K, lda, ldb;
@@ -308,7 +310,7 @@ static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b,
     bool ok = true;
     if (dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM) {
         dgemm_split_rows(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
-    } else if (dtype == FL_F32 && (use_primitive(a, b, M, N, K) || (bias && use_primitive_for_bias(M, N, K)))) {
+    } else if (dtype == FL_F32 && use_primitive(a, b, M, N, K, bias != NULL)) {
         return primitive_product(a, (const float *)a->base + a_offset, b, (const float *)b->base + b_offset, c, M, N,
                                  K, bias);
     } else {
