@@ -65,12 +65,13 @@ def format_ratio(value):
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def format_rounds(values):
+def format_rounds(row):
     """The median of the rounds' ratios, with their range when there are several."""
+    values = row.get("round_ratios")
     if not values:
         return "n/a"
-    middle = statistics.median(values)
-    return f"{middle:.2f}" if len(values) == 1 else f"{middle:.2f} ({min(values):.2f}-{max(values):.2f})"
+    middle = f"{row['paired_ratio']:.2f}"
+    return middle if len(values) == 1 else f"{middle} ({min(values):.2f}-{max(values):.2f})"
 
 
 def print_table(rows, compiled):
@@ -82,7 +83,7 @@ def print_table(rows, compiled):
     for row in rows:
         line = (row["name"], f"{row['params']:,}" if row.get("params") else "n/a", str(row.get("batch", "n/a")),
                 format_seconds(row["flare_s"]), format_seconds(row["torch_s"]), format_ratio(row["ratio"]),
-                format_rounds(row.get("round_ratios")), format_ratio(row["memory_ratio"]),
+                format_rounds(row), format_ratio(row["memory_ratio"]),
                 "n/a" if row.get("flare_gflops") is None
                 else f"{row['flare_gflops']:.1f} ({100 * row['flare_peak_fraction']:.0f}%)")
         if compiled:
