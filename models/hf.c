@@ -45,7 +45,7 @@ static bool read_config(const char *path, void *out)
          hf_config_int(FN, config, path, "n_positions", &c->context) &&
          hf_config_int(FN, config, path, "n_embd", &c->embed) &&
          hf_config_int(FN, config, path, "n_layer", &c->layers) &&
-         hf_config_int(FN, config, path, "n_head", &c->heads);
+         hf_config_int(FN, config, path, "n_head", &c->heads) && hf_config_unquantized(FN, config, path);
     json_t *eps = json_object_get(config, "layer_norm_epsilon");
     if (ok && eps) {
         if (!json_is_number(eps) || !(json_number_value(eps) > 0))

@@ -161,7 +161,13 @@ static bool read_config(const char *path, void *out)
          hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
          config_string(config, path, "hidden_act", "gelu") &&
          config_string(config, path, "position_embedding_type", "absolute") &&
-         config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
+         config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention") &&
+         hf_config_unquantized(FN, config, path);
+    json_t *pruned = json_object_get(config, "pruned_heads");
+    if (ok && pruned && !(json_is_object(pruned) && json_object_size(pruned) == 0)) {
+        ok = false;
+        fail(FL_ERR_VALUE, "%s: \"pruned_heads\" must be empty: Flare's BERT encoder keeps every head", path);
+    }
     json_t *eps = json_object_get(config, "layer_norm_eps");
     if (ok && eps) {
         if (!json_is_number(eps) || !(json_number_value(eps) > 0))

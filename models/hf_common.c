@@ -18,6 +18,18 @@ bool hf_config_int(const char *fn, json_t *config, const char *path, const char 
     return true;
 }
 
+bool hf_config_unquantized(const char *fn, json_t *config, const char *path)
+{
+    json_t *q = json_object_get(config, "quantization_config");
+    if (!q || json_is_null(q))
+        return true;
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    fl_error(FL_ERR_VALUE, fn,
+             "%s: \"quantization_config\" (%s) names a quantized checkpoint: Flare loads floating-point weights only",
+             path, method ? method : "no quant_method");
+    return false;
+}
+
 json_t *hf_config_open(const char *fn, const char *path)
 {
     json_error_t error;

@@ -15,6 +15,11 @@
 /* config[key] as a positive integer; absent or of another kind is an error. */
 bool hf_config_int(const char *fn, json_t *config, const char *path, const char *key, int64_t *out);
 
+/* False, with an error naming the method, when config describes a quantized checkpoint
+ * ("quantization_config": GPTQ, AWQ, bitsandbytes ...): its tensors are packed integers
+ * and scales that Flare's float models do not compute with. */
+bool hf_config_unquantized(const char *fn, json_t *config, const char *path);
+
 /* The parsed config.json at path; NULL after an error (cannot be opened, not JSON). */
 json_t *hf_config_open(const char *fn, const char *path);
 

@@ -141,7 +141,7 @@ fl_variable *speech_ctc_forward(fl_module *m, fl_variable *features, const fl_te
  * attn.masked_bias, which are skipped). The configuration must be one Flare's model computes: model_type "gpt2",
  * activation_function "gelu_new" (or "gelu_pytorch_tanh", "gelu"), n_inner null or
  * 4 n_embd, scaled attention without GPT-2's per-layer scaling, upcasting or cross
- * attention; anything else, a missing or extra tensor, or a tensor of the wrong shape
+ * attention, not quantized (no quantization_config); anything else, a missing or extra tensor, or a tensor of the wrong shape
  * is an error (FL_ERR_VALUE, FL_ERR_SHAPE; FL_ERR_IO for a missing file) naming the
  * file and the key. Nothing is returned on error. */
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
@@ -155,7 +155,8 @@ typedef struct hf_bert_config {
 } hf_bert_config;
 
 /* Loads a directory written by BertModel.save_pretrained (config.json with model_type
- * "bert", hidden_act "gelu", absolute positions, not a decoder; the weights as
+ * "bert", hidden_act "gelu", absolute positions, not a decoder, no pruned heads, not
+ * quantized; the weights as
  * hf_load_gpt2 reads them, names with or without "bert.", LayerNorm parameters named
  * weight and bias or, as checkpoints converted from the original release have them,
  * gamma and beta; the heads of BertFor* classes beside "bert." ("cls.", "classifier.",

@@ -140,6 +140,10 @@ static void refuses_what_it_cannot_compute(void **state)
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, "\"n_inner\" must be null or 4 n_embd");
     write_config(dir, "gelu_new", ", \"scale_attn_by_inverse_layer_idx\": true");
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE, "\"scale_attn_by_inverse_layer_idx\" must be false");
+    /* A GPTQ checkpoint of gpt2 as its config.json names it: packed 4-bit weights. */
+    write_config(dir, "gelu_new", ", \"quantization_config\": {\"bits\": 4, \"quant_method\": \"gptq\"}");
+    assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"quantization_config\" (gptq) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\", \"vocab_size\": 50}");
     assert_fails_status(hf_load_gpt2(dir, &m, NULL), FL_ERR_VALUE,
                         "\"n_positions\" must be a positive integer, and it is missing");
@@ -420,6 +424,13 @@ static void bert_refuses_what_it_cannot_compute(void **state)
     snprintf(text, sizeof text, BERT_CONFIG, ", \"is_decoder\": true");
     write_text(dir, "config.json", text);
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"is_decoder\" must be false");
+    snprintf(text, sizeof text, BERT_CONFIG, ", \"pruned_heads\": {\"0\": [1]}");
+    write_text(dir, "config.json", text);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"pruned_heads\" must be empty");
+    snprintf(text, sizeof text, BERT_CONFIG, ", \"quantization_config\": {\"load_in_8bit\": true}");
+    write_text(dir, "config.json", text);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"quantization_config\" (no quant_method) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"model_type\" must be \"bert\", got gpt2");
     write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
