@@ -68,7 +68,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * pre-tokenizer and no normalizer (GPT-2's layout; merges as "a b" strings or as
  * pairs; add_prefix_space and ignore_merges honoured), or model.type "WordPiece" with
  * a BertNormalizer (or none) and a BertPreTokenizer (bert-base-uncased's layout).
- * Added tokens with lstrip, rstrip or single_word are refused. On error *out is NULL. */
+ * Added tokens with lstrip, rstrip or single_word are refused. The file's "truncation"
+ * and "padding" are not applied, as transformers' tokenizers do not apply them: the
+ * caller cuts and pads. On error *out is NULL. */
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);
 
 void fl_tokenizer_free(fl_tokenizer *tok);
