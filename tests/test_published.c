@@ -51,17 +51,12 @@ static size_t split_lines(const char *name, char **text, const char **lines, siz
 static void assert_ids(const int64_t *got, size_t got_count, const int32_t *expected, size_t expected_count,
                        const char *what, size_t line)
 {
-    bool same = got_count == expected_count;
-    for (size_t i = 0; same && i < got_count; i++)
-        same = got[i] == expected[i];
-    if (!same)
+    size_t same = 0;
+    while (same < got_count && same < expected_count && got[same] == expected[same])
+        same++;
+    if (same != got_count || same != expected_count)
         fail_msg("%s of text %zu: %zu ids, expected %zu (first difference at %zu)", what, line, got_count,
-                 expected_count, ({
-                     size_t i = 0;
-                     while (i < got_count && i < expected_count && got[i] == expected[i])
-                         i++;
-                     i;
-                 }));
+                 expected_count, same);
 }
 
 #define MAX_TEXTS 512
