@@ -33,8 +33,9 @@ static void *host_values(const char *name, size_t *count)
     return values;
 }
 
-/* The newline-separated lines of the u8 fixture `name`: *count of them, each at
- * lines[i] with lengths[i] bytes (pointing into *text, which the caller frees). */
+/* The newline-separated lines of the u8 fixture `name`, at most capacity: returns how
+ * many, each at lines[i] with lengths[i] bytes (pointing into *text, which the caller
+ * frees). */
 static size_t split_lines(const char *name, char **text, const char **lines, size_t *lengths, size_t capacity)
 {
     size_t size, count = 0;
@@ -305,8 +306,9 @@ static void minilm_checkpoint_matches_transformers(void **state)
 
     char path[128];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    assert_int_equal(truncate(path, 851968), 0);
-    assert_true(file_size > 851968);
+    const long cut = 851968; /* where the GitHub copy of the file ends */
+    assert_true(file_size > cut);
+    assert_int_equal(truncate(path, cut), 0);
     m = NULL;
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "the file is truncated");
     assert_null(m);
