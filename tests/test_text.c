@@ -451,6 +451,32 @@ static char *bpe_json(const char *extra_vocab, const char *merges, const char *p
     return buf;
 }
 
+static void drop_model_type(json_t *root) { json_object_del(json_object_get(root, "model"), "type"); }
+
+/* Files written before tokenizers named the model (bert-base-uncased's own
+ * tokenizer.json): the model is told by its fields, as the library tells it. */
+static void files_that_name_no_model(void **state)
+{
+    const char *files[] = {"text_bpe.json", "text_wordpiece.json"}, *sections[] = {"bpe", "wordpiece"};
+    for (int k = 0; k < 2; k++) {
+        fl_tokenizer *tok = load_edited(files[k], drop_model_type);
+        size_t i;
+        json_t *c;
+        json_array_foreach(cases(sections[k]), i, c) {
+            const json_t *text = json_object_get(c, "text");
+            assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        }
+        assert_true(i >= 20);
+        fl_tokenizer_free(tok);
+    }
+    assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}}", FL_ERR_VALUE,
+                      "model.type 'WordLevel' (told by its fields: the file names no type) is not supported");
+    assert_load_fails("{\"model\": {\"vocab\": [[\"a\", 0.0]], \"unk_id\": 0}}", FL_ERR_VALUE,
+                      "model.type 'Unigram' (told by its fields");
+    assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"continuing_subword_prefix\": \"##\"}}",
+                      FL_ERR_VALUE, "model.type (missing) is not supported");
+}
+
 static void bad_tokenizer_files(void **state)
 {
     fl_tokenizer *tok = (fl_tokenizer *)1;
@@ -565,6 +591,7 @@ int main(void)
         scoped_test(trainer_learns_the_merges_tokenizers_learns),
         scoped_test(wordpiece_ids_match_tokenizers),
         scoped_test(wordpiece_normalizer_options),
+        scoped_test(files_that_name_no_model),
         scoped_test(special_tokens_match_tokenizers),
         scoped_test(special_tokens_without_a_template),
         scoped_test(bad_tokenizer_files),

@@ -67,8 +67,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
 /* Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
  * pre-tokenizer and no normalizer (GPT-2's layout; merges as "a b" strings or as
  * pairs; add_prefix_space and ignore_merges honoured), or model.type "WordPiece" with
- * a BertNormalizer (or none) and a BertPreTokenizer (bert-base-uncased's layout).
- * Added tokens with lstrip, rstrip or single_word are refused. The file's "truncation"
+ * a BertNormalizer (or none) and a BertPreTokenizer (bert-base-uncased's layout). A
+ * file that names no model.type (bert-base-uncased's own, written before tokenizers
+ * named it) is told by its fields, as the tokenizers library tells it. Added tokens with lstrip, rstrip or single_word are refused. The file's "truncation"
  * and "padding" are not applied, as transformers' tokenizers do not apply them: the
  * caller cuts and pads. On error *out is NULL. */
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);

@@ -1283,6 +1283,27 @@ static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_
     return FL_OK;
 }
 
+/* The model of a file that names no model.type, as the tokenizers library tells them
+ * apart: it tries BPE (vocab and merges), WordPiece (vocab, unk_token,
+ * continuing_subword_prefix and max_input_chars_per_word: bert-base-uncased's own
+ * file), WordLevel (vocab and unk_token) and Unigram (vocab as a list) in turn. NULL
+ * if none fits. */
+static const char *untyped_model(const json_t *model)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    if (json_is_array(vocab))
+        return "Unigram";
+    if (!json_is_object(vocab))
+        return NULL;
+    if (json_object_get(model, "merges"))
+        return "BPE";
+    if (!json_object_get(model, "unk_token"))
+        return NULL;
+    if (json_object_get(model, "continuing_subword_prefix") && json_object_get(model, "max_input_chars_per_word"))
+        return "WordPiece";
+    return "WordLevel";
+}
+
 static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *root)
 {
     if (!json_is_object(root))
@@ -1291,12 +1312,14 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
     if (!json_is_object(model))
         return load_error(FL_ERR_VALUE, path, "no \"model\" object: not a tokenizer.json");
     const char *type = json_string_value(json_object_get(model, "type"));
+    bool inferred = !type;
+    if (inferred)
+        type = untyped_model(model);
     json_t *vocab = json_object_get(model, "vocab");
-    if (!type && json_is_array(json_object_get(model, "merges")))
-        type = "BPE"; /* older files leave the type out */
     if (!type || (strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0))
-        return load_error(FL_ERR_VALUE, path, "model.type %s%s%s is not supported (only BPE and WordPiece)",
-                          type ? "'" : "", type ? type : "(missing)", type ? "'" : "");
+        return load_error(FL_ERR_VALUE, path, "model.type %s%s%s%s is not supported (only BPE and WordPiece)",
+                          type ? "'" : "", type ? type : "(missing)", type ? "'" : "",
+                          type && inferred ? " (told by its fields: the file names no type)" : "");
     if (!json_is_object(vocab))
         return load_error(FL_ERR_VALUE, path, "model.vocab is missing or not an object");
     const json_t *added = json_object_get(root, "added_tokens");
