@@ -451,6 +451,52 @@ static char *bpe_json(const char *extra_vocab, const char *merges, const char *p
     return buf;
 }
 
+/* Renames the tokens of bytes 0xC0 and 0xFF (spelled U+00C0 and U+00FF), as GPT-NeoX's
+ * vocabulary has none. */
+static void without_unused_bytes(json_t *root)
+{
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    const char *spelled[] = {"\xc3\x80", "\xc3\xbf"}, *renamed[] = {"<unused C0>", "<unused FF>"};
+    for (int k = 0; k < 2; k++) {
+        json_t *id = json_object_get(vocab, spelled[k]);
+        assert_non_null(id);
+        json_object_set(vocab, renamed[k], id);
+        json_object_del(vocab, spelled[k]);
+    }
+}
+
+static void nfc_normalizer(json_t *root) { json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC")); }
+
+/* GPT-NeoX's layout: byte-level BPE behind an NFC normalizer. Its vocabulary has no
+ * tokens for the bytes valid UTF-8 never holds (0xC0, 0xC1, 0xF5 and up); such a file
+ * loads, and text holding one of those bytes is refused. */
+static void byte_level_bpe_with_nfc(void **state)
+{
+    fl_tokenizer *tok = load_edited("text_bpe.json", nfc_normalizer);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases("bpe_nfc"), i, c) {
+        const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        assert_decodes(tok, json_object_get(c, "ids"), json_string_value(decoded), json_string_length(decoded));
+    }
+    assert_true(i >= 20);
+    fl_tokenizer_free(tok);
+    tok = load_edited("text_bpe.json", without_unused_bytes);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(fl_tokenizer_encode(tok, "caf\xc3\xa9", 5, &ids, &n), FL_OK);
+    assert_true(n > 0);
+    free(ids);
+    assert_fails_status(fl_tokenizer_encode(tok, "ab\xc0" "d", 4, &ids, &n), FL_ERR_VALUE,
+                        "byte 0xC0 at offset 2 (not valid UTF-8) has no token");
+    assert_null(ids);
+    fl_tokenizer_free(tok);
+    assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                      "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                      FL_ERR_VALUE, "BPE model with normalizer NFKC: only NFC or none");
+}
+
 static void drop_model_type(json_t *root) { json_object_del(json_object_get(root, "model"), "type"); }
 
 /* Files written before tokenizers named the model (bert-base-uncased's own
@@ -592,6 +638,7 @@ int main(void)
         scoped_test(wordpiece_ids_match_tokenizers),
         scoped_test(wordpiece_normalizer_options),
         scoped_test(files_that_name_no_model),
+        scoped_test(byte_level_bpe_with_nfc),
         scoped_test(special_tokens_match_tokenizers),
         scoped_test(special_tokens_without_a_template),
         scoped_test(bad_tokenizer_files),

@@ -10,7 +10,11 @@
  *   characters, as tokenizer.json spells them) and the learned merges are applied,
  *   lowest rank first. Any bytes encode, invalid UTF-8 and NUL included (a byte that
  *   is not part of a valid UTF-8 character counts as punctuation for the regex), and
- *   decoding returns exactly the bytes encoded.
+ *   decoding returns exactly the bytes encoded. Behind an NFC normalizer (GPT-NeoX's
+ *   and Pythia's files) the text is put in Normalization Form C first, so decoding
+ *   gives the normalized text. A vocabulary may lack the tokens of the bytes valid
+ *   UTF-8 never holds (0xC0, 0xC1, 0xF5 and up; GPT-NeoX's does), and text holding
+ *   one is then refused (FL_ERR_VALUE, with its offset).
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
  *   says so), BertPreTokenizer (split on whitespace and around each punctuation
@@ -65,13 +69,14 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
                                  fl_tokenizer **out);
 
 /* Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
- * pre-tokenizer and no normalizer (GPT-2's layout; merges as "a b" strings or as
- * pairs; add_prefix_space and ignore_merges honoured), or model.type "WordPiece" with
- * a BertNormalizer (or none) and a BertPreTokenizer (bert-base-uncased's layout). A
- * file that names no model.type (bert-base-uncased's own, written before tokenizers
- * named it) is told by its fields, as the tokenizers library tells it. Added tokens with lstrip, rstrip or single_word are refused. The file's "truncation"
- * and "padding" are not applied, as transformers' tokenizers do not apply them: the
- * caller cuts and pads. On error *out is NULL. */
+ * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's), merges
+ * as "a b" strings or as pairs, add_prefix_space and ignore_merges honoured; or
+ * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
+ * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
+ * own, written before tokenizers named it) is told by its fields, as the tokenizers
+ * library tells it. Added tokens with lstrip, rstrip or single_word are refused. The
+ * file's "truncation" and "padding" are not applied, as transformers' tokenizers do
+ * not apply them: the caller cuts and pads. On error *out is NULL. */
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);
 
 void fl_tokenizer_free(fl_tokenizer *tok);

@@ -54,22 +54,23 @@ size_t text_utf8_put(uint32_t cp, unsigned char *out)
     return 4;
 }
 
-static bool in_ranges(const text_range *r, size_t count, int32_t cp)
+/* The index of the range of r[0..count) that holds cp, or -1. */
+static ptrdiff_t range_of(const text_range *r, size_t count, int32_t cp)
 {
-    if (cp < 0)
-        return false;
     size_t lo = 0, hi = count;
-    while (lo < hi) {
+    while (cp >= 0 && lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if ((uint32_t)cp < r[mid].first)
             hi = mid;
         else if ((uint32_t)cp > r[mid].last)
             lo = mid + 1;
         else
-            return true;
+            return (ptrdiff_t)mid;
     }
-    return false;
+    return -1;
 }
+
+static bool in_ranges(const text_range *r, size_t count, int32_t cp) { return range_of(r, count, cp) >= 0; }
 
 bool text_is_letter(int32_t cp) { return in_ranges(text_letters, text_letters_count, cp); }
 bool text_is_number(int32_t cp) { return in_ranges(text_numbers, text_numbers_count, cp); }
@@ -119,4 +120,81 @@ int text_decompose(int32_t cp, uint32_t out[4])
         return 3;
     }
     return mapped(text_decomposition, text_decomposition_count, cp, out);
+}
+
+int text_combining_class(int32_t cp)
+{
+    ptrdiff_t at = range_of(text_combining, text_combining_count, cp);
+    return at < 0 ? 0 : text_combining_classes[at];
+}
+
+/* Hangul's jamo and syllables (Unicode 3.12). */
+enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7, L_COUNT = 19, V_COUNT = 21,
+       T_COUNT = 28, S_COUNT = L_COUNT * V_COUNT * T_COUNT };
+
+/* The primary composite of the pair a b, or -1. */
+static int32_t compose(int32_t a, int32_t b)
+{
+    if (a < 0 || b < 0)
+        return -1;
+    if (a >= L_BASE && a < L_BASE + L_COUNT && b >= V_BASE && b < V_BASE + V_COUNT)
+        return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
+    if (a >= S_BASE && a < S_BASE + S_COUNT && (a - S_BASE) % T_COUNT == 0 && b > T_BASE && b < T_BASE + T_COUNT)
+        return a + (b - T_BASE);
+    size_t lo = 0, hi = text_compositions_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const text_composition *c = &text_compositions[mid];
+        if ((uint32_t)a < c->first || ((uint32_t)a == c->first && (uint32_t)b < c->second))
+            hi = mid;
+        else if ((uint32_t)a > c->first || (uint32_t)b > c->second)
+            lo = mid + 1;
+        else
+            return (int32_t)c->composite;
+    }
+    return -1;
+}
+
+size_t text_nfc(const int32_t *cp, size_t n, int32_t *out)
+{
+    /* Decompose every character fully, putting each run of marks in canonical order
+     * (a stable sort by combining class) as it grows. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d[4];
+        int count = cp[i] < 0 ? (d[0] = 0, 1) : text_decompose(cp[i], d);
+        for (int k = 0; k < count; k++) {
+            int32_t c = cp[i] < 0 ? cp[i] : (int32_t)d[k];
+            int cc = text_combining_class(c);
+            size_t at = m++;
+            while (cc && at > 0 && text_combining_class(out[at - 1]) > cc) {
+                out[at] = out[at - 1];
+                at--;
+            }
+            out[at] = c;
+        }
+    }
+    /* Compose: each mark with the last starter, unless a mark of the same or a higher
+     * class, or a starter, stands between them (it is blocked). */
+    size_t w = 0, starter = 0;
+    bool have_starter = false;
+    int last_class = 0;
+    for (size_t i = 0; i < m; i++) {
+        int32_t c = out[i];
+        int cc = text_combining_class(c);
+        if (have_starter && (w == starter + 1 || (last_class != 0 && last_class < cc))) {
+            int32_t composite = compose(out[starter], c);
+            if (composite >= 0) {
+                out[starter] = composite;
+                continue;
+            }
+        }
+        if (cc == 0) {
+            starter = w;
+            have_starter = true;
+        }
+        last_class = cc;
+        out[w++] = c;
+    }
+    return w;
 }

@@ -6,8 +6,8 @@ Usage: python3 src/text/gen_unicode.py > src/text/unicode.c
 The GPT-2 pre-tokenizer's regex classes (\\p{L}, \\p{N}), BERT's punctuation (P*),
 control characters (C*) and accent stripping (NFD, then no Mn) and per-character
 lowercasing (as Rust's char::to_lowercase: no final-sigma rule) are written as sorted
-tables that unicode.h's functions search. Hangul syllables are decomposed by rule in
-C, not listed.
+tables that unicode.h's functions search, with NFC's canonical combining classes and
+compositions. Hangul syllables are decomposed and composed by rule in C, not listed.
 """
 import sys
 import unicodedata
@@ -76,6 +76,38 @@ def main():
             assert len(s) <= 4, hex(cp)
             nfd.append((cp, [ord(c) for c in s]))
     emit_map('decomposition', nfd)
+    # NFC's data: each run of code points of one nonzero canonical combining class, and
+    # the pairs that compose (a character's one-level canonical decomposition into two,
+    # where NFC keeps the character: not a composition exclusion), sorted by the pair.
+    runs, start = [], None
+    for cp in range(MAX + 1):
+        ccc = unicodedata.combining(chr(cp)) if cp < MAX else 0
+        if start is not None and ccc != start[1]:
+            runs.append((start[0], cp - 1, start[1]))
+            start = None
+        if ccc and start is None:
+            start = (cp, ccc)
+    emit_ranges('combining', [(a, b) for a, b, _ in runs])
+    print('const uint8_t text_combining_classes[] = {')
+    for _, _, ccc in runs:
+        print(f'    {ccc},')
+    print('};\n')
+    pairs = []
+    for cp in range(MAX):
+        if 0xD800 <= cp < 0xE000 or 0xAC00 <= cp <= 0xD7A3:
+            continue
+        d = unicodedata.decomposition(chr(cp))
+        if not d or d.startswith('<'):
+            continue
+        parts = [int(x, 16) for x in d.split()]
+        if len(parts) == 2 and unicodedata.normalize('NFC', chr(cp)) == chr(cp):
+            pairs.append((parts[0], parts[1], cp))
+    pairs.sort()
+    print('const text_composition text_compositions[] = {')
+    for a, b, c in pairs:
+        print(f'    {{0x{a:X}, 0x{b:X}, 0x{c:X}}},')
+    print('};')
+    print(f'const size_t text_compositions_count = {len(pairs)};\n')
 
 
 if __name__ == '__main__':

@@ -45,8 +45,9 @@ struct fl_tokenizer {
     int64_t *slots; /* open addressing on the spelling: id + 1, 0 empty */
     size_t mask;
     pair_table merges;
-    int64_t byte_id[256];
-    bool add_prefix_space, ignore_merges;
+    int64_t byte_id[256]; /* -1: a byte valid UTF-8 never holds, absent from the vocabulary */
+    bool bytes_missing;
+    bool add_prefix_space, ignore_merges, nfc; /* nfc: the NFC normalizer (GPT-NeoX's) */
     int64_t *added; /* ids of the added tokens, matched in the raw text */
     size_t nadded;
     /* WordPiece */
@@ -448,7 +449,32 @@ static bool bpe_merge(const fl_tokenizer *tok, int64_t *sym, size_t *count)
     return true;
 }
 
-static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+/* size bytes of text in Normalization Form C, malloc'd, into *out and *out_size; a
+ * byte that is not part of valid UTF-8 stays as it is. */
+static bool nfc_bytes(const unsigned char *s, size_t size, unsigned char **out, size_t *out_size)
+{
+    *out = NULL;
+    if (size > SIZE_MAX / (16 * sizeof(int32_t)))
+        return false;
+    int32_t *cp = malloc(size * sizeof *cp), *nfc = malloc(4 * size * sizeof *nfc);
+    size_t n = 0;
+    for (size_t i = 0, len; cp && i < size; i += len) {
+        int32_t c = text_utf8_next(s + i, size - i, &len);
+        cp[n++] = c < 0 ? -1 - (int32_t)s[i] : c; /* negative: the byte itself, kept */
+    }
+    size_t m = cp && nfc ? text_nfc(cp, n, nfc) : 0;
+    if (cp && nfc && (*out = malloc(4 * m + 1))) {
+        size_t w = 0;
+        for (size_t k = 0; k < m; k++)
+            w += nfc[k] < 0 ? ((*out)[w] = (unsigned char)(-1 - nfc[k]), 1) : text_utf8_put((uint32_t)nfc[k], *out + w);
+        *out_size = w;
+    }
+    free(cp), free(nfc);
+    return *out != NULL;
+}
+
+/* Byte-level BPE of size bytes of (normalized) text: GPT-2's pieces, each merged. */
+static bool bpe_pieces(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
 {
     unsigned char *copy = NULL;
     if (tok->add_prefix_space && size && s[0] != ' ') {
@@ -490,6 +516,19 @@ static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t 
         i = end;
     }
     free(c.cp), free(c.at), free(symbols), free(copy), free(spelled.v);
+    return ok;
+}
+
+static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+{
+    unsigned char *normalized = NULL;
+    if (tok->nfc) {
+        if (!nfc_bytes(s, size, &normalized, &size))
+            return false;
+        s = normalized;
+    }
+    bool ok = bpe_pieces(tok, s, size, out);
+    free(normalized);
     return ok;
 }
 
@@ -649,6 +688,12 @@ fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t 
         return FL_ERR_NULL;
     }
     const unsigned char *s = text;
+    for (size_t i = 0; tok->model == MODEL_BPE && tok->bytes_missing && i < size; i++)
+        if (tok->byte_id[s[i]] < 0) {
+            fl_error(FL_ERR_VALUE, fn, "byte 0x%02X at offset %zu (not valid UTF-8) has no token in this vocabulary",
+                     s[i], i);
+            return FL_ERR_VALUE;
+        }
     ids out = {0};
     bool ok = true;
     size_t from = 0;
@@ -1208,8 +1253,9 @@ static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *roo
     if (!json_is_object(pre) || strcmp(json_type_name(pre), "ByteLevel") != 0)
         return load_error(FL_ERR_VALUE, path, "BPE model with pre_tokenizer %s: only ByteLevel is supported",
                           json_is_object(pre) ? json_type_name(pre) : "null");
-    if (norm && !json_is_null(norm))
-        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only none is supported",
+    tok->nfc = json_is_object(norm) && strcmp(json_type_name(norm), "NFC") == 0;
+    if (norm && !json_is_null(norm) && !tok->nfc)
+        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only NFC or none is supported",
                           json_type_name(norm));
     if (!json_flag(pre, "use_regex", true))
         return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel without use_regex is not supported");
@@ -1231,8 +1277,12 @@ static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *roo
     for (unsigned b = 0; b < 256; b++) {
         unsigned char u[5];
         size_t n = text_utf8_put(byte_char(b), u);
-        if ((tok->byte_id[b] = lookup(tok, u, n)) < 0)
+        /* GPT-NeoX's vocabulary leaves out the bytes valid UTF-8 never holds, which
+         * the tokenizers library (given only valid text) never looks up. */
+        bool never_in_utf8 = b == 0xC0 || b == 0xC1 || b >= 0xF5;
+        if ((tok->byte_id[b] = lookup(tok, u, n)) < 0 && !never_in_utf8)
             return load_error(FL_ERR_VALUE, path, "model.vocab lacks '%.*s', the token of byte 0x%02X", (int)n, u, b);
+        tok->bytes_missing |= tok->byte_id[b] < 0;
     }
     for (int64_t id = 0; id < tok->count; id++)
         if (tok->tokens[id].text && !set_token_bytes(&tok->tokens[id]))

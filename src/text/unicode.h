@@ -16,11 +16,22 @@ typedef struct text_mapping {
     uint32_t to[4];
 } text_mapping;
 
+typedef struct text_composition {
+    uint32_t first, second, composite;
+} text_composition;
+
 extern const text_range text_letters[], text_numbers[], text_punctuation[], text_other[], text_nonspacing_marks[];
 extern const size_t text_letters_count, text_numbers_count, text_punctuation_count, text_other_count,
     text_nonspacing_marks_count;
 extern const text_mapping text_lowercase[], text_decomposition[];
 extern const size_t text_lowercase_count, text_decomposition_count;
+/* text_combining[i], of text_combining_count ranges, has combining class
+ * text_combining_classes[i]. */
+extern const text_range text_combining[];
+extern const size_t text_combining_count;
+extern const uint8_t text_combining_classes[];
+extern const text_composition text_compositions[];
+extern const size_t text_compositions_count;
 
 /* Decodes one UTF-8 character of s[0..n) (n > 0): its code point and length in *len.
  * A byte that does not start a valid, shortest-form sequence (or a surrogate) is one
@@ -39,5 +50,12 @@ bool text_is_whitespace(int32_t cp);  /* the White_Space property (regex \s, Rus
  * count (1 and cp itself where it has none). Hangul syllables decompose by rule. */
 int text_lowercase_of(int32_t cp, uint32_t out[4]);
 int text_decompose(int32_t cp, uint32_t out[4]);
+/* The canonical combining class of cp (0 for a starter). */
+int text_combining_class(int32_t cp);
+/* Writes the n code points of cp in Normalization Form C to out, which holds 4 n;
+ * returns their count. A negative entry (an invalid UTF-8 byte, as text_utf8_next
+ * gives it) is kept as it is and, like a starter that composes with nothing, blocks
+ * the marks after it. */
+size_t text_nfc(const int32_t *cp, size_t n, int32_t *out);
 
 #endif

@@ -137,6 +137,13 @@ def tokenizer_json(model, pre, normalizer=None, added=()):
                        "pre_tokenizer": pre, "model": model}, ensure_ascii=False).encode()
 
 
+def without_unused_bytes(vocab):
+    """vocab with the tokens of the bytes valid UTF-8 never holds renamed, as GPT-NeoX's
+    vocabulary lacks them."""
+    unused = {byte_chars()[b] for b in (0xC0, 0xC1, *range(0xF5, 0x100))}
+    return {("<unused %d>" % i if token in unused else token): i for token, i in vocab.items()}
+
+
 def tokenizers():
     vocab = {c: i for i, c in enumerate(byte_chars())}
     merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n")]
@@ -160,6 +167,11 @@ def tokenizers():
         "bpe_unknown_merge": tokenizer_json(dict(bpe, merges=[["x", "yz"]]), level),
         "wordpiece": tokenizer_json(wp, {"type": "BertPreTokenizer"}, bert, added=[cls]),
         "wordpiece_no_normalizer": tokenizer_json(wp, {"type": "BertPreTokenizer"}),
+        "bpe_nfc": tokenizer_json(bpe, level, {"type": "NFC"}, added=[end]),
+        "bpe_without_unused_bytes": tokenizer_json(dict(bpe, vocab=without_unused_bytes(vocab)), level,
+                                                   {"type": "NFC"}),
+        "wordpiece_untyped": tokenizer_json({k: v for k, v in wp.items() if k != "type"},
+                                            {"type": "BertPreTokenizer"}, bert),
         "unigram": tokenizer_json({"type": "Unigram", "vocab": [["a", 0.0]]}, None),
         "truncated": tokenizer_json(wp, {"type": "BertPreTokenizer"}, bert)[:150],
     }

@@ -1,8 +1,10 @@
 /* fl_tokenizer_load on any bytes as a tokenizer.json: jansson, then the model, vocab,
  * merges, added tokens, normalizer and pre-tokenizer checks. A tokenizer that loads
  * encodes a fixed text (odd bytes included) and the input itself, and decodes what it
- * encoded: neither may fail. */
+ * encoded: neither may fail, but for a byte the vocabulary has no token for (GPT-NeoX's
+ * has none for the bytes valid UTF-8 never holds). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "flare/text.h"
 #include "fuzz.h"
@@ -12,7 +14,10 @@ static void encode_decode(const fl_tokenizer *tok, const void *text, size_t size
     int64_t *ids;
     size_t n, len;
     char *back;
-    if (fl_tokenizer_encode(tok, text, size, &ids, &n) != FL_OK)
+    fl_status status = fl_tokenizer_encode(tok, text, size, &ids, &n);
+    if (status == FL_ERR_VALUE && strstr(fl_last_error(), "has no token in this vocabulary"))
+        return; /* a vocabulary without the bytes valid UTF-8 never holds, given one */
+    if (status != FL_OK)
         abort();
     if (fl_tokenizer_decode(tok, ids, n, &back, &len) != FL_OK)
         abort();
