@@ -98,6 +98,23 @@ static fl_tokenizer *load_edited(const char *file, void (*edit)(json_t *root))
     return tok;
 }
 
+/* The fixture file changed by edit gives the library's ids for every case of section
+ * (at least 20), and with `decodes` its decodings too. */
+static void edited_matches(const char *file, void (*edit)(json_t *root), const char *section, bool decodes)
+{
+    fl_tokenizer *tok = load_edited(file, edit);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases(section), i, c) {
+        const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
+        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
+        if (decodes)
+            assert_decodes(tok, json_object_get(c, "ids"), json_string_value(decoded), json_string_length(decoded));
+    }
+    assert_true(i >= 20);
+    fl_tokenizer_free(tok);
+}
+
 static void merges_as_strings(json_t *root)
 {
     json_t *merges = json_object_get(json_object_get(root, "model"), "merges"), *m;
@@ -118,21 +135,8 @@ static void prefix_space(json_t *root)
 /* GPT-2's own file writes merges as "a b" strings; RoBERTa's puts a space first. */
 static void byte_level_bpe_layouts(void **state)
 {
-    fl_tokenizer *tok = load_edited("text_bpe.json", merges_as_strings);
-    size_t i;
-    json_t *c;
-    json_array_foreach(cases("bpe"), i, c) {
-        const json_t *text = json_object_get(c, "text");
-        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
-    }
-    fl_tokenizer_free(tok);
-    tok = load_edited("text_bpe.json", prefix_space);
-    json_array_foreach(cases("bpe_prefix_space"), i, c) {
-        const json_t *text = json_object_get(c, "text");
-        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
-    }
-    assert_true(i >= 20);
-    fl_tokenizer_free(tok);
+    edited_matches("text_bpe.json", merges_as_strings, "bpe", false);
+    edited_matches("text_bpe.json", prefix_space, "bpe_prefix_space", false);
 }
 
 /* The post_processor the next load_edited puts in the file. */
@@ -255,19 +259,8 @@ static void keep_accents(json_t *root)
 
 static void wordpiece_normalizer_options(void **state)
 {
-    void (*edits[])(json_t *) = {cased, keep_accents};
-    const char *sections[] = {"wordpiece_cased", "wordpiece_accents"};
-    for (int k = 0; k < 2; k++) {
-        fl_tokenizer *tok = load_edited("text_wordpiece.json", edits[k]);
-        size_t i;
-        json_t *c;
-        json_array_foreach(cases(sections[k]), i, c) {
-            const json_t *text = json_object_get(c, "text");
-            assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
-        }
-        assert_true(i >= 20);
-        fl_tokenizer_free(tok);
-    }
+    edited_matches("text_wordpiece.json", cased, "wordpiece_cased", false);
+    edited_matches("text_wordpiece.json", keep_accents, "wordpiece_accents", false);
 }
 
 static void byte_level_bpe_lookups(void **state)
@@ -472,17 +465,8 @@ static void nfc_normalizer(json_t *root) { json_object_set_new(root, "normalizer
  * loads, and text holding one of those bytes is refused. */
 static void byte_level_bpe_with_nfc(void **state)
 {
-    fl_tokenizer *tok = load_edited("text_bpe.json", nfc_normalizer);
-    size_t i;
-    json_t *c;
-    json_array_foreach(cases("bpe_nfc"), i, c) {
-        const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
-        assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
-        assert_decodes(tok, json_object_get(c, "ids"), json_string_value(decoded), json_string_length(decoded));
-    }
-    assert_true(i >= 20);
-    fl_tokenizer_free(tok);
-    tok = load_edited("text_bpe.json", without_unused_bytes);
+    edited_matches("text_bpe.json", nfc_normalizer, "bpe_nfc", true);
+    fl_tokenizer *tok = load_edited("text_bpe.json", without_unused_bytes);
     int64_t *ids = NULL;
     size_t n = 0;
     assert_int_equal(fl_tokenizer_encode(tok, "caf\xc3\xa9", 5, &ids, &n), FL_OK);
@@ -497,24 +481,39 @@ static void byte_level_bpe_with_nfc(void **state)
                       FL_ERR_VALUE, "BPE model with normalizer NFKC: only NFC or none");
 }
 
+static void llama3_split(json_t *root) { json_object_set(root, "pre_tokenizer", cases("llama3_pre_tokenizer")); }
+
+static void qwen2_split(json_t *root)
+{
+    json_object_set(root, "pre_tokenizer", cases("qwen2_pre_tokenizer"));
+    nfc_normalizer(root);
+}
+
+/* Llama 3's pre-tokenizer (a Split by its regex, then ByteLevel without one) and
+ * Qwen2's (the regex with single digits, behind NFC); another regex is refused. */
+static void byte_level_bpe_with_a_split(void **state)
+{
+    edited_matches("text_bpe.json", llama3_split, "bpe_llama3", true);
+    edited_matches("text_bpe.json", qwen2_split, "bpe_qwen2", true);
+    json_t *pre = json_deep_copy(cases("llama3_pre_tokenizer"));
+    json_t *split = json_array_get(json_object_get(pre, "pretokenizers"), 0);
+    json_object_set_new(json_object_get(split, "pattern"), "Regex", json_string("\\s+|\\w+"));
+    char *text = json_dumps(pre, 0), json[2048];
+    snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+             "\"pre_tokenizer\": %s}", text);
+    assert_load_fails(json, FL_ERR_VALUE, "pre_tokenizer Split by '\\s+|\\w+': only Llama 3's and Qwen2's regex");
+    free(text);
+    json_decref(pre);
+}
+
 static void drop_model_type(json_t *root) { json_object_del(json_object_get(root, "model"), "type"); }
 
 /* Files written before tokenizers named the model (bert-base-uncased's own
  * tokenizer.json): the model is told by its fields, as the library tells it. */
 static void files_that_name_no_model(void **state)
 {
-    const char *files[] = {"text_bpe.json", "text_wordpiece.json"}, *sections[] = {"bpe", "wordpiece"};
-    for (int k = 0; k < 2; k++) {
-        fl_tokenizer *tok = load_edited(files[k], drop_model_type);
-        size_t i;
-        json_t *c;
-        json_array_foreach(cases(sections[k]), i, c) {
-            const json_t *text = json_object_get(c, "text");
-            assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
-        }
-        assert_true(i >= 20);
-        fl_tokenizer_free(tok);
-    }
+    edited_matches("text_bpe.json", drop_model_type, "bpe", true);
+    edited_matches("text_wordpiece.json", drop_model_type, "wordpiece", true);
     assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}}", FL_ERR_VALUE,
                       "model.type 'WordLevel' (told by its fields: the file names no type) is not supported");
     assert_load_fails("{\"model\": {\"vocab\": [[\"a\", 0.0]], \"unk_id\": 0}}", FL_ERR_VALUE,
@@ -639,6 +638,7 @@ int main(void)
         scoped_test(wordpiece_normalizer_options),
         scoped_test(files_that_name_no_model),
         scoped_test(byte_level_bpe_with_nfc),
+        scoped_test(byte_level_bpe_with_a_split),
         scoped_test(special_tokens_match_tokenizers),
         scoped_test(special_tokens_without_a_template),
         scoped_test(bad_tokenizer_files),

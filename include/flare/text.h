@@ -4,7 +4,8 @@
  *
  * Two models, with the ids of the Hugging Face `tokenizers` library:
  *
- * - byte-level BPE (GPT-2, RoBERTa): text is split by GPT-2's pre-tokenization regex
+ * - byte-level BPE (GPT-2, RoBERTa, GPT-NeoX, Llama 3, Qwen2): text is split by
+ *   GPT-2's pre-tokenization regex
  *   ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+), each
  *   piece's bytes become the 256 base tokens (written with GPT-2's byte-to-unicode
  *   characters, as tokenizer.json spells them) and the learned merges are applied,
@@ -15,6 +16,10 @@
  *   gives the normalized text. A vocabulary may lack the tokens of the bytes valid
  *   UTF-8 never holds (0xC0, 0xC1, 0xF5 and up; GPT-NeoX's does), and text holding
  *   one is then refused (FL_ERR_VALUE, with its offset).
+ *   Llama 3's and Qwen2's files cut the text by their own regex instead
+ *   ((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+, Qwen2's with \p{N}
+ *   alone), matched the same way.
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
  *   says so), BertPreTokenizer (split on whitespace and around each punctuation
@@ -69,8 +74,10 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
                                  fl_tokenizer **out);
 
 /* Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
- * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's), merges
- * as "a b" strings or as pairs, add_prefix_space and ignore_merges honoured; or
+ * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's), or
+ * with a Sequence of a Split by Llama 3's or Qwen2's regex and a ByteLevel without
+ * one (Llama 3's layout; Qwen2's behind NFC); merges as "a b" strings or as pairs,
+ * add_prefix_space and ignore_merges honoured; or
  * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
  * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
  * own, written before tokenizers named it) is told by its fields, as the tokenizers

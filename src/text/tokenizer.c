@@ -48,6 +48,7 @@ struct fl_tokenizer {
     int64_t byte_id[256]; /* -1: a byte valid UTF-8 never holds, absent from the vocabulary */
     bool bytes_missing;
     bool add_prefix_space, ignore_merges, nfc; /* nfc: the NFC normalizer (GPT-NeoX's) */
+    int digits; /* 0: GPT-2's pieces; else Llama 3's, with runs of at most this many digits */
     int64_t *added; /* ids of the added tokens, matched in the raw text */
     size_t nadded;
     /* WordPiece */
@@ -354,6 +355,68 @@ static size_t gpt2_match(const chars *c, size_t i)
     return end - 1; /* '\s+(?!\S)' backs off one, leaving it to prefix the next piece */
 }
 
+/* The Split regex of Llama 3's tokenizer.json, and Qwen2's (which has \p{N} where
+ * Llama 3 has \p{N}{1,3}); pieces of no other regex are cut. */
+static const char llama3_regex[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                                   "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char qwen2_regex[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static bool is_newline(int32_t cp) { return cp == '\r' || cp == '\n'; }
+
+/* cp as (?i) matches the contractions' letters: ASCII folded, and the long s. */
+static int32_t folded(int32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp == 0x17F ? 's' : cp; }
+
+/* The end of llama3_regex's match at character i, with runs of at most `digits`
+ * digits, as gpt2_match reads GPT-2's. */
+static size_t llama3_match(const chars *c, size_t i, int digits)
+{
+    const int32_t *cp = c->cp;
+    size_t n = c->n, j;
+    if (cp[i] == '\'' && i + 1 < n) { /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+        int32_t x = folded(cp[i + 1]), y = i + 2 < n ? folded(cp[i + 2]) : 0;
+        if (x == 's' || x == 't' || x == 'm' || x == 'd')
+            return i + 2;
+        if ((x == 'r' && y == 'e') || (x == 'v' && y == 'e') || (x == 'l' && y == 'l'))
+            return i + 3;
+    }
+    int k = class_of(cp[i]);
+    j = k != CLASS_LETTER && k != CLASS_NUMBER && !is_newline(cp[i]) ? i + 1 : i;
+    if (j < n && class_of(cp[j]) == CLASS_LETTER) { /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+        while (j < n && class_of(cp[j]) == CLASS_LETTER)
+            j++;
+        return j;
+    }
+    if (k == CLASS_NUMBER) { /* \p{N}{1,digits} */
+        for (j = i; j < n && j - i < (size_t)digits && class_of(cp[j]) == CLASS_NUMBER;)
+            j++;
+        return j;
+    }
+    j = cp[i] == ' ' && i + 1 < n && class_of(cp[i + 1]) == CLASS_OTHER ? i + 1 : i;
+    if (class_of(cp[j]) == CLASS_OTHER) { /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
+        while (j < n && class_of(cp[j]) == CLASS_OTHER)
+            j++;
+        while (j < n && is_newline(cp[j]))
+            j++;
+        return j;
+    }
+    size_t end = i, newline_end = 0;
+    for (; end < n && class_of(cp[end]) == CLASS_SPACE; end++)
+        if (is_newline(cp[end]))
+            newline_end = end + 1;
+    if (newline_end) /* \s*[\r\n]+: to the run's last line break */
+        return newline_end;
+    if (end == n || end - i == 1) /* \s+(?!\S) to the end, or \s+ */
+        return end;
+    return end - 1;
+}
+
+/* The end of the pre-tokenizer's piece at character i. */
+static size_t piece_end(const fl_tokenizer *tok, const chars *c, size_t i)
+{
+    return tok->digits ? llama3_match(c, i, tok->digits) : gpt2_match(c, i);
+}
+
 /* ---- byte-level BPE ---------------------------------------------------------------- */
 
 /* A candidate merge of the symbols at pos and the next one, valid while they still
@@ -493,7 +556,7 @@ static bool bpe_pieces(const fl_tokenizer *tok, const unsigned char *s, size_t s
         return false;
     }
     for (size_t i = 0; ok && i < c.n;) {
-        size_t end = gpt2_match(&c, i);
+        size_t end = piece_end(tok, &c, i);
         const unsigned char *piece = s + c.at[i];
         size_t len = c.at[end] - c.at[i];
         int64_t whole = -1;
@@ -1247,18 +1310,49 @@ static fl_status load_merges(fl_tokenizer *tok, const char *path, const json_t *
     return FL_OK;
 }
 
+/* Llama 3's and Qwen2's pre-tokenizer: a Sequence of a Split by llama3_regex (or
+ * qwen2_regex), each match a piece of its own, then ByteLevel without its regex. */
+static fl_status load_split_sequence(fl_tokenizer *tok, const char *path, const json_t *pre)
+{
+    const json_t *list = json_object_get(pre, "pretokenizers");
+    const json_t *split = json_array_get(list, 0), *level = json_array_get(list, 1);
+    if (json_array_size(list) != 2 || !json_is_object(split) || strcmp(json_type_name(split), "Split") != 0 ||
+        !json_is_object(level) || strcmp(json_type_name(level), "ByteLevel") != 0)
+        return load_error(FL_ERR_VALUE, path,
+                          "pre_tokenizer Sequence: only a Split then a ByteLevel (Llama 3's) is supported");
+    const char *regex = json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
+    const char *behavior = json_string_value(json_object_get(split, "behavior"));
+    tok->digits = !regex ? 0 : strcmp(regex, llama3_regex) == 0 ? 3 : strcmp(regex, qwen2_regex) == 0 ? 1 : 0;
+    if (!tok->digits)
+        return load_error(FL_ERR_VALUE, path, "pre_tokenizer Split by %s%.80s%s: only Llama 3's and Qwen2's regex "
+                          "are supported", regex ? "'" : "", regex ? regex : "no regex", regex ? "'" : "");
+    if (!behavior || strcmp(behavior, "Isolated") != 0 || json_flag(split, "invert", false))
+        return load_error(FL_ERR_VALUE, path, "pre_tokenizer Split: only behavior Isolated, not inverted, is "
+                          "supported");
+    return FL_OK;
+}
+
 static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
 {
     const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
-    if (!json_is_object(pre) || strcmp(json_type_name(pre), "ByteLevel") != 0)
-        return load_error(FL_ERR_VALUE, path, "BPE model with pre_tokenizer %s: only ByteLevel is supported",
+    if (json_is_object(pre) && strcmp(json_type_name(pre), "Sequence") == 0) {
+        fl_status st = load_split_sequence(tok, path, pre);
+        if (st != FL_OK)
+            return st;
+        pre = json_array_get(json_object_get(pre, "pretokenizers"), 1);
+    } else if (!json_is_object(pre) || strcmp(json_type_name(pre), "ByteLevel") != 0) {
+        return load_error(FL_ERR_VALUE, path,
+                          "BPE model with pre_tokenizer %s: only ByteLevel, or Llama 3's Split and ByteLevel, is "
+                          "supported",
                           json_is_object(pre) ? json_type_name(pre) : "null");
+    }
     tok->nfc = json_is_object(norm) && strcmp(json_type_name(norm), "NFC") == 0;
     if (norm && !json_is_null(norm) && !tok->nfc)
         return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only NFC or none is supported",
                           json_type_name(norm));
-    if (!json_flag(pre, "use_regex", true))
-        return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel without use_regex is not supported");
+    if (json_flag(pre, "use_regex", true) == (tok->digits != 0))
+        return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel %s use_regex is not supported",
+                          tok->digits ? "after a Split, with" : "without a Split before it, without");
     const json_t *dropout = json_object_get(model, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) != 0)
         return load_error(FL_ERR_VALUE, path, "model.dropout %g: BPE dropout is not supported",

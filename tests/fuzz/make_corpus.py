@@ -137,6 +137,11 @@ def tokenizer_json(model, pre, normalizer=None, added=()):
                        "pre_tokenizer": pre, "model": model}, ensure_ascii=False).encode()
 
 
+# Llama 3's pre-tokenizer regex, as its tokenizer.json spells it.
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
 def without_unused_bytes(vocab):
     """vocab with the tokens of the bytes valid UTF-8 never holds renamed, as GPT-NeoX's
     vocabulary lacks them."""
@@ -170,6 +175,9 @@ def tokenizers():
         "bpe_nfc": tokenizer_json(bpe, level, {"type": "NFC"}, added=[end]),
         "bpe_without_unused_bytes": tokenizer_json(dict(bpe, vocab=without_unused_bytes(vocab)), level,
                                                    {"type": "NFC"}),
+        "bpe_llama3": tokenizer_json(dict(bpe, ignore_merges=True), {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+            dict(level, use_regex=False)]}, added=[end]),
         "wordpiece_untyped": tokenizer_json({k: v for k, v in wp.items() if k != "type"},
                                             {"type": "BertPreTokenizer"}, bert),
         "unigram": tokenizer_json({"type": "Unigram", "vocab": [["a", 0.0]]}, None),
