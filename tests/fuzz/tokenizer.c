@@ -15,8 +15,10 @@ static void encode_decode(const fl_tokenizer *tok, const void *text, size_t size
     size_t n, len;
     char *back;
     fl_status status = fl_tokenizer_encode(tok, text, size, &ids, &n);
-    if (status == FL_ERR_VALUE && strstr(fl_last_error(), "has no token in this vocabulary"))
-        return; /* a vocabulary without the bytes valid UTF-8 never holds, given one */
+    if (status == FL_ERR_VALUE && strstr(fl_last_error(), "has no token in this vocabulary")) {
+        fl_clear_error(); /* a vocabulary without the bytes valid UTF-8 never holds, given one */
+        return;
+    }
     if (status != FL_OK)
         abort();
     if (fl_tokenizer_decode(tok, ids, n, &back, &len) != FL_OK)
