@@ -106,17 +106,20 @@ static int mapped(const text_mapping *m, size_t count, int32_t cp, uint32_t out[
 
 int text_lowercase_of(int32_t cp, uint32_t out[4]) { return mapped(text_lowercase, text_lowercase_count, cp, out); }
 
+/* Hangul's syllables and their jamo (Unicode 3.12): a leading consonant, a vowel and
+ * an optional trailing consonant, computed rather than listed. */
+enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7, L_COUNT = 19, V_COUNT = 21,
+       T_COUNT = 28, S_COUNT = L_COUNT * V_COUNT * T_COUNT };
+
 int text_decompose(int32_t cp, uint32_t out[4])
 {
-    /* Hangul syllables: leading consonant, vowel and optional trailing consonant
-     * (Unicode 3.12), computed rather than listed. */
-    if (cp >= 0xAC00 && cp <= 0xD7A3) {
-        int32_t s = cp - 0xAC00;
-        out[0] = (uint32_t)(0x1100 + s / (21 * 28));
-        out[1] = (uint32_t)(0x1161 + (s % (21 * 28)) / 28);
-        if (s % 28 == 0)
+    if (cp >= S_BASE && cp < S_BASE + S_COUNT) {
+        int32_t s = cp - S_BASE;
+        out[0] = (uint32_t)(L_BASE + s / (V_COUNT * T_COUNT));
+        out[1] = (uint32_t)(V_BASE + (s % (V_COUNT * T_COUNT)) / T_COUNT);
+        if (s % T_COUNT == 0)
             return 2;
-        out[2] = (uint32_t)(0x11A7 + s % 28);
+        out[2] = (uint32_t)(T_BASE + s % T_COUNT);
         return 3;
     }
     return mapped(text_decomposition, text_decomposition_count, cp, out);
@@ -127,10 +130,6 @@ int text_combining_class(int32_t cp)
     ptrdiff_t at = range_of(text_combining, text_combining_count, cp);
     return at < 0 ? 0 : text_combining_classes[at];
 }
-
-/* Hangul's jamo and syllables (Unicode 3.12). */
-enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7, L_COUNT = 19, V_COUNT = 21,
-       T_COUNT = 28, S_COUNT = L_COUNT * V_COUNT * T_COUNT };
 
 /* The primary composite of the pair a b, or -1. */
 static int32_t compose(int32_t a, int32_t b)
@@ -162,9 +161,9 @@ size_t text_nfc(const int32_t *cp, size_t n, int32_t *out)
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t d[4];
-        int count = cp[i] < 0 ? (d[0] = 0, 1) : text_decompose(cp[i], d);
+        int count = text_decompose(cp[i], d); /* a negative entry comes back as it is */
         for (int k = 0; k < count; k++) {
-            int32_t c = cp[i] < 0 ? cp[i] : (int32_t)d[k];
+            int32_t c = (int32_t)d[k];
             int cc = text_combining_class(c);
             size_t at = m++;
             while (cc && at > 0 && text_combining_class(out[at - 1]) > cc) {

@@ -47,7 +47,8 @@ bool text_is_other(int32_t cp);       /* \p{C}: control, format, surrogate, priv
 bool text_is_nonspacing_mark(int32_t cp);
 bool text_is_whitespace(int32_t cp);  /* the White_Space property (regex \s, Rust's is_whitespace) */
 /* The per-character lowercase (or decomposition, NFD) of cp into out[4]; returns the
- * count (1 and cp itself where it has none). Hangul syllables decompose by rule. */
+ * count (1 and cp itself where it has none, a negative cp included, as (uint32_t)cp).
+ * Hangul syllables decompose by rule. */
 int text_lowercase_of(int32_t cp, uint32_t out[4]);
 int text_decompose(int32_t cp, uint32_t out[4]);
 /* The canonical combining class of cp (0 for a starter). */
