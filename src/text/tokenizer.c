@@ -582,10 +582,19 @@ static bool bpe_pieces(const fl_tokenizer *tok, const unsigned char *s, size_t s
     return ok;
 }
 
+/* Whether the bytes are all ASCII, which NFC leaves as they are. */
+static bool is_ascii(const unsigned char *s, size_t size)
+{
+    for (size_t i = 0; i < size; i++)
+        if (s[i] >= 0x80)
+            return false;
+    return true;
+}
+
 static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
 {
     unsigned char *normalized = NULL;
-    if (tok->nfc) {
+    if (tok->nfc && !is_ascii(s, size)) {
         if (!nfc_bytes(s, size, &normalized, &size))
             return false;
         s = normalized;
