@@ -11,6 +11,7 @@
 
 #include "flare/text.h"
 #include "support.h"
+#include "text/unicode.h" /* text_nfc */
 
 static json_t *cases(const char *section)
 {
@@ -506,6 +507,55 @@ static void byte_level_bpe_with_a_split(void **state)
     json_decref(pre);
 }
 
+/* The code points of text_nfc(in, n) against the JSON list expected. */
+static void assert_nfc(const int32_t *in, size_t n, const json_t *expected)
+{
+    int32_t out[64];
+    assert_true(4 * n <= sizeof out / sizeof *out);
+    size_t m = text_nfc(in, n, out);
+    bool same = m == json_array_size(expected);
+    for (size_t k = 0; same && k < m; k++)
+        same = out[k] == json_integer_value(json_array_get(expected, k));
+    if (!same)
+        fail_msg("NFC of %zu code points from U+%04X: %zu code points from U+%04X, unicodedata gives %zu", n,
+                 (unsigned)in[0], m, (unsigned)out[0], json_array_size(expected));
+}
+
+/* text_nfc against Python's unicodedata (tests/fixtures/gen_nfc.py): every code point,
+ * each its own NFC but those the fixture lists, and random runs of starters and marks. */
+static void nfc_matches_unicodedata(void **state)
+{
+    json_error_t err;
+    json_t *root = json_load_file(FLARE_FIXTURES "/text_nfc.json", 0, &err);
+    assert_non_null(root);
+    const json_t *changed = json_object_get(root, "changed"), *entry;
+    size_t next = 0, i;
+    for (int32_t cp = 0; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp < 0xE000)
+            continue;
+        entry = json_array_get(changed, next);
+        if (entry && json_integer_value(json_array_get(entry, 0)) == cp) {
+            assert_nfc(&cp, 1, json_array_get(entry, 1));
+            next++;
+            continue;
+        }
+        int32_t out[4];
+        if (text_nfc(&cp, 1, out) != 1 || out[0] != cp)
+            fail_msg("NFC changed U+%04X, which unicodedata keeps", (unsigned)cp);
+    }
+    assert_int_equal(next, json_array_size(changed));
+    assert_true(next > 1000);
+    json_array_foreach(json_object_get(root, "sequences"), i, entry) {
+        const json_t *text = json_array_get(entry, 0);
+        int32_t in[16];
+        for (size_t k = 0; k < json_array_size(text); k++)
+            in[k] = (int32_t)json_integer_value(json_array_get(text, k));
+        assert_nfc(in, json_array_size(text), json_array_get(entry, 1));
+    }
+    assert_int_equal(i, 2000);
+    json_decref(root);
+}
+
 static void drop_model_type(json_t *root) { json_object_del(json_object_get(root, "model"), "type"); }
 
 /* Files written before tokenizers named the model (bert-base-uncased's own
@@ -637,6 +687,7 @@ int main(void)
         scoped_test(wordpiece_ids_match_tokenizers),
         scoped_test(wordpiece_normalizer_options),
         scoped_test(files_that_name_no_model),
+        scoped_test(nfc_matches_unicodedata),
         scoped_test(byte_level_bpe_with_nfc),
         scoped_test(byte_level_bpe_with_a_split),
         scoped_test(special_tokens_match_tokenizers),
