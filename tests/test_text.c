@@ -1,7 +1,8 @@
 /* Tokenizers: ids identical to the Hugging Face tokenizers library on its own
- * tokenizer.json files (byte-level BPE and WordPiece), the BPE trainer against its
- * trainer, exact byte round trips, and bad files and ids.
- * Fixtures: tests/fixtures/gen_tokenizers.py. */
+ * tokenizer.json files (byte-level BPE, SentencePiece's BPE with byte fallback and
+ * WordPiece), the BPE trainer against its trainer, exact byte round trips, and bad
+ * files and ids. Fixtures: tests/fixtures/gen_tokenizers.py and
+ * gen_sentencepiece.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +14,27 @@
 #include "support.h"
 #include "text/unicode.h" /* text_nfc */
 
-static json_t *cases(const char *section)
+static json_t *section_of(json_t **root, const char *file, const char *section)
 {
     json_error_t err;
-    static json_t *root;
-    if (!root)
-        root = json_load_file(FLARE_FIXTURES "/text_cases.json", JSON_ALLOW_NUL, &err);
-    assert_non_null(root);
-    json_t *s = json_object_get(root, section);
+    if (!*root)
+        *root = json_load_file(file, JSON_ALLOW_NUL, &err);
+    assert_non_null(*root);
+    json_t *s = json_object_get(*root, section);
     assert_non_null(s);
     return s;
+}
+
+static json_t *cases(const char *section)
+{
+    static json_t *root;
+    return section_of(&root, FLARE_FIXTURES "/text_cases.json", section);
+}
+
+static json_t *sentencepiece_cases(const char *section)
+{
+    static json_t *root;
+    return section_of(&root, FLARE_FIXTURES "/text_sentencepiece_cases.json", section);
 }
 
 static fl_tokenizer *load(const char *name)
@@ -63,12 +75,12 @@ static void assert_decodes(const fl_tokenizer *tok, const json_t *ids, const cha
     free(text), free(v);
 }
 
-static void matches_tokenizers(const char *file, const char *section)
+static void matches_cases(const char *file, const json_t *list)
 {
     fl_tokenizer *tok = load(file);
     size_t i;
     json_t *c;
-    json_array_foreach(cases(section), i, c) {
+    json_array_foreach(list, i, c) {
         const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
         assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
         assert_decodes(tok, json_object_get(c, "ids"), json_string_value(decoded), json_string_length(decoded));
@@ -77,9 +89,19 @@ static void matches_tokenizers(const char *file, const char *section)
     fl_tokenizer_free(tok);
 }
 
-static void byte_level_bpe_ids_match_tokenizers(void **state) { matches_tokenizers("text_bpe.json", "bpe"); }
+static void byte_level_bpe_ids_match_tokenizers(void **state) { matches_cases("text_bpe.json", cases("bpe")); }
 
-static void wordpiece_ids_match_tokenizers(void **state) { matches_tokenizers("text_wordpiece.json", "wordpiece"); }
+static void wordpiece_ids_match_tokenizers(void **state)
+{
+    matches_cases("text_wordpiece.json", cases("wordpiece"));
+}
+
+/* Llama 2's layout: Prepend and Replace as the normalizer, no pre-tokenizer, byte
+ * fallback, the decoder's Replace, ByteFallback, Fuse and Strip. */
+static void sentencepiece_bpe_ids_match_tokenizers(void **state)
+{
+    matches_cases("text_sentencepiece.json", sentencepiece_cases("legacy"));
+}
 
 static char tmp_path[] = "/tmp/flare_text_XXXXXX";
 
@@ -99,14 +121,14 @@ static fl_tokenizer *load_edited(const char *file, void (*edit)(json_t *root))
     return tok;
 }
 
-/* The fixture file changed by edit gives the library's ids for every case of section
- * (at least 20), and with `decodes` its decodings too. */
-static void edited_matches(const char *file, void (*edit)(json_t *root), const char *section, bool decodes)
+/* The fixture file changed by edit gives the library's ids for every case of the
+ * list (at least 20), and with `decodes` its decodings too. */
+static void edited_matches_cases(const char *file, void (*edit)(json_t *root), const json_t *list, bool decodes)
 {
     fl_tokenizer *tok = load_edited(file, edit);
     size_t i;
     json_t *c;
-    json_array_foreach(cases(section), i, c) {
+    json_array_foreach(list, i, c) {
         const json_t *text = json_object_get(c, "text"), *decoded = json_object_get(c, "decoded");
         assert_ids(tok, json_string_value(text), json_string_length(text), json_object_get(c, "ids"));
         if (decodes)
@@ -114,6 +136,11 @@ static void edited_matches(const char *file, void (*edit)(json_t *root), const c
     }
     assert_true(i >= 20);
     fl_tokenizer_free(tok);
+}
+
+static void edited_matches(const char *file, void (*edit)(json_t *root), const char *section, bool decodes)
+{
+    edited_matches_cases(file, edit, cases(section), decodes);
 }
 
 static void merges_as_strings(json_t *root)
@@ -293,14 +320,15 @@ static void byte_level_bpe_lookups(void **state)
 }
 
 /* Any bytes: NUL, invalid UTF-8 (lone continuation bytes, overlong forms, surrogates,
- * truncated sequences), mixed with text. */
+ * truncated sequences), mixed with text; at most one id a byte, and one more for
+ * SentencePiece's marker put before the text. */
 static void round_trip(const fl_tokenizer *tok, const unsigned char *s, size_t size)
 {
     int64_t *ids;
     size_t n, len;
     char *text;
     assert_int_equal(fl_tokenizer_encode(tok, s, size, &ids, &n), FL_OK);
-    assert_true(n <= size);
+    assert_true(n <= size + (fl_tokenizer_token_to_id(tok, "<0x00>") >= 0));
     assert_int_equal(fl_tokenizer_decode(tok, ids, n, &text, &len), FL_OK);
     assert_int_equal(len, size);
     assert_memory_equal(text, s, size);
@@ -572,6 +600,141 @@ static void files_that_name_no_model(void **state)
                       FL_ERR_VALUE, "model.type (missing) is not supported");
 }
 
+/* ---- SentencePiece's BPE over characters, with byte fallback ---- */
+
+/* The layout of this name in the cases file: its normalizer, pre_tokenizer and
+ * decoder replace the fixture's. */
+static const char *layout;
+
+static void set_layout(json_t *root)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(sentencepiece_cases("layouts"), layout), key, v)
+        json_object_set(root, key, v);
+}
+
+static void without_byte_fallback(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "model"), "byte_fallback", json_false());
+}
+
+/* "</s>" taking the whitespace on its right, "<unk>" on its left, "<s>" matched in the
+ * normalized text as its normalized content. */
+static void added_token_flags(json_t *root)
+{
+    json_t *t;
+    size_t i;
+    json_array_foreach(json_object_get(root, "added_tokens"), i, t) {
+        const char *content = json_string_value(json_object_get(t, "content"));
+        json_object_set_new(t, strcmp(content, "</s>") == 0 ? "rstrip" : strcmp(content, "<unk>") == 0 ? "lstrip"
+                                                                                                     : "normalized",
+                            json_true());
+    }
+}
+
+/* Mistral's layout (Metaspace as the pre-tokenizer, prepending to the text's start
+ * only), Metaspace splitting at each marker with its own decoder, unknown characters
+ * without byte fallback, and added tokens that strip whitespace or are normalized. */
+static void sentencepiece_bpe_layouts(void **state)
+{
+    const char *names[] = {"metaspace", "metaspace_split"};
+    for (int k = 0; k < 2; k++) {
+        layout = names[k];
+        edited_matches_cases("text_sentencepiece.json", set_layout, sentencepiece_cases(names[k]), true);
+    }
+    edited_matches_cases("text_sentencepiece.json", without_byte_fallback, sentencepiece_cases("no_fallback"), true);
+    edited_matches_cases("text_sentencepiece.json", added_token_flags, sentencepiece_cases("added_flags"), true);
+
+    /* The template puts "<s>" first, as transformers' tokenizer(text) does. */
+    fl_tokenizer *tok = load("text_sentencepiece.json");
+    size_t i;
+    json_t *c;
+    json_array_foreach(sentencepiece_cases("special"), i, c) {
+        int64_t *ids;
+        size_t n;
+        const json_t *text = json_object_get(c, "text");
+        assert_int_equal(fl_tokenizer_encode_special(tok, json_string_value(text), json_string_length(text), NULL, 0,
+                                                     &ids, NULL, &n), FL_OK);
+        assert_same_ids(json_string_value(text), ids, n, json_object_get(c, "ids"));
+        free(ids);
+    }
+    fl_tokenizer_free(tok);
+}
+
+/* Byte fallback covers every byte, so any text without U+2581 (which decodes to a
+ * space) comes back exactly: invalid UTF-8 and NUL as their byte tokens. */
+static void sentencepiece_bpe_round_trips_any_bytes(void **state)
+{
+    fl_tokenizer *tok = load("text_sentencepiece.json");
+    unsigned char all[256];
+    for (int b = 0; b < 256; b++) {
+        all[b] = (unsigned char)b;
+        round_trip(tok, all + b, 1);
+    }
+    round_trip(tok, all, sizeof all);
+    static const char *const odd[] = {"a\0b", "\x80\x80 x", "\xC0\xAF", "  \xFF\xFE  the", " lead", "trail  ", "\xE2\x96"};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+        round_trip(tok, (const unsigned char *)odd[i], strlen(odd[i]) + (i == 0 ? 2 : 0));
+    uint64_t state64 = 7;
+    unsigned char buf[64];
+    for (int r = 0; r < 300; r++) {
+        size_t size = 1 + r % 64;
+        for (size_t k = 0; k < size; k++) {
+            state64 = state64 * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned char b = (unsigned char)(state64 >> 56);
+            buf[k] = k >= 2 && buf[k - 2] == 0xE2 && buf[k - 1] == 0x96 && b == 0x81 ? 'x' : b;
+        }
+        round_trip(tok, buf, size);
+    }
+    fl_tokenizer_free(tok);
+}
+
+static void without_unk(json_t *root)
+{
+    without_byte_fallback(root);
+    json_object_del(json_object_get(root, "model"), "unk_token");
+}
+
+static void sentencepiece_bpe_refusals(void **state)
+{
+    /* Neither a token, nor byte tokens, nor an unknown token: the character is named. */
+    fl_tokenizer *tok = load_edited("text_sentencepiece.json", without_unk);
+    int64_t *ids = (int64_t *)1;
+    size_t n = 3;
+    assert_fails_status(fl_tokenizer_encode(tok, "ok <s>caf\xC3\xA9", 11, &ids, &n), FL_ERR_VALUE,
+                        "character U+00E9 '\xC3\xA9' in the text from offset 6 has no token");
+    assert_null(ids);
+    assert_int_equal(n, 0);
+    assert_fails_status(fl_tokenizer_encode(tok, "x\xFF", 2, &ids, &n), FL_ERR_VALUE, "byte 0xFF");
+    fl_tokenizer_free(tok);
+
+    const char *start = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, ";
+    char json[1024];
+    struct {
+        const char *rest, *error;
+    } bad[] = {
+        {"\"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "pre_tokenizer Whitespace"},
+        {"\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"often\"}}",
+         "prepend_scheme of always, first or never"},
+        {"\"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC"},
+        {"\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, "
+         "{\"type\": \"Lowercase\"}]}}",
+         "normalizer Lowercase in a Sequence"},
+        {"\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"_\"}}",
+         "normalizer Replace (of a regex?)"},
+        {"\"decoder\": {\"type\": \"WordPiece\"}}", "decoder WordPiece"},
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}}", "decoder Strip"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(json, sizeof json, "%s%s", start, bad[i].rest);
+        assert_load_fails(json, FL_ERR_VALUE, bad[i].error);
+    }
+    snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
+             "\"unk_token\": \"<unk>\"}}");
+    assert_load_fails(json, FL_ERR_VALUE, "model.unk_token '<unk>' is not in the vocabulary");
+}
+
 static void bad_tokenizer_files(void **state)
 {
     fl_tokenizer *tok = (fl_tokenizer *)1;
@@ -608,9 +771,9 @@ static void bad_tokenizer_files(void **state)
     assert_load_fails(bpe_json(", \"ab\": 256", "[\"a b c\"]", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE,
                       "model.merges[0] is not");
     assert_load_fails(bpe_json("", "{}", "{\"type\": \"ByteLevel\"}"), FL_ERR_VALUE, "model.merges is missing");
-    assert_load_fails("{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"lstrip\": true}], "
+    assert_load_fails("{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"single_word\": true}], "
                       "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}",
-                      FL_ERR_VALUE, "added_tokens[0] '<s>': lstrip");
+                      FL_ERR_VALUE, "added_tokens[0] '<s>': single_word");
     assert_load_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}, \"unk_token\": \"[UNK]\"}, "
                       "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
                       FL_ERR_VALUE, "model.unk_token '[UNK]' is not in the vocabulary");
@@ -692,6 +855,10 @@ int main(void)
         scoped_test(byte_level_bpe_with_a_split),
         scoped_test(special_tokens_match_tokenizers),
         scoped_test(special_tokens_without_a_template),
+        scoped_test(sentencepiece_bpe_ids_match_tokenizers),
+        scoped_test(sentencepiece_bpe_layouts),
+        scoped_test(sentencepiece_bpe_round_trips_any_bytes),
+        scoped_test(sentencepiece_bpe_refusals),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),
     };

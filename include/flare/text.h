@@ -2,7 +2,7 @@
  * Flare's text layer: tokenizers that turn bytes into token ids for language models,
  * and back.
  *
- * Two models, with the ids of the Hugging Face `tokenizers` library:
+ * Three models, with the ids of the Hugging Face `tokenizers` library:
  *
  * - byte-level BPE (GPT-2, RoBERTa, GPT-NeoX, Llama 3, Qwen2): text is split by
  *   GPT-2's pre-tokenization regex
@@ -20,6 +20,16 @@
  *   ((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+, Qwen2's with \p{N}
  *   alone), matched the same way.
+ * - SentencePiece's BPE (Llama 2, Mistral): BPE over characters, not bytes. A
+ *   character the vocabulary lacks becomes its UTF-8 bytes' tokens "<0x00>" ...
+ *   "<0xFF>" (byte_fallback), else the unknown token (a run of them one, fuse_unk);
+ *   then the merges, lowest rank first. The text is first edited by the file's
+ *   normalizer (Llama 2's: "\u2581" put before it and spaces made "\u2581") or
+ *   Metaspace pre-tokenizer (Mistral's: the same, the marker only before the text's
+ *   start with prepend_scheme "first"), each piece between added tokens on its own.
+ *   Decoding runs the file's decoder (Replace, ByteFallback, Fuse, Strip,
+ *   Metaspace); with byte fallback the bytes encoded come back, invalid UTF-8
+ *   included, unless the text holds "\u2581", which decodes to a space.
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
  *   says so), BertPreTokenizer (split on whitespace and around each punctuation
@@ -31,8 +41,12 @@
  *   not valid UTF-8 read as U+FFFD, which the normalizer removes.
  *
  * Added tokens of tokenizer.json ("<|endoftext|>", "[CLS]", ...) are matched in the
- * raw text first, leftmost and longest, and become their ids; the text between them
- * is tokenized by the model. fl_tokenizer_encode adds no template tokens ([CLS] ...
+ * raw text first, leftmost and longest, and become their ids, with the whitespace on
+ * their left (lstrip) or right (rstrip) where the file says so; the text between them
+ * is tokenized by the model. With SentencePiece's BPE an added token marked
+ * "normalized" is matched in the normalized text instead, as its own content
+ * normalized (Llama 2's "<s>" as "\u2581<s>"), and decoded as that, as the library
+ * does. fl_tokenizer_encode adds no template tokens ([CLS] ...
  * [SEP]), as `tokenizer.encode(text, add_special_tokens=False)`;
  * fl_tokenizer_encode_special adds them as the post_processor says; decoding skips nothing, as
  * `tokenizer.decode(ids, skip_special_tokens=False)`.
@@ -40,8 +54,9 @@
  * Errors follow tensor.h: a non-zero fl_status and a message (fl_last_error) naming
  * the function. FL_ERR_IO: the file cannot be read; FL_ERR_VALUE: it is not JSON, or
  * not a tokenizer this layer reads (the message names the file and the field: an
- * unsupported model type, normalizer or pre-tokenizer, a merge of unknown tokens, an
- * id given twice ...); FL_ERR_INDEX: an id to decode outside the vocabulary.
+ * unsupported model type, normalizer, pre-tokenizer or decoder, a merge of unknown
+ * tokens, an id given twice ...), or text a vocabulary cannot cover (the character or
+ * byte, and where); FL_ERR_INDEX: an id to decode outside the vocabulary.
  *
  * A tokenizer is immutable once made: threads may share one.
  */
@@ -77,11 +92,14 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's), or
  * with a Sequence of a Split by Llama 3's or Qwen2's regex and a ByteLevel without
  * one (Llama 3's layout; Qwen2's behind NFC); merges as "a b" strings or as pairs,
- * add_prefix_space and ignore_merges honoured; or
+ * add_prefix_space and ignore_merges honoured; or model.type "BPE" with no
+ * pre-tokenizer or a Metaspace one, a normalizer of Prepend and Replace (of a string)
+ * steps or none, and a decoder of Replace, ByteFallback, Fuse, Strip and Metaspace
+ * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or
  * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
  * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
  * own, written before tokenizers named it) is told by its fields, as the tokenizers
- * library tells it. Added tokens with lstrip, rstrip or single_word are refused. The
+ * library tells it. Added tokens with single_word are refused. The
  * file's "truncation" and "padding" are not applied, as transformers' tokenizers do
  * not apply them: the caller cuts and pads. On error *out is NULL. */
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);

@@ -1,7 +1,7 @@
 /*
  * Tokenizers (include/flare/text.h): the vocabulary and merge tables, GPT-2's
- * pre-tokenization and byte-level BPE, BERT's normalizer and WordPiece, the BPE
- * trainer, and tokenizer.json.
+ * pre-tokenization and byte-level BPE, SentencePiece's BPE over characters with byte
+ * fallback, BERT's normalizer and WordPiece, the BPE trainer, and tokenizer.json.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -17,7 +17,22 @@
 #include "template.h"
 #include "unicode.h"
 
-enum { MODEL_BPE, MODEL_WORDPIECE };
+/* MODEL_BPE is byte-level BPE (GPT-2's); MODEL_CHARACTER_BPE merges characters, with
+ * byte tokens "<0xHH>" for those the vocabulary lacks (SentencePiece's, as Llama 2's
+ * and Mistral's tokenizer.json hold it). */
+enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_CHARACTER_BPE };
+
+/* One step of a normalizer or decoder of tokenizer.json that is a plain string edit. */
+enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP, EDIT_METASPACE };
+
+typedef struct text_edit {
+    int kind;
+    char *from, *to; /* Replace: from -> to; Prepend: to; Strip: from (the character); Metaspace: from */
+    size_t from_len, to_len;
+    int64_t start, stop; /* Strip: copies removed at each end; Metaspace: 1 if the first token loses its */
+} text_edit;
+
+enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 typedef struct token {
     char *text;           /* as tokenizer.json spells it; NULL for an id without a token */
@@ -25,6 +40,12 @@ typedef struct token {
     unsigned char *bytes; /* what it decodes to (byte-level BPE) */
     size_t nbytes;
     bool added;
+    /* Added tokens: whitespace taken with the token on its left (lstrip) or right
+     * (rstrip); matched in the normalized text, as its own content normalized
+     * (character BPE: the normalizer can change it), rather than in the raw text */
+    bool lstrip, rstrip, normalized;
+    char *norm_text;
+    size_t norm_len;
 } token;
 
 typedef struct pair_slot {
@@ -58,6 +79,15 @@ struct fl_tokenizer {
     int64_t max_chars;
     size_t longest; /* characters of the longest token: no longer piece is looked up */
     bool bert_normalizer, clean_text, chinese_chars, strip_accents, lowercase;
+    /* Character BPE: byte_id holds the byte tokens' ids, unk the unknown token's (-1:
+     * none) */
+    bool byte_fallback, fuse_unk;
+    text_edit *normalizer, *decoder;
+    size_t nnormalizer, ndecoder;
+    char *metaspace; /* the Metaspace pre-tokenizer's replacement ("\u2581"); NULL: none */
+    size_t metaspace_len;
+    int prepend_scheme;
+    bool metaspace_split;
     text_template *post; /* tokenizer.json's post_processor; NULL: none */
 };
 
@@ -263,12 +293,21 @@ void fl_tokenizer_free(fl_tokenizer *tok)
     for (int64_t i = 0; tok->tokens && i < tok->count; i++) {
         free(tok->tokens[i].text);
         free(tok->tokens[i].bytes);
+        free(tok->tokens[i].norm_text);
     }
     free(tok->tokens);
     free(tok->slots);
     free(tok->merges.slots);
     free(tok->added);
     free(tok->prefix);
+    text_edit *lists[2] = {tok->normalizer, tok->decoder};
+    size_t counts[2] = {tok->nnormalizer, tok->ndecoder};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < counts[k]; i++)
+            free(lists[k][i].from), free(lists[k][i].to);
+        free(lists[k]);
+    }
+    free(tok->metaspace);
     text_template_free(tok->post);
     free(tok);
 }
@@ -604,6 +643,209 @@ static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t 
     return ok;
 }
 
+/* ---- added tokens ---------------------------------------------------------------- */
+
+/* The start of the whitespace just before s[at] (not before from). */
+static size_t whitespace_before(const unsigned char *s, size_t from, size_t at)
+{
+    size_t start = from;
+    for (size_t i = from, len; i < at; i += len)
+        if (!text_is_whitespace(text_utf8_next(s + i, at - i, &len)))
+            start = i + len;
+    return start;
+}
+
+/* The end of the whitespace that starts at s[at]. */
+static size_t whitespace_after(const unsigned char *s, size_t size, size_t at)
+{
+    size_t len;
+    while (at < size && text_is_whitespace(text_utf8_next(s + at, size - at, &len)))
+        at += len;
+    return at;
+}
+
+/* The leftmost added token in s[from, size), the longest there (the first listed
+ * among equals), of those matched in normalized text (normalized) or of those
+ * matched in the raw text: its id and the span it takes, [start, stop), with the
+ * whitespace it strips (not before from). */
+static bool added_match(const fl_tokenizer *tok, const unsigned char *s, size_t size, size_t from, bool normalized,
+                        size_t *start, size_t *stop, int64_t *id)
+{
+    for (size_t i = from; i < size; i++) {
+        int64_t best = -1;
+        size_t best_len = 0;
+        for (size_t k = 0; k < tok->nadded; k++) {
+            const token *t = &tok->tokens[tok->added[k]];
+            bool in_normalized = tok->model == MODEL_CHARACTER_BPE && t->normalized;
+            const char *text = in_normalized ? t->norm_text : t->text;
+            size_t len = in_normalized ? t->norm_len : t->len;
+            if (in_normalized == normalized && len > best_len && len <= size - i && memcmp(s + i, text, len) == 0)
+                best = tok->added[k], best_len = len;
+        }
+        if (best >= 0) {
+            const token *t = &tok->tokens[best];
+            *start = t->lstrip ? whitespace_before(s, from, i) : i;
+            *stop = t->rstrip ? whitespace_after(s, size, i + best_len) : i + best_len;
+            *id = best;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- SentencePiece's BPE over characters --------------------------------------------- */
+
+/* out = s with every occurrence of from (not empty) replaced by to, left to right. */
+static bool replace_all(bytes *out, const unsigned char *s, size_t size, const char *from, size_t from_len,
+                        const char *to, size_t to_len)
+{
+    out->n = 0;
+    bool ok = push_bytes(out, "", 0);
+    for (size_t i = 0; ok && i < size;) {
+        if (from_len && i + from_len <= size && memcmp(s + i, from, from_len) == 0) {
+            ok = push_bytes(out, to, to_len);
+            i += from_len;
+        } else {
+            ok = push_bytes(out, s + i, 1);
+            i++;
+        }
+    }
+    return ok;
+}
+
+/* The normalizer's Prepend and Replace steps applied to s, into *text. */
+static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text)
+{
+    bytes work = {0};
+    text->n = 0;
+    bool ok = push_bytes(text, s, size);
+    for (size_t k = 0; ok && k < tok->nnormalizer; k++) {
+        const text_edit *e = &tok->normalizer[k];
+        if (e->kind == EDIT_PREPEND && !text->n)
+            continue; /* Prepend leaves empty text empty */
+        work.n = 0;
+        ok = e->kind == EDIT_PREPEND ? push_bytes(&work, e->to, e->to_len) && push_bytes(&work, text->v, text->n)
+                                     : replace_all(&work, text->v, text->n, e->from, e->from_len, e->to, e->to_len);
+        bytes swap = *text;
+        *text = work, work = swap;
+    }
+    free(work.v);
+    return ok;
+}
+
+/* The Metaspace pre-tokenizer: spaces made its replacement, and the replacement put
+ * before text that starts the input (PREPEND_FIRST) or any text (PREPEND_ALWAYS) not
+ * already starting with it; into *text. */
+static bool metaspace_text(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
+                           bytes *text)
+{
+    bytes work = {0};
+    bool ok = replace_all(&work, s, size, " ", 1, tok->metaspace, tok->metaspace_len);
+    bool prepend = tok->prepend_scheme == PREPEND_ALWAYS || (tok->prepend_scheme == PREPEND_FIRST && starts_text);
+    prepend = ok && prepend && !(work.n >= tok->metaspace_len && memcmp(work.v, tok->metaspace, tok->metaspace_len) == 0);
+    text->n = 0;
+    ok = ok && push_bytes(text, prepend ? tok->metaspace : "", prepend ? tok->metaspace_len : 0) &&
+         push_bytes(text, work.v, work.n);
+    free(work.v);
+    return ok;
+}
+
+/* One piece: its characters' tokens (a character the vocabulary lacks as its bytes'
+ * tokens with byte fallback, else the unknown token, a run of them one token with
+ * fuse_unk), merged. False if out of memory; *unknown is set to the offset in the
+ * piece of a character with no token when there is no unknown token either. */
+static bool character_bpe_piece(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out,
+                                int64_t *symbols, size_t *unknown)
+{
+    int64_t whole = tok->ignore_merges ? lookup(tok, s, size) : -1;
+    if (whole >= 0)
+        return push_id(out, whole);
+    size_t n = 0;
+    bool last_unknown = false;
+    for (size_t i = 0, len; i < size; i += len) {
+        text_utf8_next(s + i, size - i, &len);
+        int64_t id = lookup(tok, s + i, len);
+        bool bytes_known = tok->byte_fallback;
+        for (size_t b = 0; id < 0 && bytes_known && b < len; b++)
+            bytes_known = tok->byte_id[s[i + b]] >= 0;
+        if (id >= 0 || bytes_known) {
+            if (id >= 0)
+                symbols[n++] = id;
+            else
+                for (size_t b = 0; b < len; b++)
+                    symbols[n++] = tok->byte_id[s[i + b]];
+            last_unknown = false;
+            continue;
+        }
+        if (tok->unk < 0) {
+            *unknown = i;
+            return true;
+        }
+        if (!(last_unknown && tok->fuse_unk))
+            symbols[n++] = tok->unk;
+        last_unknown = true;
+    }
+    bool ok = bpe_merge(tok, symbols, &n);
+    for (size_t k = 0; ok && k < n; k++)
+        ok = push_id(out, symbols[k]);
+    return ok;
+}
+
+/* A run of text the model takes whole (after the normalizer, between added tokens):
+ * the Metaspace pre-tokenizer's pieces, each merged. missing is set to the first
+ * character (its UTF-8, NUL-terminated) that has no token where there is no unknown
+ * token either. */
+static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
+                              ids *out, char missing[5])
+{
+    bytes text = {0};
+    bool ok = tok->metaspace ? metaspace_text(tok, s, size, starts_text, &text) : push_bytes(&text, s, size);
+    int64_t *symbols = ok ? malloc((text.n + 1) * sizeof *symbols) : NULL;
+    size_t where = SIZE_MAX;
+    ok = ok && symbols;
+    /* Metaspace with split: a piece begins at each replacement (which it keeps). */
+    for (size_t from = 0; ok && from < text.n && where == SIZE_MAX;) {
+        size_t end = text.n;
+        for (size_t i = from + 1; tok->metaspace && tok->metaspace_split && i + tok->metaspace_len <= text.n; i++)
+            if (memcmp(text.v + i, tok->metaspace, tok->metaspace_len) == 0) {
+                end = i;
+                break;
+            }
+        ok = character_bpe_piece(tok, text.v + from, end - from, out, symbols, &where);
+        if (where != SIZE_MAX) {
+            size_t len;
+            text_utf8_next(text.v + from + where, text.n - from - where, &len);
+            memcpy(missing, text.v + from + where, len);
+            missing[len] = 0;
+        }
+        from = end;
+    }
+    free(text.v), free(symbols);
+    return ok;
+}
+
+/* A segment between the added tokens matched in the raw text; starts_text: it begins
+ * the text. Normalized, then split again at the added tokens matched in normalized
+ * text, each run between them tokenized; missing as character_bpe_run's. */
+static bool character_bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
+                                  ids *out, char missing[5])
+{
+    bytes text = {0};
+    bool ok = character_bpe_normalize(tok, s, size, &text);
+    size_t from = 0, start = 0, stop = 0;
+    int64_t id = -1;
+    while (ok && !missing[0] && from < text.n) {
+        bool found = added_match(tok, text.v, text.n, from, true, &start, &stop, &id);
+        size_t end = found ? start : text.n;
+        if (end > from)
+            ok = character_bpe_run(tok, text.v + from, end - from, starts_text && from == 0, out, missing);
+        ok = ok && (!found || missing[0] || push_id(out, id));
+        from = found ? stop : text.n;
+    }
+    free(text.v);
+    return ok;
+}
+
 /* ---- BERT's normalizer, pre-tokenizer and WordPiece --------------------------------- */
 
 static bool is_chinese(int32_t cp)
@@ -740,11 +982,30 @@ static bool wordpiece_segment(const fl_tokenizer *tok, const unsigned char *s, s
 
 /* ---- encode and decode ------------------------------------------------------------- */
 
-static bool encode_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
+/* Tokenizes the segment of the text at offset `at` between added tokens into out:
+ * FL_OK, else an error, set. */
+static fl_status encode_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, size_t at, ids *out)
 {
-    if (!size)
-        return true;
-    return tok->model == MODEL_BPE ? bpe_segment(tok, s, size, out) : wordpiece_segment(tok, s, size, out);
+    static const char *const fn = "fl_tokenizer_encode";
+    char missing[5] = "";
+    bool ok = !size || (tok->model == MODEL_BPE         ? bpe_segment(tok, s, size, out)
+                        : tok->model == MODEL_WORDPIECE ? wordpiece_segment(tok, s, size, out)
+                                                        : character_bpe_segment(tok, s, size, at == 0, out, missing));
+    if (!ok) {
+        fl_error(FL_ERR_MEMORY, fn, "out of memory encoding %zu bytes", size);
+        return FL_ERR_MEMORY;
+    }
+    if (missing[0]) {
+        int32_t cp = text_utf8_next((const unsigned char *)missing, strlen(missing), &(size_t){0});
+        if (cp < 0)
+            fl_error(FL_ERR_VALUE, fn, "byte 0x%02X in the text from offset %zu has no token, no byte token and "
+                     "the vocabulary no unk_token", (unsigned char)missing[0], at);
+        else
+            fl_error(FL_ERR_VALUE, fn, "character U+%04X '%s' in the text from offset %zu has no token, no byte "
+                     "tokens and the vocabulary no unk_token", (unsigned)cp, missing, at);
+        return FL_ERR_VALUE;
+    }
+    return FL_OK;
 }
 
 fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t size, int64_t **result,
@@ -767,29 +1028,22 @@ fl_status fl_tokenizer_encode(const fl_tokenizer *tok, const void *text, size_t 
             return FL_ERR_VALUE;
         }
     ids out = {0};
-    bool ok = true;
-    size_t from = 0;
-    for (size_t i = 0; ok && i < size;) {
-        int64_t best = -1;
-        for (size_t k = 0; k < tok->nadded; k++) {
-            const token *t = &tok->tokens[tok->added[k]];
-            if (t->len && t->len <= size - i && (best < 0 || t->len > tok->tokens[best].len) &&
-                memcmp(s + i, t->text, t->len) == 0)
-                best = tok->added[k];
+    fl_status st = FL_OK;
+    for (size_t from = 0, start = 0, stop = 0; st == FL_OK;) {
+        int64_t id = -1;
+        bool found = added_match(tok, s, size, from, false, &start, &stop, &id);
+        st = encode_segment(tok, s + from, (found ? start : size) - from, from, &out);
+        if (!found || st != FL_OK)
+            break;
+        if (!push_id(&out, id)) {
+            fl_error(FL_ERR_MEMORY, fn, "out of memory encoding %zu bytes", size);
+            st = FL_ERR_MEMORY;
         }
-        if (best < 0) {
-            i++;
-            continue;
-        }
-        ok = encode_segment(tok, s + from, i - from, &out) && push_id(&out, best);
-        i += tok->tokens[best].len;
-        from = i;
+        from = stop;
     }
-    ok = ok && encode_segment(tok, s + from, size - from, &out);
-    if (!ok) {
+    if (st != FL_OK) {
         free(out.v);
-        fl_error(FL_ERR_MEMORY, fn, "out of memory encoding %zu bytes", size);
-        return FL_ERR_MEMORY;
+        return st;
     }
     *result = out.n ? out.v : NULL;
     if (!out.n)
@@ -863,6 +1117,72 @@ static bool cleanup_append(bytes *out, const char *t, size_t len)
     return ok;
 }
 
+/* The byte a byte-fallback token "<0xHH>" stands for, or -1. */
+static int fallback_byte(const unsigned char *t, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *hi = len == 6 && memcmp(t, "<0x", 3) == 0 && t[5] == '>' && t[3] ? strchr(hex, t[3]) : NULL;
+    const char *lo = hi && t[4] ? strchr(hex, t[4]) : NULL;
+    return lo ? (int)((hi - hex) * 16 + (lo - hex)) : -1;
+}
+
+/* Runs the decoder's steps over the tokens' spellings, as the tokenizers library's
+ * decoders do (each step maps the list of strings), and joins what is left. Byte
+ * fallback tokens become their bytes, so decoding gives back the bytes encoded where
+ * the library's lossy UTF-8 would put U+FFFD in place of invalid ones. */
+static bool character_bpe_decode(const fl_tokenizer *tok, const int64_t *id, size_t count, bytes *out)
+{
+    bytes *parts = calloc(count + 1, sizeof *parts), work = {0};
+    bool ok = parts != NULL;
+    /* An added token matched in normalized text is its normalized content here, as
+     * the library decodes it (Llama 2's "<s>" as "\u2581<s>", a space after the
+     * decoder's Replace). */
+    for (size_t i = 0; ok && i < count; i++) {
+        const token *t = &tok->tokens[id[i]];
+        ok = t->norm_text ? push_bytes(&parts[i], t->norm_text, t->norm_len) : push_bytes(&parts[i], t->text, t->len);
+    }
+    size_t n = count;
+    for (size_t k = 0; ok && k < tok->ndecoder; k++) {
+        const text_edit *e = &tok->decoder[k];
+        for (size_t i = 0; ok && i < n && e->kind != EDIT_FUSE; i++) {
+            bytes *p = &parts[i];
+            int b = e->kind == EDIT_BYTE_FALLBACK ? fallback_byte(p->v, p->n) : -1;
+            if (e->kind == EDIT_REPLACE || e->kind == EDIT_METASPACE) {
+                /* Metaspace: the replacement is a space, and nothing in the first token
+                 * where the encoder put it before the text. */
+                bool drop = e->kind == EDIT_METASPACE && i == 0 && e->start;
+                ok = replace_all(&work, p->v, p->n, e->from, e->from_len, drop ? "" : e->kind == EDIT_REPLACE ? e->to : " ",
+                                 drop ? 0 : e->kind == EDIT_REPLACE ? e->to_len : 1);
+                bytes swap = *p;
+                *p = work, work = swap;
+            } else if (b >= 0) {
+                p->v[0] = (unsigned char)b, p->n = 1;
+            } else if (e->kind == EDIT_STRIP) {
+                size_t head = 0, tail = p->n;
+                for (int64_t c = 0; c < e->start && tail - head >= e->from_len &&
+                                    memcmp(p->v + head, e->from, e->from_len) == 0; c++)
+                    head += e->from_len;
+                for (int64_t c = 0; c < e->stop && tail - head >= e->from_len &&
+                                    memcmp(p->v + tail - e->from_len, e->from, e->from_len) == 0; c++)
+                    tail -= e->from_len;
+                memmove(p->v, p->v + head, tail - head);
+                p->n = tail - head;
+            }
+        }
+        if (ok && e->kind == EDIT_FUSE && n > 1) {
+            for (size_t i = 1; ok && i < n; i++)
+                ok = push_bytes(&parts[0], parts[i].v, parts[i].n);
+            n = 1;
+        }
+    }
+    for (size_t i = 0; ok && i < n; i++)
+        ok = push_bytes(out, parts[i].v, parts[i].n);
+    for (size_t i = 0; parts && i < count; i++)
+        free(parts[i].v);
+    free(parts), free(work.v);
+    return ok;
+}
+
 fl_status fl_tokenizer_decode(const fl_tokenizer *tok, const int64_t *id, size_t count, char **text, size_t *size)
 {
     static const char *const fn = "fl_tokenizer_decode";
@@ -882,7 +1202,9 @@ fl_status fl_tokenizer_decode(const fl_tokenizer *tok, const int64_t *id, size_t
         }
     bytes out = {0};
     bool ok = push_bytes(&out, "", 0);
-    for (size_t i = 0; ok && i < count; i++) {
+    if (tok->model == MODEL_CHARACTER_BPE)
+        ok = ok && character_bpe_decode(tok, id, count, &out);
+    for (size_t i = 0; ok && tok->model != MODEL_CHARACTER_BPE && i < count; i++) {
         const token *t = &tok->tokens[id[i]];
         if (tok->model == MODEL_BPE) {
             ok = push_bytes(&out, t->bytes, t->nbytes);
@@ -1341,27 +1663,10 @@ static fl_status load_split_sequence(fl_tokenizer *tok, const char *path, const 
     return FL_OK;
 }
 
-static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+/* The BPE model's options neither BPE here takes: dropout, and a prefix or suffix on
+ * subwords. */
+static fl_status bpe_options(const char *path, const json_t *model)
 {
-    const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
-    if (json_is_object(pre) && strcmp(json_type_name(pre), "Sequence") == 0) {
-        fl_status st = load_split_sequence(tok, path, pre);
-        if (st != FL_OK)
-            return st;
-        pre = json_array_get(json_object_get(pre, "pretokenizers"), 1);
-    } else if (!json_is_object(pre) || strcmp(json_type_name(pre), "ByteLevel") != 0) {
-        return load_error(FL_ERR_VALUE, path,
-                          "BPE model with pre_tokenizer %s: only ByteLevel, or Llama 3's Split and ByteLevel, is "
-                          "supported",
-                          json_is_object(pre) ? json_type_name(pre) : "null");
-    }
-    tok->nfc = json_is_object(norm) && strcmp(json_type_name(norm), "NFC") == 0;
-    if (norm && !json_is_null(norm) && !tok->nfc)
-        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only NFC or none is supported",
-                          json_type_name(norm));
-    if (json_flag(pre, "use_regex", true) == (tok->digits != 0))
-        return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel %s use_regex is not supported",
-                          tok->digits ? "after a Split, with" : "without a Split before it, without");
     const json_t *dropout = json_object_get(model, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) != 0)
         return load_error(FL_ERR_VALUE, path, "model.dropout %g: BPE dropout is not supported",
@@ -1370,8 +1675,34 @@ static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *roo
     for (int i = 0; i < 2; i++) {
         const char *v = json_string_value(json_object_get(model, fixes[i]));
         if (v && *v)
-            return load_error(FL_ERR_VALUE, path, "model.%s '%s' is not supported by byte-level BPE", fixes[i], v);
+            return load_error(FL_ERR_VALUE, path, "model.%s '%s' is not supported by BPE", fixes[i], v);
     }
+    return FL_OK;
+}
+
+static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
+    if (json_is_object(pre) && strcmp(json_type_name(pre), "Sequence") == 0) {
+        fl_status st = load_split_sequence(tok, path, pre);
+        if (st != FL_OK)
+            return st;
+        pre = json_array_get(json_object_get(pre, "pretokenizers"), 1);
+    } else if (strcmp(json_type_name(pre), "ByteLevel") != 0) {
+        return load_error(FL_ERR_VALUE, path,
+                          "BPE model with pre_tokenizer %s: only ByteLevel, Llama 3's Split and ByteLevel, Metaspace "
+                          "or none is supported", json_type_name(pre));
+    }
+    tok->nfc = json_is_object(norm) && strcmp(json_type_name(norm), "NFC") == 0;
+    if (norm && !json_is_null(norm) && !tok->nfc)
+        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only NFC or none is supported",
+                          json_type_name(norm));
+    if (json_flag(pre, "use_regex", true) == (tok->digits != 0))
+        return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel %s use_regex is not supported",
+                          tok->digits ? "after a Split, with" : "without a Split before it, without");
+    fl_status options = bpe_options(path, model);
+    if (options != FL_OK)
+        return options;
     if (json_flag(model, "byte_fallback", false))
         return load_error(FL_ERR_VALUE, path, "model.byte_fallback is not supported by byte-level BPE");
     tok->model = MODEL_BPE;
@@ -1390,6 +1721,140 @@ static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *roo
     for (int64_t id = 0; id < tok->count; id++)
         if (tok->tokens[id].text && !set_token_bytes(&tok->tokens[id]))
             return load_error(FL_ERR_MEMORY, path, "out of memory");
+    return load_merges(tok, path, json_object_get(model, "merges"));
+}
+
+/* ---- SentencePiece's BPE in tokenizer.json ---- */
+
+/* A copy of a JSON string into *text, *len; false if it is not one (or out of memory,
+ * which *oom tells). */
+static bool json_text(const json_t *v, char **text, size_t *len, bool *oom)
+{
+    if (!json_is_string(v))
+        return false;
+    *len = json_string_length(v);
+    if (!(*text = malloc(*len + 1)))
+        return !(*oom = true);
+    memcpy(*text, json_string_value(v), *len + 1);
+    return true;
+}
+
+/* The prepend_scheme of a Metaspace (or its older add_prefix_space); -1 if unknown. */
+static int prepend_scheme(const json_t *metaspace)
+{
+    const char *scheme = json_string_value(json_object_get(metaspace, "prepend_scheme"));
+    if (!scheme)
+        return json_flag(metaspace, "add_prefix_space", true) ? PREPEND_ALWAYS : PREPEND_NEVER;
+    return strcmp(scheme, "always") == 0 ? PREPEND_ALWAYS
+           : strcmp(scheme, "first") == 0 ? PREPEND_FIRST
+           : strcmp(scheme, "never") == 0 ? PREPEND_NEVER
+                                           : -1;
+}
+
+/* The steps of a normalizer (decoder false: Prepend, Replace of a string) or decoder
+ * (Replace, ByteFallback, Fuse, Strip, Metaspace), alone or in a Sequence, into
+ * *list, *count. */
+static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
+                            size_t *count)
+{
+    const char *type = json_type_name(node);
+    const json_t *steps = strcmp(type, "Sequence") == 0 ? json_object_get(node, decoder ? "decoders" : "normalizers")
+                                                        : NULL;
+    size_t total = steps ? json_array_size(steps) : 1;
+    if (!(*list = calloc(total + 1, sizeof **list)))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    for (size_t i = 0; i < total; i++) {
+        const json_t *step = steps ? json_array_get(steps, i) : node;
+        const char *kind = json_type_name(step);
+        text_edit *e = &(*list)[(*count)++];
+        bool oom = false, ok = false;
+        if (strcmp(kind, "Replace") == 0) {
+            e->kind = EDIT_REPLACE;
+            ok = json_text(json_object_get(json_object_get(step, "pattern"), "String"), &e->from, &e->from_len, &oom) &&
+                 e->from_len && json_text(json_object_get(step, "content"), &e->to, &e->to_len, &oom);
+        } else if (!decoder && strcmp(kind, "Prepend") == 0) {
+            e->kind = EDIT_PREPEND;
+            ok = json_text(json_object_get(step, "prepend"), &e->to, &e->to_len, &oom);
+        } else if (decoder && (strcmp(kind, "ByteFallback") == 0 || strcmp(kind, "Fuse") == 0)) {
+            e->kind = kind[0] == 'B' ? EDIT_BYTE_FALLBACK : EDIT_FUSE;
+            ok = true;
+        } else if (decoder && strcmp(kind, "Strip") == 0) {
+            const json_t *start = json_object_get(step, "start"), *stop = json_object_get(step, "stop");
+            e->kind = EDIT_STRIP;
+            ok = json_text(json_object_get(step, "content"), &e->from, &e->from_len, &oom) && e->from_len &&
+                 json_is_integer(start) && json_is_integer(stop) && json_integer_value(start) >= 0 &&
+                 json_integer_value(stop) >= 0;
+            e->start = json_integer_value(start), e->stop = json_integer_value(stop);
+        } else if (decoder && strcmp(kind, "Metaspace") == 0) {
+            int scheme = prepend_scheme(step);
+            e->kind = EDIT_METASPACE;
+            e->start = scheme != PREPEND_NEVER;
+            ok = scheme >= 0 && json_text(json_object_get(step, "replacement"), &e->from, &e->from_len, &oom) &&
+                 e->from_len;
+        }
+        if (oom)
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+        if (!ok)
+            return load_error(FL_ERR_VALUE, path,
+                              "%s %s%s%s: only %s%s are supported with a BPE model without ByteLevel", what, kind,
+                              steps ? " in a Sequence" : "", strcmp(kind, "Replace") == 0 ? " (of a regex?)" : "",
+                              decoder ? "Replace of a string, ByteFallback, Fuse, Strip and Metaspace"
+                                      : "Prepend and Replace of a string",
+                              steps ? "" : ", or a Sequence of them");
+    }
+    return FL_OK;
+}
+
+/* SentencePiece's BPE as Llama 2's and Mistral's tokenizer.json hold it: characters
+ * (not bytes) merged, byte tokens "<0xHH>" for characters the vocabulary lacks
+ * (byte_fallback), a normalizer of Prepend and Replace steps or a Metaspace
+ * pre-tokenizer, and a decoder of string edits. */
+static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
+    const json_t *dec = json_object_get(root, "decoder");
+    fl_status st = FL_OK;
+    tok->model = MODEL_CHARACTER_BPE;
+    if (json_is_object(norm))
+        st = load_edits(path, "normalizer", norm, false, &tok->normalizer, &tok->nnormalizer);
+    if (st == FL_OK && json_is_object(dec))
+        st = load_edits(path, "decoder", dec, true, &tok->decoder, &tok->ndecoder);
+    if (st != FL_OK)
+        return st;
+    if (json_is_object(pre)) { /* Metaspace: the caller let nothing else through */
+        bool oom = false;
+        tok->prepend_scheme = prepend_scheme(pre);
+        tok->metaspace_split = json_flag(pre, "split", true);
+        if (!json_text(json_object_get(pre, "replacement"), &tok->metaspace, &tok->metaspace_len, &oom) ||
+            !tok->metaspace_len || tok->prepend_scheme < 0)
+            return oom ? load_error(FL_ERR_MEMORY, path, "out of memory")
+                       : load_error(FL_ERR_VALUE, path, "pre_tokenizer Metaspace needs a replacement and a "
+                                    "prepend_scheme of always, first or never");
+    }
+    fl_status options = bpe_options(path, model);
+    if (options != FL_OK)
+        return options;
+    tok->byte_fallback = json_flag(model, "byte_fallback", false);
+    tok->fuse_unk = json_flag(model, "fuse_unk", false);
+    tok->ignore_merges = json_flag(model, "ignore_merges", false);
+    const json_t *unk = json_object_get(model, "unk_token");
+    tok->unk = json_is_string(unk) ? lookup(tok, json_string_value(unk), json_string_length(unk)) : -1;
+    if (json_is_string(unk) && tok->unk < 0)
+        return load_error(FL_ERR_VALUE, path, "model.unk_token '%s' is not in the vocabulary", json_string_value(unk));
+    for (unsigned b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        tok->byte_id[b] = lookup(tok, name, 6);
+    }
+    /* An added token matched in normalized text is matched as its content normalized
+     * (Llama 2's "<s>" as "\u2581<s>"). */
+    for (size_t i = 0; i < tok->nadded; i++) {
+        token *t = &tok->tokens[tok->added[i]];
+        bytes text = {0};
+        if (t->normalized && !character_bpe_normalize(tok, (const unsigned char *)t->text, t->len, &text))
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+        t->norm_text = (char *)text.v, t->norm_len = text.n;
+    }
     return load_merges(tok, path, json_object_get(model, "merges"));
 }
 
@@ -1494,10 +1959,9 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
         const json_t *id = json_object_get(v, "id"), *content = json_object_get(v, "content");
         if (!json_is_integer(id) || !json_is_string(content) || !json_string_length(content))
             return load_error(FL_ERR_VALUE, path, "added_tokens[%zu] lacks an integer id or a non-empty content", i);
-        if (json_flag(v, "lstrip", false) || json_flag(v, "rstrip", false) || json_flag(v, "single_word", false))
-            return load_error(FL_ERR_VALUE, path,
-                              "added_tokens[%zu] '%s': lstrip, rstrip and single_word are not supported",
-                              i, json_string_value(content));
+        if (json_flag(v, "single_word", false))
+            return load_error(FL_ERR_VALUE, path, "added_tokens[%zu] '%s': single_word is not supported", i,
+                              json_string_value(content));
         if (json_integer_value(id) >= tok->count)
             tok->count = json_integer_value(id) + 1;
     }
@@ -1517,11 +1981,19 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
         if ((st = place_token(tok, path, "added_tokens", id, json_string_value(content), json_string_length(content),
                               true)) != FL_OK)
             return st;
+        token *t = &tok->tokens[id];
+        t->lstrip = json_flag(v, "lstrip", false);
+        t->rstrip = json_flag(v, "rstrip", false);
+        t->normalized = json_flag(v, "normalized", !json_flag(v, "special", false));
         tok->added[tok->nadded++] = id;
     }
     if (!index_vocab(tok))
         return load_error(FL_ERR_MEMORY, path, "out of memory");
-    st = strcmp(type, "BPE") == 0 ? load_bpe(tok, path, root, model) : load_wordpiece(tok, path, root, model);
+    const json_t *pre = json_object_get(root, "pre_tokenizer");
+    bool characters = !json_is_object(pre) || strcmp(json_type_name(pre), "Metaspace") == 0;
+    st = strcmp(type, "BPE") != 0 ? load_wordpiece(tok, path, root, model)
+         : characters             ? load_character_bpe(tok, path, root, model)
+                                  : load_bpe(tok, path, root, model);
     if (st == FL_OK && !(tok->post = text_template_load(path, json_object_get(root, "post_processor"), tok->count)))
         st = fl_last_status();
     return st;

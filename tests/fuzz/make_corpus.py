@@ -132,9 +132,12 @@ def byte_chars():
     return [chars[b] for b in range(256)]
 
 
-def tokenizer_json(model, pre, normalizer=None, added=()):
-    return json.dumps({"version": "1.0", "added_tokens": list(added), "normalizer": normalizer,
-                       "pre_tokenizer": pre, "model": model}, ensure_ascii=False).encode()
+def tokenizer_json(model, pre, normalizer=None, added=(), decoder=None):
+    tree = {"version": "1.0", "added_tokens": list(added), "normalizer": normalizer, "pre_tokenizer": pre,
+            "model": model}
+    if decoder:
+        tree["decoder"] = decoder
+    return json.dumps(tree, ensure_ascii=False).encode()
 
 
 # Llama 3's pre-tokenizer regex, as its tokenizer.json spells it.
@@ -165,7 +168,23 @@ def tokenizers():
     bert = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None,
             "lowercase": True}
     cls = dict(end, id=2, content="[CLS]")
+    # SentencePiece's BPE (Llama 2's layout): characters, byte tokens, "\u2581" marks.
+    pieces = ["<unk>", "<s>"] + ["<0x%02X>" % b for b in range(256)] + ["\u2581", "t", "h", "e", "\u2581t", "he",
+                                                                        "\u2581the"]
+    sentencepiece = {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
+                     "vocab": {p: i for i, p in enumerate(pieces)},
+                     "merges": [["\u2581", "t"], ["h", "e"], ["\u2581t", "he"]]}
+    marks = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                 {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    sp_decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    start = dict(end, id=1, content="<s>")
     return {
+        "sentencepiece": tokenizer_json(sentencepiece, None, marks, added=[start], decoder=sp_decoder),
+        "sentencepiece_no_unk": tokenizer_json(dict(sentencepiece, byte_fallback=False, unk_token=None),
+                                               metaspace, decoder=dict(metaspace, type="Metaspace")),
         "bpe": tokenizer_json(bpe, level, added=[end]),
         "bpe_string_merges": tokenizer_json(dict(bpe, merges=[a + " " + b for a, b in merges]),
                                             dict(level, add_prefix_space=True)),
