@@ -1,6 +1,7 @@
 /* Files as published checkpoints ship them (tests/fixtures/published/, from
- * tests/fixtures/gen_published.py): gpt2's and all-MiniLM-L6-v2's tokenizer.json give the
- * ids of the `tokenizers` library on a few hundred lines of text, and a checkpoint with
+ * tests/fixtures/gen_published.py): gpt2's, all-MiniLM-L6-v2's and Phi-3-mini's
+ * tokenizer.json give the ids (and decodings) of the `tokenizers` library on a few
+ * hundred lines of text, and a checkpoint with
  * all-MiniLM-L6-v2's config.json and its model.safetensors header (names, dtypes, the
  * position_ids buffer, the pooler) loads into Flare's BERT encoder and gives
  * transformers' hidden states, from text to sentence embeddings. The published weights
@@ -104,6 +105,29 @@ static void check_tokenizer(const char *path, const char *key, bool byte_exact, 
     fl_tokenizer_free(tok);
 }
 
+/* Every text encoded and decoded again gives the library's decoding (key, one a line). */
+static void check_decodings(const fl_tokenizer *tok, const char *key)
+{
+    char *text, *decoded_text;
+    const char *lines[MAX_TEXTS], *decoded[MAX_TEXTS];
+    size_t lengths[MAX_TEXTS], decoded_lengths[MAX_TEXTS];
+    size_t texts = split_lines("texts", &text, lines, lengths, MAX_TEXTS);
+    assert_int_equal(split_lines(key, &decoded_text, decoded, decoded_lengths, MAX_TEXTS), texts);
+    for (size_t i = 0; i < texts; i++) {
+        int64_t *ids = NULL;
+        size_t n = 0, size = 0;
+        char *out = NULL;
+        assert_int_equal(fl_tokenizer_encode(tok, lines[i], lengths[i], &ids, &n), FL_OK);
+        assert_int_equal(fl_tokenizer_decode(tok, ids, n, &out, &size), FL_OK);
+        if (size != decoded_lengths[i] || memcmp(out, decoded[i], size) != 0)
+            fail_msg("decoding text %zu: \"%s\", expected \"%.*s\"", i, out, (int)decoded_lengths[i], decoded[i]);
+        free(out);
+        free(ids);
+    }
+    free(text);
+    free(decoded_text);
+}
+
 static void gpt2_tokenizer_gives_the_library_ids(void **state)
 {
     (void)state;
@@ -119,11 +143,10 @@ static void minilm_tokenizer_gives_the_library_ids(void **state)
     check_tokenizer(MINILM "/tokenizer.json", "minilm", false, 128);
     fl_tokenizer *tok = NULL;
     assert_int_equal(fl_tokenizer_load(MINILM "/tokenizer.json", &tok), FL_OK);
-    char *text, *decoded_text;
-    const char *lines[MAX_TEXTS], *decoded[MAX_TEXTS];
-    size_t lengths[MAX_TEXTS], decoded_lengths[MAX_TEXTS], id_count, type_count, count_count;
+    char *text;
+    const char *lines[MAX_TEXTS];
+    size_t lengths[MAX_TEXTS], id_count, type_count, count_count;
     size_t texts = split_lines("texts", &text, lines, lengths, MAX_TEXTS);
-    assert_int_equal(split_lines("minilm_decoded", &decoded_text, decoded, decoded_lengths, MAX_TEXTS), texts);
     int32_t *expected = host_values("minilm_pair_ids", &id_count);
     int32_t *expected_types = host_values("minilm_pair_types", &type_count);
     int32_t *counts = host_values("minilm_pair_counts", &count_count);
@@ -142,22 +165,24 @@ static void minilm_tokenizer_gives_the_library_ids(void **state)
         free(types);
     }
     assert_int_equal(at, id_count);
-    for (size_t i = 0; i < texts; i++) {
-        int64_t *ids = NULL;
-        size_t n = 0, size = 0;
-        char *out = NULL;
-        assert_int_equal(fl_tokenizer_encode(tok, lines[i], lengths[i], &ids, &n), FL_OK);
-        assert_int_equal(fl_tokenizer_decode(tok, ids, n, &out, &size), FL_OK);
-        if (size != decoded_lengths[i] || memcmp(out, decoded[i], size) != 0)
-            fail_msg("decoding text %zu: \"%s\", expected \"%.*s\"", i, out, (int)decoded_lengths[i], decoded[i]);
-        free(out);
-        free(ids);
-    }
+    check_decodings(tok, "minilm_decoded");
     free(text);
-    free(decoded_text);
     free(expected);
     free(expected_types);
     free(counts);
+    fl_tokenizer_free(tok);
+    assert_no_error();
+}
+
+/* SentencePiece's BPE in Llama 2's layout with byte fallback, and chat tokens that
+ * take the whitespace on their right: ids and decodings. */
+static void phi3_tokenizer_gives_the_library_ids(void **state)
+{
+    (void)state;
+    check_tokenizer(PUBLISHED "/phi-3-mini/tokenizer.json", "phi3", false, 0);
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(PUBLISHED "/phi-3-mini/tokenizer.json", &tok), FL_OK);
+    check_decodings(tok, "phi3_decoded");
     fl_tokenizer_free(tok);
     assert_no_error();
 }
@@ -324,6 +349,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         scoped_test(gpt2_tokenizer_gives_the_library_ids),
         scoped_test(minilm_tokenizer_gives_the_library_ids),
+        scoped_test(phi3_tokenizer_gives_the_library_ids),
         scoped_test(minilm_checkpoint_matches_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
