@@ -673,7 +673,8 @@ static void sentencepiece_bpe_round_trips_any_bytes(void **state)
         round_trip(tok, all + b, 1);
     }
     round_trip(tok, all, sizeof all);
-    static const char *const odd[] = {"a\0b", "\x80\x80 x", "\xC0\xAF", "  \xFF\xFE  the", " lead", "trail  ", "\xE2\x96"};
+    static const char *const odd[] = {"a\0b",  "\x80\x80 x", "\xC0\xAF", "  \xFF\xFE  the",
+                                      " lead", "trail  ",     "\xE2\x96"};
     for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
         round_trip(tok, (const unsigned char *)odd[i], strlen(odd[i]) + (i == 0 ? 2 : 0));
     uint64_t state64 = 7;
@@ -707,6 +708,7 @@ static void sentencepiece_bpe_refusals(void **state)
     assert_null(ids);
     assert_int_equal(n, 0);
     assert_fails_status(fl_tokenizer_encode(tok, "x\xFF", 2, &ids, &n), FL_ERR_VALUE, "byte 0xFF");
+    assert_fails_status(fl_tokenizer_encode(tok, "the\0", 4, &ids, &n), FL_ERR_VALUE, "character U+0000");
     fl_tokenizer_free(tok);
 
     const char *start = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, ";

@@ -742,7 +742,8 @@ static bool metaspace_text(const fl_tokenizer *tok, const unsigned char *s, size
     bytes work = {0};
     bool ok = replace_all(&work, s, size, " ", 1, tok->metaspace, tok->metaspace_len);
     bool prepend = tok->prepend_scheme == PREPEND_ALWAYS || (tok->prepend_scheme == PREPEND_FIRST && starts_text);
-    prepend = ok && prepend && !(work.n >= tok->metaspace_len && memcmp(work.v, tok->metaspace, tok->metaspace_len) == 0);
+    bool marked = work.n >= tok->metaspace_len && memcmp(work.v, tok->metaspace, tok->metaspace_len) == 0;
+    prepend = ok && prepend && !marked;
     text->n = 0;
     ok = ok && push_bytes(text, prepend ? tok->metaspace : "", prepend ? tok->metaspace_len : 0) &&
          push_bytes(text, work.v, work.n);
@@ -791,12 +792,19 @@ static bool character_bpe_piece(const fl_tokenizer *tok, const unsigned char *s,
     return ok;
 }
 
+/* The first character of a text that has no token, no byte tokens and no unknown
+ * token to stand for it. */
+typedef struct uncovered {
+    bool found;
+    unsigned char utf8[4]; /* the character, or one byte outside valid UTF-8 */
+    size_t len;
+} uncovered;
+
 /* A run of text the model takes whole (after the normalizer, between added tokens):
- * the Metaspace pre-tokenizer's pieces, each merged. missing is set to the first
- * character (its UTF-8, NUL-terminated) that has no token where there is no unknown
- * token either. */
+ * the Metaspace pre-tokenizer's pieces, each merged, until a character the
+ * vocabulary cannot cover, which goes to *missing. */
 static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
-                              ids *out, char missing[5])
+                              ids *out, uncovered *missing)
 {
     bytes text = {0};
     bool ok = tok->metaspace ? metaspace_text(tok, s, size, starts_text, &text) : push_bytes(&text, s, size);
@@ -813,10 +821,9 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
             }
         ok = character_bpe_piece(tok, text.v + from, end - from, out, symbols, &where);
         if (where != SIZE_MAX) {
-            size_t len;
-            text_utf8_next(text.v + from + where, text.n - from - where, &len);
-            memcpy(missing, text.v + from + where, len);
-            missing[len] = 0;
+            missing->found = true;
+            text_utf8_next(text.v + from + where, text.n - from - where, &missing->len);
+            memcpy(missing->utf8, text.v + from + where, missing->len);
         }
         from = end;
     }
@@ -828,18 +835,18 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
  * the text. Normalized, then split again at the added tokens matched in normalized
  * text, each run between them tokenized; missing as character_bpe_run's. */
 static bool character_bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
-                                  ids *out, char missing[5])
+                                  ids *out, uncovered *missing)
 {
     bytes text = {0};
     bool ok = character_bpe_normalize(tok, s, size, &text);
     size_t from = 0, start = 0, stop = 0;
     int64_t id = -1;
-    while (ok && !missing[0] && from < text.n) {
+    while (ok && !missing->found && from < text.n) {
         bool found = added_match(tok, text.v, text.n, from, true, &start, &stop, &id);
         size_t end = found ? start : text.n;
         if (end > from)
             ok = character_bpe_run(tok, text.v + from, end - from, starts_text && from == 0, out, missing);
-        ok = ok && (!found || missing[0] || push_id(out, id));
+        ok = ok && (!found || missing->found || push_id(out, id));
         from = found ? stop : text.n;
     }
     free(text.v);
@@ -987,22 +994,22 @@ static bool wordpiece_segment(const fl_tokenizer *tok, const unsigned char *s, s
 static fl_status encode_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, size_t at, ids *out)
 {
     static const char *const fn = "fl_tokenizer_encode";
-    char missing[5] = "";
+    uncovered missing = {0};
     bool ok = !size || (tok->model == MODEL_BPE         ? bpe_segment(tok, s, size, out)
                         : tok->model == MODEL_WORDPIECE ? wordpiece_segment(tok, s, size, out)
-                                                        : character_bpe_segment(tok, s, size, at == 0, out, missing));
+                                                        : character_bpe_segment(tok, s, size, at == 0, out, &missing));
     if (!ok) {
         fl_error(FL_ERR_MEMORY, fn, "out of memory encoding %zu bytes", size);
         return FL_ERR_MEMORY;
     }
-    if (missing[0]) {
-        int32_t cp = text_utf8_next((const unsigned char *)missing, strlen(missing), &(size_t){0});
+    if (missing.found) {
+        int32_t cp = text_utf8_next(missing.utf8, missing.len, &(size_t){0});
         if (cp < 0)
             fl_error(FL_ERR_VALUE, fn, "byte 0x%02X in the text from offset %zu has no token, no byte token and "
-                     "the vocabulary no unk_token", (unsigned char)missing[0], at);
+                     "the vocabulary no unk_token", missing.utf8[0], at);
         else
-            fl_error(FL_ERR_VALUE, fn, "character U+%04X '%s' in the text from offset %zu has no token, no byte "
-                     "tokens and the vocabulary no unk_token", (unsigned)cp, missing, at);
+            fl_error(FL_ERR_VALUE, fn, "character U+%04X '%.*s' in the text from offset %zu has no token, no byte "
+                     "tokens and the vocabulary no unk_token", (unsigned)cp, (int)missing.len, missing.utf8, at);
         return FL_ERR_VALUE;
     }
     return FL_OK;
@@ -1151,8 +1158,9 @@ static bool character_bpe_decode(const fl_tokenizer *tok, const int64_t *id, siz
                 /* Metaspace: the replacement is a space, and nothing in the first token
                  * where the encoder put it before the text. */
                 bool drop = e->kind == EDIT_METASPACE && i == 0 && e->start;
-                ok = replace_all(&work, p->v, p->n, e->from, e->from_len, drop ? "" : e->kind == EDIT_REPLACE ? e->to : " ",
-                                 drop ? 0 : e->kind == EDIT_REPLACE ? e->to_len : 1);
+                const char *to = drop ? "" : e->kind == EDIT_REPLACE ? e->to : " ";
+                size_t to_len = drop ? 0 : e->kind == EDIT_REPLACE ? e->to_len : 1;
+                ok = replace_all(&work, p->v, p->n, e->from, e->from_len, to, to_len);
                 bytes swap = *p;
                 *p = work, work = swap;
             } else if (b >= 0) {
