@@ -72,6 +72,9 @@ struct fl_tokenizer {
     int digits; /* 0: GPT-2's pieces; else Llama 3's, with runs of at most this many digits */
     int64_t *added; /* ids of the added tokens, matched in the raw text */
     size_t nadded;
+    /* The bytes an added token starts with, of those matched in the raw text [0] and
+     * in normalized text [1]: every other position is passed over at once. */
+    bool added_starts[2][256];
     /* WordPiece */
     int64_t unk;
     char *prefix;
@@ -664,6 +667,16 @@ static size_t whitespace_after(const unsigned char *s, size_t size, size_t at)
     return at;
 }
 
+/* The text an added token is matched as (*len bytes), and whether in normalized text
+ * (character BPE's tokens marked normalized, as their content normalized) or in the
+ * raw text. */
+static const char *added_text(const fl_tokenizer *tok, const token *t, size_t *len, bool *in_normalized)
+{
+    *in_normalized = tok->model == MODEL_CHARACTER_BPE && t->normalized;
+    *len = *in_normalized ? t->norm_len : t->len;
+    return *in_normalized ? t->norm_text : t->text;
+}
+
 /* The leftmost added token in s[from, size), the longest there (the first listed
  * among equals), of those matched in normalized text (normalized) or of those
  * matched in the raw text: its id and the span it takes, [start, stop), with the
@@ -672,13 +685,14 @@ static bool added_match(const fl_tokenizer *tok, const unsigned char *s, size_t 
                         size_t *start, size_t *stop, int64_t *id)
 {
     for (size_t i = from; i < size; i++) {
+        if (!tok->added_starts[normalized][s[i]])
+            continue;
         int64_t best = -1;
         size_t best_len = 0;
         for (size_t k = 0; k < tok->nadded; k++) {
-            const token *t = &tok->tokens[tok->added[k]];
-            bool in_normalized = tok->model == MODEL_CHARACTER_BPE && t->normalized;
-            const char *text = in_normalized ? t->norm_text : t->text;
-            size_t len = in_normalized ? t->norm_len : t->len;
+            size_t len;
+            bool in_normalized;
+            const char *text = added_text(tok, &tok->tokens[tok->added[k]], &len, &in_normalized);
             if (in_normalized == normalized && len > best_len && len <= size - i && memcmp(s + i, text, len) == 0)
                 best = tok->added[k], best_len = len;
         }
@@ -2004,6 +2018,13 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
                                   : load_bpe(tok, path, root, model);
     if (st == FL_OK && !(tok->post = text_template_load(path, json_object_get(root, "post_processor"), tok->count)))
         st = fl_last_status();
+    for (size_t k = 0; st == FL_OK && k < tok->nadded; k++) {
+        size_t len;
+        bool in_normalized;
+        const char *text = added_text(tok, &tok->tokens[tok->added[k]], &len, &in_normalized);
+        if (len)
+            tok->added_starts[in_normalized][(unsigned char)text[0]] = true;
+    }
     return st;
 }
 
