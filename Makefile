@@ -43,7 +43,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl bench-speech bench-generate bench-hf-load complexity speech-data \
+        bench-opencl bench-speech bench-generate bench-hf-load bench-tokenize complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -219,6 +219,15 @@ bench-generate: build venv
 bench-hf-load: build venv
 	$(PYTHON) bench/run_hf_load.py --threads $(THREADS) --flare $(BUILD)/bench_hf_load \
 	    --dir $(BUILD)/hf_load --out $(BUILD)/bench-hf-load.json $(if $(REPEATS),--repeats $(REPEATS))
+
+# Encoding 0.6 MB of Debian's fortunes, line by line, with the published tokenizer.json
+# files of tests/fixtures/published (gpt2, all-MiniLM-L6-v2, Phi-3-mini): Flare
+# (bench/tokenize.c) against the tokenizers library's encode and encode_batch, a fresh
+# process per side and round (bench/run_tokenize.py). Writes build/bench-tokenize.json.
+# REPEATS=5.
+bench-tokenize: build venv
+	$(PYTHON) bench/run_tokenize.py --threads $(THREADS) --flare $(BUILD)/bench_tokenize \
+	    --out $(BUILD)/bench-tokenize.json $(if $(REPEATS),--repeats $(REPEATS))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
