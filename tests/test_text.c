@@ -726,6 +726,7 @@ static void sentencepiece_bpe_refusals(void **state)
         {"\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"_\"}}",
          "normalizer Replace (of a regex?)"},
         {"\"decoder\": {\"type\": \"WordPiece\"}}", "decoder WordPiece"},
+        {"\"normalizer\": {\"type\": \"Sequence\"}}", "normalizer Sequence has no \"normalizers\" array"},
         {"\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}}", "decoder Strip"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

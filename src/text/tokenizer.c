@@ -29,7 +29,8 @@ typedef struct text_edit {
     int kind;
     char *from, *to; /* Replace: from -> to; Prepend: to; Strip: from (the character); Metaspace: from */
     size_t from_len, to_len;
-    int64_t start, stop; /* Strip: copies removed at each end; Metaspace: 1 if the first token loses its */
+    int64_t start, stop; /* Strip: copies removed at each end; Metaspace: start 1 if the first token loses
+                          * its replacements (the encoder put one before the text) */
 } text_edit;
 
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
@@ -709,22 +710,27 @@ static bool added_match(const fl_tokenizer *tok, const unsigned char *s, size_t 
 
 /* ---- SentencePiece's BPE over characters --------------------------------------------- */
 
-/* out = s with every occurrence of from (not empty) replaced by to, left to right. */
+/* out = s with every occurrence of from (not empty) replaced by to, left to right; the
+ * text between occurrences is copied a run at a time. */
 static bool replace_all(bytes *out, const unsigned char *s, size_t size, const char *from, size_t from_len,
                         const char *to, size_t to_len)
 {
     out->n = 0;
     bool ok = push_bytes(out, "", 0);
-    for (size_t i = 0; ok && i < size;) {
-        if (from_len && i + from_len <= size && memcmp(s + i, from, from_len) == 0) {
-            ok = push_bytes(out, to, to_len);
-            i += from_len;
-        } else {
-            ok = push_bytes(out, s + i, 1);
+    size_t copied = 0; /* s[0, copied) is in out */
+    for (size_t i = 0; ok && from_len && i + from_len <= size;) {
+        const unsigned char *hit = memchr(s + i, from[0], size - from_len + 1 - i);
+        if (!hit)
+            break;
+        i = (size_t)(hit - s);
+        if (memcmp(hit, from, from_len) != 0) {
             i++;
+            continue;
         }
+        ok = push_bytes(out, s + copied, i - copied) && push_bytes(out, to, to_len);
+        copied = i += from_len;
     }
-    return ok;
+    return ok && push_bytes(out, s + copied, size - copied);
 }
 
 /* The normalizer's Prepend and Replace steps applied to s, into *text. */
@@ -820,28 +826,30 @@ typedef struct uncovered {
 static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
                               ids *out, uncovered *missing)
 {
-    bytes text = {0};
-    bool ok = tok->metaspace ? metaspace_text(tok, s, size, starts_text, &text) : push_bytes(&text, s, size);
-    int64_t *symbols = ok ? malloc((text.n + 1) * sizeof *symbols) : NULL;
+    bytes spaced = {0}; /* the Metaspace pre-tokenizer's text, where there is one */
+    bool ok = !tok->metaspace || metaspace_text(tok, s, size, starts_text, &spaced);
+    const unsigned char *text = tok->metaspace ? spaced.v : s;
+    size_t n = tok->metaspace ? spaced.n : size;
+    int64_t *symbols = ok ? malloc((n + 1) * sizeof *symbols) : NULL;
     size_t where = SIZE_MAX;
     ok = ok && symbols;
     /* Metaspace with split: a piece begins at each replacement (which it keeps). */
-    for (size_t from = 0; ok && from < text.n && where == SIZE_MAX;) {
-        size_t end = text.n;
-        for (size_t i = from + 1; tok->metaspace && tok->metaspace_split && i + tok->metaspace_len <= text.n; i++)
-            if (memcmp(text.v + i, tok->metaspace, tok->metaspace_len) == 0) {
+    for (size_t from = 0; ok && from < n && where == SIZE_MAX;) {
+        size_t end = n;
+        for (size_t i = from + 1; tok->metaspace && tok->metaspace_split && i + tok->metaspace_len <= n; i++)
+            if (memcmp(text + i, tok->metaspace, tok->metaspace_len) == 0) {
                 end = i;
                 break;
             }
-        ok = character_bpe_piece(tok, text.v + from, end - from, out, symbols, &where);
+        ok = character_bpe_piece(tok, text + from, end - from, out, symbols, &where);
         if (where != SIZE_MAX) {
             missing->found = true;
-            text_utf8_next(text.v + from + where, text.n - from - where, &missing->len);
-            memcpy(missing->utf8, text.v + from + where, missing->len);
+            text_utf8_next(text + from + where, n - from - where, &missing->len);
+            memcpy(missing->utf8, text + from + where, missing->len);
         }
         from = end;
     }
-    free(text.v), free(symbols);
+    free(spaced.v), free(symbols);
     return ok;
 }
 
@@ -851,19 +859,20 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
 static bool character_bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
                                   ids *out, uncovered *missing)
 {
-    bytes text = {0};
-    bool ok = character_bpe_normalize(tok, s, size, &text);
-    size_t from = 0, start = 0, stop = 0;
+    bytes normalized = {0}; /* where the file has a normalizer */
+    bool ok = !tok->nnormalizer || character_bpe_normalize(tok, s, size, &normalized);
+    const unsigned char *text = tok->nnormalizer ? normalized.v : s;
+    size_t n = tok->nnormalizer ? normalized.n : size, from = 0, start = 0, stop = 0;
     int64_t id = -1;
-    while (ok && !missing->found && from < text.n) {
-        bool found = added_match(tok, text.v, text.n, from, true, &start, &stop, &id);
-        size_t end = found ? start : text.n;
+    while (ok && !missing->found && from < n) {
+        bool found = added_match(tok, text, n, from, true, &start, &stop, &id);
+        size_t end = found ? start : n;
         if (end > from)
-            ok = character_bpe_run(tok, text.v + from, end - from, starts_text && from == 0, out, missing);
+            ok = character_bpe_run(tok, text + from, end - from, starts_text && from == 0, out, missing);
         ok = ok && (!found || missing->found || push_id(out, id));
-        from = found ? stop : text.n;
+        from = found ? stop : n;
     }
-    free(text.v);
+    free(normalized.v);
     return ok;
 }
 
@@ -1118,18 +1127,7 @@ static bool cleanup_append(bytes *out, const char *t, size_t len)
     bytes cur = {0}, next = {0};
     bool ok = push_bytes(&cur, t, len);
     for (size_t r = 0; ok && r < sizeof from / sizeof *from; r++) {
-        size_t fl = strlen(from[r]);
-        next.n = 0;
-        ok = push_bytes(&next, "", 0);
-        for (size_t i = 0; ok && i < cur.n;) {
-            if (i + fl <= cur.n && memcmp(cur.v + i, from[r], fl) == 0) {
-                ok = push_bytes(&next, to[r], strlen(to[r]));
-                i += fl;
-            } else {
-                ok = push_bytes(&next, cur.v + i, 1);
-                i++;
-            }
-        }
+        ok = replace_all(&next, cur.v, cur.n, from[r], strlen(from[r]), to[r], strlen(to[r]));
         bytes swap = cur;
         cur = next, next = swap;
     }
@@ -1779,9 +1777,10 @@ static int prepend_scheme(const json_t *metaspace)
 static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
                             size_t *count)
 {
-    const char *type = json_type_name(node);
-    const json_t *steps = strcmp(type, "Sequence") == 0 ? json_object_get(node, decoder ? "decoders" : "normalizers")
-                                                        : NULL;
+    const char *type = json_type_name(node), *key = decoder ? "decoders" : "normalizers";
+    const json_t *steps = strcmp(type, "Sequence") == 0 ? json_object_get(node, key) : NULL;
+    if (strcmp(type, "Sequence") == 0 && !json_is_array(steps))
+        return load_error(FL_ERR_VALUE, path, "%s Sequence has no \"%s\" array", what, key);
     size_t total = steps ? json_array_size(steps) : 1;
     if (!(*list = calloc(total + 1, sizeof **list)))
         return load_error(FL_ERR_MEMORY, path, "out of memory");
