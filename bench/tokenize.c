@@ -9,6 +9,7 @@
  * of the ids (their sum) to compare with another tokenizer's. Encoding runs on one
  * thread. bench/run_tokenize.py runs it beside the tokenizers library.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,26 +18,10 @@
 #include "flare/tensor.h"
 #include "flare/text.h"
 #include "cli.h"
+#include "input.h"
 #include "timing.h"
 
 #define MAX_REPEATS 100
-
-/* The whole file, malloc'd, into *size; NULL on failure. */
-static char *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    char *text = NULL;
-    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) &&
-        fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    if (f)
-        fclose(f);
-    *size = text ? (size_t)n : 0;
-    return text;
-}
 
 int main(int argc, char **argv)
 {
@@ -61,9 +46,9 @@ int main(int argc, char **argv)
     if (!tokenizer_path || !text_path)
         cli_fail(&c, "needs --tokenizer FILE and --text FILE");
     size_t size;
-    char *text = read_file(text_path, &size);
+    char *text = input_read_all(text_path, &size);
     if (!text)
-        cli_fail(&c, "cannot read '%s'", text_path);
+        cli_fail(&c, "cannot read '%s': %s", text_path, strerror(errno));
 
     fl_tokenizer *tok = NULL;
     double start = bench_now();

@@ -48,6 +48,7 @@
 #include "flare/tensor.h"
 #include "flare/tensor_map.h"
 #include "cli.h"
+#include "input.h"
 #include "models.h"
 #include "output.h"
 
@@ -465,35 +466,6 @@ static bool exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static char *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buffer = NULL;
-    size_t capacity = 0, n = 0;
-    for (;;) {
-        if (n + 65536 > capacity) {
-            char *grown = realloc(buffer, capacity = 2 * capacity + 65536);
-            if (!grown)
-                break;
-            buffer = grown;
-        }
-        size_t got = fread(buffer + n, 1, capacity - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    bool ok = !ferror(f) && buffer;
-    fclose(f);
-    if (!ok) {
-        free(buffer);
-        return NULL;
-    }
-    *size = n;
-    return buffer;
-}
-
 /* The ARPA model of --lm, or DIR/lm.arpa, which is estimated from DIR/lm.txt (a 3-gram
  * of modified Kneser-Ney) when it is not there yet. */
 static int open_lm(const options *o, fl_ngram **lm)
@@ -507,7 +479,7 @@ static int open_lm(const options *o, fl_ngram **lm)
         char text_path[4096];
         path_in(text_path, sizeof text_path, o->data, "lm.txt");
         size_t size = 0;
-        char *text = read_all(text_path, &size);
+        char *text = input_read_all(text_path, &size);
         if (!text)
             return fprintf(stderr, "asr: cannot read %s: %s (make speech-data writes it)\n", text_path,
                            strerror(errno)),
