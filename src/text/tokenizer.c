@@ -1145,61 +1145,66 @@ static int fallback_byte(const unsigned char *t, size_t len)
     return lo ? (int)((hi - hex) * 16 + (lo - hex)) : -1;
 }
 
+/* One decoder step on one token's text *p, the i-th of the list (work: scratch). */
+static bool decoder_step(const text_edit *e, size_t i, bytes *p, bytes *work)
+{
+    if (e->kind == EDIT_REPLACE || e->kind == EDIT_METASPACE) {
+        /* Metaspace: the replacement is a space, and nothing in the first token where
+         * the encoder put it before the text. */
+        bool drop = e->kind == EDIT_METASPACE && i == 0 && e->start;
+        const char *to = drop ? "" : e->kind == EDIT_REPLACE ? e->to : " ";
+        size_t to_len = drop ? 0 : e->kind == EDIT_REPLACE ? e->to_len : 1;
+        bool ok = replace_all(work, p->v, p->n, e->from, e->from_len, to, to_len);
+        bytes swap = *p;
+        *p = *work, *work = swap;
+        return ok;
+    }
+    int b = e->kind == EDIT_BYTE_FALLBACK ? fallback_byte(p->v, p->n) : -1;
+    if (b >= 0) {
+        p->v[0] = (unsigned char)b, p->n = 1;
+        p->v[1] = 0; /* still NUL-terminated, as push_bytes leaves it */
+    } else if (e->kind == EDIT_STRIP) {
+        size_t head = 0, tail = p->n;
+        for (int64_t c = 0; c < e->start && tail - head >= e->from_len &&
+                            memcmp(p->v + head, e->from, e->from_len) == 0; c++)
+            head += e->from_len;
+        for (int64_t c = 0; c < e->stop && tail - head >= e->from_len &&
+                            memcmp(p->v + tail - e->from_len, e->from, e->from_len) == 0; c++)
+            tail -= e->from_len;
+        memmove(p->v, p->v + head, tail - head);
+        p->n = tail - head;
+        p->v[p->n] = 0;
+    }
+    return true;
+}
+
 /* Runs the decoder's steps over the tokens' spellings, as the tokenizers library's
- * decoders do (each step maps the list of strings), and joins what is left. Byte
- * fallback tokens become their bytes, so decoding gives back the bytes encoded where
- * the library's lossy UTF-8 would put U+FFFD in place of invalid ones. */
+ * decoders do (each step maps the list of strings), and joins what is left. Every step
+ * before the first Fuse maps each token alone, so each token goes through them in turn
+ * and is appended to out; the steps after it map the one string Fuse leaves, out
+ * itself. Byte fallback tokens become their bytes, so decoding gives back the bytes
+ * encoded where the library's lossy UTF-8 would put U+FFFD in place of invalid ones. */
 static bool character_bpe_decode(const fl_tokenizer *tok, const int64_t *id, size_t count, bytes *out)
 {
-    bytes *parts = calloc(count + 1, sizeof *parts), work = {0};
-    bool ok = parts != NULL;
-    /* An added token matched in normalized text is its normalized content here, as
-     * the library decodes it (Llama 2's "<s>" as "\u2581<s>", a space after the
-     * decoder's Replace). */
+    size_t fuse = 0;
+    while (fuse < tok->ndecoder && tok->decoder[fuse].kind != EDIT_FUSE)
+        fuse++;
+    bytes piece = {0}, work = {0};
+    bool ok = true;
     for (size_t i = 0; ok && i < count; i++) {
+        /* An added token matched in normalized text is its normalized content here, as
+         * the library decodes it (Llama 2's "<s>" as "\u2581<s>", a space after the
+         * decoder's Replace). */
         const token *t = &tok->tokens[id[i]];
-        ok = t->norm_text ? push_bytes(&parts[i], t->norm_text, t->norm_len) : push_bytes(&parts[i], t->text, t->len);
+        piece.n = 0;
+        ok = t->norm_text ? push_bytes(&piece, t->norm_text, t->norm_len) : push_bytes(&piece, t->text, t->len);
+        for (size_t k = 0; ok && k < fuse; k++)
+            ok = decoder_step(&tok->decoder[k], i, &piece, &work);
+        ok = ok && push_bytes(out, piece.v, piece.n);
     }
-    size_t n = count;
-    for (size_t k = 0; ok && k < tok->ndecoder; k++) {
-        const text_edit *e = &tok->decoder[k];
-        for (size_t i = 0; ok && i < n && e->kind != EDIT_FUSE; i++) {
-            bytes *p = &parts[i];
-            int b = e->kind == EDIT_BYTE_FALLBACK ? fallback_byte(p->v, p->n) : -1;
-            if (e->kind == EDIT_REPLACE || e->kind == EDIT_METASPACE) {
-                /* Metaspace: the replacement is a space, and nothing in the first token
-                 * where the encoder put it before the text. */
-                bool drop = e->kind == EDIT_METASPACE && i == 0 && e->start;
-                const char *to = drop ? "" : e->kind == EDIT_REPLACE ? e->to : " ";
-                size_t to_len = drop ? 0 : e->kind == EDIT_REPLACE ? e->to_len : 1;
-                ok = replace_all(&work, p->v, p->n, e->from, e->from_len, to, to_len);
-                bytes swap = *p;
-                *p = work, work = swap;
-            } else if (b >= 0) {
-                p->v[0] = (unsigned char)b, p->n = 1;
-            } else if (e->kind == EDIT_STRIP) {
-                size_t head = 0, tail = p->n;
-                for (int64_t c = 0; c < e->start && tail - head >= e->from_len &&
-                                    memcmp(p->v + head, e->from, e->from_len) == 0; c++)
-                    head += e->from_len;
-                for (int64_t c = 0; c < e->stop && tail - head >= e->from_len &&
-                                    memcmp(p->v + tail - e->from_len, e->from, e->from_len) == 0; c++)
-                    tail -= e->from_len;
-                memmove(p->v, p->v + head, tail - head);
-                p->n = tail - head;
-            }
-        }
-        if (ok && e->kind == EDIT_FUSE && n > 1) {
-            for (size_t i = 1; ok && i < n; i++)
-                ok = push_bytes(&parts[0], parts[i].v, parts[i].n);
-            n = 1;
-        }
-    }
-    for (size_t i = 0; ok && i < n; i++)
-        ok = push_bytes(out, parts[i].v, parts[i].n);
-    for (size_t i = 0; parts && i < count; i++)
-        free(parts[i].v);
-    free(parts), free(work.v);
+    for (size_t k = fuse + 1; ok && k < tok->ndecoder; k++)
+        ok = decoder_step(&tok->decoder[k], 0, out, &work);
+    free(piece.v), free(work.v);
     return ok;
 }
 
