@@ -1,7 +1,9 @@
 /*
- * BERT checkpoints in the Hugging Face layout (models.h): transformers' BertModel is a
- * post-norm GELU Transformer encoder, so its weights map onto Flare's own layers; the
- * separate query, key and value projections are stacked into the attention's in_proj.
+ * BERT and RoBERTa checkpoints in the Hugging Face layout (models.h): transformers'
+ * BertModel is a post-norm GELU Transformer encoder, so its weights map onto Flare's
+ * own layers; the separate query, key and value projections are stacked into the
+ * attention's in_proj. RobertaModel (and XLMRobertaModel, the same code) is BertModel
+ * with other names and positions that skip the padding tokens.
  */
 #include <stdio.h>
 #include <string.h>
@@ -51,12 +53,23 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
         (attention_mask && !valid_ids(fn, "the attention mask", attention_mask, ids, 2)))
         return NULL;
     int64_t n = fl_dim(ids, 0), s = fl_dim(ids, 1);
-    if (s > c->max_positions)
-        return fl_error(FL_ERR_SHAPE, fn, "%lld positions exceed the %lld of the model", (long long)s,
-                        (long long)c->max_positions);
+    /* RoBERTa's positions start after its padding id: 514 of them hold 512 tokens. */
+    int64_t first = c->padding_id >= 0 ? c->padding_id + 1 : 0;
+    if (s > c->max_positions - first)
+        return fl_error(FL_ERR_SHAPE, fn, "%lld positions exceed the %lld of the model%s", (long long)s,
+                        (long long)(c->max_positions - first),
+                        first ? " (RoBERTa's positions start after pad_token_id)" : "");
     fl_scope scope = fl_scope_begin();
     fl_tensor *types = token_types ? fl_reshape(token_types, FL_SHAPE(n, s)) : fl_zeros(FL_I64, FL_SHAPE(n, s));
     fl_tensor *positions = fl_reshape(fl_arange(0, (double)s, 1, FL_I64), FL_SHAPE(1, s));
+    if (c->padding_id >= 0) {
+        /* RoBERTa's: padding_id + 1, + 2, ... over the tokens that are not padding, in
+         * order, and padding_id itself at the padding tokens (by id, not by the mask),
+         * as transformers' create_position_ids_from_input_ids. */
+        fl_tensor *pad = fl_scalar((double)c->padding_id, FL_I64);
+        fl_tensor *counted = fl_cast(fl_ne(ids, pad), FL_I64);
+        positions = fl_add(fl_mul(fl_cumsum(counted, 1), counted), pad);
+    }
     fl_variable *h = fl_v_add(fl_v_add(apply(bert, "word_embeddings", fl_v_new(ids, false)),
                                        apply(bert, "position_embeddings", fl_v_new(positions, false))),
                               apply(bert, "token_type_embeddings", fl_v_new(types, false)));
@@ -142,15 +155,27 @@ static bool read_config(const char *path, void *out)
     json_t *config = hf_config_open(FN, path);
     if (!config)
         return false;
-    *c = (hf_bert_config){.layer_norm_eps = 1e-12};
+    *c = (hf_bert_config){.layer_norm_eps = 1e-12, .padding_id = -1};
     json_t *type = json_object_get(config, "model_type");
+    const char *name = json_string_value(type);
     bool ok = json_is_object(config);
     if (!ok)
         fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
-    if (ok && !(json_is_string(type) && strcmp(json_string_value(type), "bert") == 0)) {
+    bool roberta = name && (strcmp(name, "roberta") == 0 || strcmp(name, "xlm-roberta") == 0);
+    if (ok && !roberta && !(name && strcmp(name, "bert") == 0)) {
         ok = false;
-        fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", got %s", path,
-             json_is_string(type) ? json_string_value(type) : "no string");
+        fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got %s", path,
+             name ? name : "no string");
+    }
+    if (ok && roberta) {
+        /* RobertaConfig's default, which its positions count from */
+        json_t *pad = json_object_get(config, "pad_token_id");
+        c->padding_id = pad ? (json_is_integer(pad) ? json_integer_value(pad) : -1) : 1;
+        if (c->padding_id < 0) {
+            ok = false;
+            fail(FL_ERR_VALUE, "%s: \"pad_token_id\" must be an integer >= 0: RoBERTa's positions count from it",
+                 path);
+        }
     }
     ok = ok && hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
          hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
@@ -174,6 +199,13 @@ static bool read_config(const char *path, void *out)
             ok = false, fail(FL_ERR_VALUE, "%s: \"layer_norm_eps\" must be a positive number", path);
         else
             c->layer_norm_eps = json_number_value(eps);
+    }
+    if (ok && roberta && (c->padding_id >= c->vocab || c->padding_id + 1 >= c->max_positions)) {
+        ok = false;
+        fail(FL_ERR_VALUE,
+             "%s: \"pad_token_id\" (%lld) must be a token id below \"vocab_size\" (%lld) with a position after it "
+             "below \"max_position_embeddings\" (%lld)",
+             path, (long long)c->padding_id, (long long)c->vocab, (long long)c->max_positions);
     }
     if (ok && (c->hidden % c->heads || c->layers > 4096)) {
         ok = false;
@@ -240,20 +272,21 @@ static const char *file_name(const fl_tensor_map *file, const char *hf, char *ou
     return legacy && fl_tensor_map_contains(file, legacy) ? legacy : hf;
 }
 
-/* The heads of transformers' BertFor* classes beside "bert.": not part of the encoder's
- * output. */
-static bool task_head(const char *name)
+/* The heads of transformers' BertFor* and RobertaFor* classes beside "bert." or
+ * "roberta.": not part of the encoder's output. */
+static bool task_head(const char *name, bool roberta)
 {
-    const char *heads[] = {"cls.", "classifier.", "qa_outputs."};
+    const char *heads[] = {"classifier.", "qa_outputs.", roberta ? "lm_head." : "cls."};
     for (size_t i = 0; i < sizeof heads / sizeof *heads; i++)
         if (strncmp(name, heads[i], strlen(heads[i])) == 0)
             return true;
     return false;
 }
 
-static bool known_name(const char *name, const char *prefix, int64_t layers)
+static bool known_name(const char *name, const char *prefix, const hf_bert_config *c)
 {
-    if (*prefix && task_head(name))
+    int64_t layers = c->layers;
+    if (*prefix && task_head(name, c->padding_id >= 0))
         return true;
     if (strncmp(name, prefix, strlen(prefix)) != 0)
         return false;
@@ -292,7 +325,11 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
                         const fl_tensor_map *expected, fl_tensor_map *values)
 {
     const hf_bert_config *c = config;
-    const char *prefix = fl_tensor_map_contains(file, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    /* The encoder's own names, or those of a BertFor* or RobertaFor* class around it */
+    const char *family = c->padding_id >= 0 ? "roberta." : "bert.";
+    char wrapped[64];
+    snprintf(wrapped, sizeof wrapped, "%sembeddings.word_embeddings.weight", family);
+    const char *prefix = fl_tensor_map_contains(file, wrapped) ? family : "";
     char hf[256], flare[256], legacy[256];
     for (size_t i = 0;
          i < sizeof top_names / sizeof *top_names + c->layers * (sizeof layer_names / sizeof *layer_names); i++) {
@@ -330,9 +367,9 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
             return false;
     }
     for (size_t i = 0; i < fl_tensor_map_count(file); i++)
-        if (!known_name(fl_tensor_map_name_at(file, i), prefix, c->layers))
-            return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is not part of the BertModel of config.json", path,
-                        fl_tensor_map_name_at(file, i)),
+        if (!known_name(fl_tensor_map_name_at(file, i), prefix, c))
+            return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is not part of the %s of config.json", path,
+                        fl_tensor_map_name_at(file, i), c->padding_id >= 0 ? "RobertaModel" : "BertModel"),
                    false;
     return true;
 }

@@ -1,8 +1,8 @@
 /* Hugging Face checkpoints (models/hf.c): a tiny random GPT-2 saved by transformers'
  * save_pretrained gives transformers' logits and greedy continuation
  * (tests/fixtures/gen_hf.py), and a configuration or tensor Flare's model cannot take
- * is refused naming the file and the key; a tiny random BertModel gives transformers'
- * last hidden states and mean-pooled embeddings. */
+ * is refused naming the file and the key; tiny random BertModel and RobertaModel give
+ * transformers' last hidden states and mean-pooled embeddings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,9 +302,9 @@ static void gpt2_loads_a_sharded_checkpoint(void **state)
     assert_no_error();
 }
 
-/* The config.json files of the gpt2 and bert-base-uncased repositories, key for key:
- * everything in them is read or known not to change the computation, so the load
- * goes on to the weights (absent here). */
+/* The config.json files of the gpt2, bert-base-uncased and roberta-base repositories,
+ * key for key: everything in them is read or known not to change the computation, so
+ * the load goes on to the weights (absent here). */
 static void published_configs_are_accepted(void **state)
 {
     (void)state;
@@ -329,6 +329,14 @@ static void published_configs_are_accepted(void **state)
                "\"num_attention_heads\": 12, \"num_hidden_layers\": 12, \"pad_token_id\": 0, "
                "\"position_embedding_type\": \"absolute\", \"transformers_version\": \"4.6.0.dev0\", "
                "\"type_vocab_size\": 2, \"use_cache\": true, \"vocab_size\": 30522}");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"RobertaForMaskedLM\"], \"attention_probs_dropout_prob\": 0.1, "
+               "\"bos_token_id\": 0, \"eos_token_id\": 2, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1, "
+               "\"hidden_size\": 768, \"initializer_range\": 0.02, \"intermediate_size\": 3072, "
+               "\"layer_norm_eps\": 1e-05, \"max_position_embeddings\": 514, \"model_type\": \"roberta\", "
+               "\"num_attention_heads\": 12, \"num_hidden_layers\": 12, \"pad_token_id\": 1, "
+               "\"type_vocab_size\": 1, \"vocab_size\": 50265}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
     assert_null(m);
     remove_files(dir, (const char *const[]){"config.json"}, 1);
@@ -432,7 +440,8 @@ static void bert_refuses_what_it_cannot_compute(void **state)
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
                         "\"quantization_config\" (no quant_method) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
-    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"model_type\" must be \"bert\", got gpt2");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got gpt2");
     write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
     assert_null(m);
@@ -473,6 +482,98 @@ static void write_config_replacing(const char *dir, const char *path, const char
     char edited[4096];
     snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
     write_text(dir, "config.json", edited);
+}
+
+#define ROBERTA_DIR FLARE_FIXTURES "/hf_roberta"
+
+/* The RoBERTa fixture's hidden states: right- and left-padded rows under their mask,
+ * then a padding id inside a row without a mask, whose position is the padding id's. */
+static void roberta_states_match(fl_module *m)
+{
+    fl_tensor *ids = fixture("hf_roberta.bin", "ids"), *mask = fixture("hf_roberta.bin", "mask");
+    fl_variable *hidden = hf_bert_forward(m, ids, NULL, mask);
+    assert_non_null(hidden);
+    assert_close(fl_v_value(hidden), fixture("hf_roberta.bin", "hidden"), 1e-4, 1e-4);
+    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture("hf_roberta.bin", "pooled"), 1e-4, 1e-4);
+    fl_variable *plain = hf_bert_forward(m, fixture("hf_roberta.bin", "middle"), NULL, NULL);
+    assert_non_null(plain);
+    assert_close(fl_v_value(plain), fixture("hf_roberta.bin", "plain"), 1e-4, 1e-4);
+}
+
+static void roberta_matches_transformers(void **state)
+{
+    (void)state;
+    fl_module *m = NULL;
+    hf_bert_config c;
+    assert_int_equal(hf_load_bert(ROBERTA_DIR, &m, &c), FL_OK);
+    assert_int_equal(c.padding_id, 1);
+    assert_int_equal(c.type_vocab, 1);
+    assert_int_equal(c.max_positions, 12);
+    assert_true(c.layer_norm_eps == 1e-5);
+    roberta_states_match(m);
+    /* 12 positions, the first two the padding id's and before it: 10 tokens */
+    assert_fails(hf_bert_forward(m, fl_full(5, FL_I64, FL_SHAPE(1, 11)), NULL, NULL), FL_ERR_SHAPE,
+                 "11 positions exceed the 10 of the model (RoBERTa's positions start after pad_token_id)");
+    assert_fails(hf_bert_forward(m, fixture("hf_roberta.bin", "ids"), fl_ones(FL_I64, FL_SHAPE(3, 10)), NULL),
+                 FL_ERR_VALUE, "token types must lie in [0, 1)");
+    fl_module_release(m);
+    m = NULL;
+    assert_int_equal(hf_load_bert(BERT_DIR, &m, &c), FL_OK);
+    assert_int_equal(c.padding_id, -1);
+    fl_module_release(m);
+    assert_no_error();
+}
+
+/* RobertaForMaskedLM's layout (the encoder under "roberta.", the head under "lm_head."),
+ * saved by XLMRobertaModel (model_type "xlm-roberta", the same model); then what the
+ * loader refuses. */
+static void roberta_loads_the_published_layouts(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    write_text(dir, "config.json", read_text(ROBERTA_DIR "/config.json"));
+    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
+    assert_int_equal(fl_load_safetensors(ROBERTA_DIR "/model.safetensors", &file), FL_OK);
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
+        char name[256];
+        snprintf(name, sizeof name, "roberta.%s", fl_tensor_map_name_at(file, i));
+        fl_tensor_map_set(out, name, fl_tensor_map_tensor_at(file, i));
+    }
+    fl_tensor_map_set(out, "lm_head.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
+    fl_tensor_map_set(out, "lm_head.layer_norm.weight", fl_zeros(FL_F32, FL_SHAPE(24)));
+    fl_tensor_map_set(out, "lm_head.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    save_map(dir, "model.safetensors", out);
+    fl_module *m = NULL;
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    roberta_states_match(m);
+    fl_module_release(m);
+    m = NULL;
+    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"xlm-roberta\"");
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    roberta_states_match(m);
+    fl_module_release(m);
+    m = NULL;
+
+    /* BERT's pre-training head is not RoBERTa's */
+    fl_tensor_map_set(out, "cls.predictions.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    save_map(dir, "model.safetensors", out);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "the tensor \"cls.predictions.bias\" is not part of the RobertaModel of config.json");
+    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"pad_token_id\": 1", "\"pad_token_id\": 11");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"pad_token_id\" (11) must be a token id below \"vocab_size\" (40) with a position after it "
+                        "below \"max_position_embeddings\" (12)");
+    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"pad_token_id\": 1", "\"pad_token_id\": null");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"pad_token_id\" must be an integer >= 0");
+    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"camembert\"");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got camembert");
+    assert_null(m);
+    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
 }
 
 static fl_status load_bert(const char *dir, fl_module **m) { return hf_load_bert(dir, m, NULL); }
@@ -545,6 +646,8 @@ int main(void)
         scoped_test(bert_loads_the_original_layout),
         scoped_test(bert_matches_transformers),
         scoped_test(bert_refuses_what_it_cannot_compute),
+        scoped_test(roberta_matches_transformers),
+        scoped_test(roberta_loads_the_published_layouts),
         scoped_test(a_config_the_weights_cannot_fill_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* hf_load_gpt2 and hf_load_bert on any bytes as a checkpoint directory's config.json,
- * beside the model.safetensors of the tiny GPT-2 and BERT fixtures (tests/fixtures):
+ * beside the model.safetensors of the tiny GPT-2 and BERT fixtures (tests/fixtures;
+ * RoBERTa's names are BERT's, so a "roberta" configuration loads BERT's weights):
  * jansson, then each key Flare reads or refuses, the parameter count against the
  * weights, and the names and shapes of every tensor. A configuration that loads is one
  * of the fixture's shapes, so its model runs a forward on fixed token ids, which may
