@@ -48,6 +48,8 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
     if (fl_null_args(fn, 2, bert, ids))
         return NULL;
     const hf_bert_config *c = fl_module_state(bert);
+    if (token_types && c->type_vocab == 0)
+        return fl_error(FL_ERR_VALUE, fn, "DistilBERT has no token types: pass NULL");
     if (!valid_ids(fn, "token ids", ids, NULL, c->vocab) ||
         (token_types && !valid_ids(fn, "token types", token_types, ids, c->type_vocab)) ||
         (attention_mask && !valid_ids(fn, "the attention mask", attention_mask, ids, 2)))
@@ -60,7 +62,6 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
                         (long long)(c->max_positions - first),
                         first ? " (RoBERTa's positions start after pad_token_id)" : "");
     fl_scope scope = fl_scope_begin();
-    fl_tensor *types = token_types ? fl_reshape(token_types, FL_SHAPE(n, s)) : fl_zeros(FL_I64, FL_SHAPE(n, s));
     fl_tensor *positions = fl_reshape(fl_arange(0, (double)s, 1, FL_I64), FL_SHAPE(1, s));
     if (c->padding_id >= 0) {
         /* RoBERTa's: padding_id + 1, + 2, ... over the tokens that are not padding, in
@@ -70,9 +71,12 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
         fl_tensor *counted = fl_cast(fl_ne(ids, pad), FL_I64);
         positions = fl_add(fl_mul(fl_cumsum(counted, 1), counted), pad);
     }
-    fl_variable *h = fl_v_add(fl_v_add(apply(bert, "word_embeddings", fl_v_new(ids, false)),
-                                       apply(bert, "position_embeddings", fl_v_new(positions, false))),
-                              apply(bert, "token_type_embeddings", fl_v_new(types, false)));
+    fl_variable *h = fl_v_add(apply(bert, "word_embeddings", fl_v_new(ids, false)),
+                              apply(bert, "position_embeddings", fl_v_new(positions, false)));
+    if (c->type_vocab > 0) {
+        const fl_tensor *types = token_types ? token_types : fl_zeros(FL_I64, FL_SHAPE(n, s));
+        h = fl_v_add(h, apply(bert, "token_type_embeddings", fl_v_new(types, false)));
+    }
     h = apply(bert, "dropout", apply(bert, "embed_norm", h));
     /* Hugging Face's mask is 1 for a token to attend to; Flare's padding mask is true
      * for a key to ignore. */
@@ -113,18 +117,25 @@ static fl_variable *bert_module_forward(fl_module *m, fl_variable *ids)
 
 static const fl_module_type bert_type = {.name = "HFBert", .forward = bert_module_forward};
 
+/* BertModel's modules, in its order; DistilBERT (type_vocab 0) has no token types. */
 static fl_module *bert_new(const hf_bert_config *c)
 {
     const int64_t features[] = {c->hidden};
     fl_module *layer = fl_nn_transformer_encoder_layer(c->hidden, c->heads, c->intermediate, 0.0, "gelu",
                                                        c->layer_norm_eps, true, false);
-    return with_children(module_with_config(&bert_type, c, sizeof *c),
-                         NAMED_CHILDREN({"word_embeddings", fl_nn_embedding(c->vocab, c->hidden, -1)},
-                                        {"position_embeddings", fl_nn_embedding(c->max_positions, c->hidden, -1)},
-                                        {"token_type_embeddings", fl_nn_embedding(c->type_vocab, c->hidden, -1)},
-                                        {"embed_norm", fl_nn_layer_norm(1, features, c->layer_norm_eps, true)},
-                                        {"dropout", fl_nn_dropout(0.0)},
-                                        {"encoder", fl_nn_transformer_encoder(layer, (int)c->layers, NULL)}));
+    fl_module *types = c->type_vocab > 0 ? fl_nn_embedding(c->type_vocab, c->hidden, -1) : NULL;
+    named_child children[] = {
+        {"word_embeddings", fl_nn_embedding(c->vocab, c->hidden, -1)},
+        {"position_embeddings", fl_nn_embedding(c->max_positions, c->hidden, -1)},
+        {"token_type_embeddings", types},
+        {"embed_norm", fl_nn_layer_norm(1, features, c->layer_norm_eps, true)},
+        {"dropout", fl_nn_dropout(0.0)},
+        {"encoder", fl_nn_transformer_encoder(layer, (int)c->layers, NULL)},
+    };
+    int count = sizeof children / sizeof *children;
+    if (!types)
+        memmove(&children[2], &children[3], (size_t)(--count - 2) * sizeof *children);
+    return with_children(module_with_config(&bert_type, c, sizeof *c), children, count);
 }
 
 /* ---- config.json ---- */
@@ -149,45 +160,20 @@ static bool config_false(json_t *config, const char *path, const char *key)
     return false;
 }
 
-static bool read_config(const char *path, void *out)
+/* BertConfig's and RobertaConfig's keys. RoBERTa's positions count from its padding id,
+ * RobertaConfig's default 1. */
+static bool read_bert_keys(json_t *config, const char *path, bool roberta, hf_bert_config *c)
 {
-    hf_bert_config *c = out;
-    json_t *config = hf_config_open(FN, path);
-    if (!config)
-        return false;
-    *c = (hf_bert_config){.layer_norm_eps = 1e-12, .padding_id = -1};
-    json_t *type = json_object_get(config, "model_type");
-    const char *name = json_string_value(type);
-    bool ok = json_is_object(config);
-    if (!ok)
-        fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
-    bool roberta = name && (strcmp(name, "roberta") == 0 || strcmp(name, "xlm-roberta") == 0);
-    if (ok && !roberta && !(name && strcmp(name, "bert") == 0)) {
-        ok = false;
-        fail(FL_ERR_VALUE, "%s: \"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got %s", path,
-             name ? name : "no string");
-    }
-    if (ok && roberta) {
-        /* RobertaConfig's default, which its positions count from */
-        json_t *pad = json_object_get(config, "pad_token_id");
-        c->padding_id = pad ? (json_is_integer(pad) ? json_integer_value(pad) : -1) : 1;
-        if (c->padding_id < 0) {
-            ok = false;
-            fail(FL_ERR_VALUE, "%s: \"pad_token_id\" must be an integer >= 0: RoBERTa's positions count from it",
-                 path);
-        }
-    }
-    ok = ok && hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
-         hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
-         hf_config_int(FN, config, path, "type_vocab_size", &c->type_vocab) &&
-         hf_config_int(FN, config, path, "num_hidden_layers", &c->layers) &&
-         hf_config_int(FN, config, path, "num_attention_heads", &c->heads) &&
-         hf_config_int(FN, config, path, "hidden_size", &c->hidden) &&
-         hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
-         config_string(config, path, "hidden_act", "gelu") &&
-         config_string(config, path, "position_embedding_type", "absolute") &&
-         config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention") &&
-         hf_config_unquantized(FN, config, path);
+    bool ok = hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
+              hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
+              hf_config_int(FN, config, path, "type_vocab_size", &c->type_vocab) &&
+              hf_config_int(FN, config, path, "num_hidden_layers", &c->layers) &&
+              hf_config_int(FN, config, path, "num_attention_heads", &c->heads) &&
+              hf_config_int(FN, config, path, "hidden_size", &c->hidden) &&
+              hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
+              config_string(config, path, "hidden_act", "gelu") &&
+              config_string(config, path, "position_embedding_type", "absolute") &&
+              config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
     json_t *pruned = json_object_get(config, "pruned_heads");
     if (ok && pruned && !(json_is_object(pruned) && json_object_size(pruned) == 0)) {
         ok = false;
@@ -200,18 +186,65 @@ static bool read_config(const char *path, void *out)
         else
             c->layer_norm_eps = json_number_value(eps);
     }
-    if (ok && roberta && (c->padding_id >= c->vocab || c->padding_id + 1 >= c->max_positions)) {
+    if (ok && roberta) {
+        json_t *pad = json_object_get(config, "pad_token_id");
+        c->padding_id = pad ? (json_is_integer(pad) ? json_integer_value(pad) : -1) : 1;
+        if (c->padding_id < 0) {
+            ok = false;
+            fail(FL_ERR_VALUE, "%s: \"pad_token_id\" must be an integer >= 0: RoBERTa's positions count from it",
+                 path);
+        } else if (c->padding_id >= c->vocab || c->padding_id + 1 >= c->max_positions) {
+            ok = false;
+            fail(FL_ERR_VALUE,
+                 "%s: \"pad_token_id\" (%lld) must be a token id below \"vocab_size\" (%lld) with a position after "
+                 "it below \"max_position_embeddings\" (%lld)",
+                 path, (long long)c->padding_id, (long long)c->vocab, (long long)c->max_positions);
+        }
+    }
+    return ok;
+}
+
+/* DistilBertConfig's keys: its LayerNorms' eps is fixed, and it has no token types.
+ * sinusoidal_pos_embds only says how the position embeddings were made: the file holds
+ * them either way. */
+static bool read_distilbert_keys(json_t *config, const char *path, hf_bert_config *c)
+{
+    c->type_vocab = 0;
+    return hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
+           hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
+           hf_config_int(FN, config, path, "n_layers", &c->layers) &&
+           hf_config_int(FN, config, path, "n_heads", &c->heads) &&
+           hf_config_int(FN, config, path, "dim", &c->hidden) &&
+           hf_config_int(FN, config, path, "hidden_dim", &c->intermediate) &&
+           config_string(config, path, "activation", "gelu");
+}
+
+static bool read_config(const char *path, void *out)
+{
+    hf_bert_config *c = out;
+    json_t *config = hf_config_open(FN, path);
+    if (!config)
+        return false;
+    *c = (hf_bert_config){.layer_norm_eps = 1e-12, .padding_id = -1};
+    const char *type = json_string_value(json_object_get(config, "model_type"));
+    bool ok = json_is_object(config);
+    if (!ok)
+        fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
+    bool bert = type && strcmp(type, "bert") == 0, distil = type && strcmp(type, "distilbert") == 0;
+    bool roberta = type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0);
+    if (ok && !bert && !distil && !roberta) {
         ok = false;
         fail(FL_ERR_VALUE,
-             "%s: \"pad_token_id\" (%lld) must be a token id below \"vocab_size\" (%lld) with a position after it "
-             "below \"max_position_embeddings\" (%lld)",
-             path, (long long)c->padding_id, (long long)c->vocab, (long long)c->max_positions);
+             "%s: \"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\" or \"distilbert\", got %s", path,
+             type ? type : "no string");
     }
+    ok = ok && (distil ? read_distilbert_keys(config, path, c) : read_bert_keys(config, path, roberta, c)) &&
+         hf_config_unquantized(FN, config, path);
     if (ok && (c->hidden % c->heads || c->layers > 4096)) {
         ok = false;
-        fail(FL_ERR_VALUE,
-             "%s: \"num_attention_heads\" (%lld) must divide \"hidden_size\" (%lld), with at most 4096 layers", path,
-             (long long)c->heads, (long long)c->hidden);
+        fail(FL_ERR_VALUE, "%s: \"%s\" (%lld) must divide \"%s\" (%lld), with at most 4096 layers", path,
+             distil ? "n_heads" : "num_attention_heads", (long long)c->heads, distil ? "dim" : "hidden_size",
+             (long long)c->hidden);
     }
     json_decref(config);
     return ok;
@@ -223,28 +256,86 @@ typedef struct name_pair {
     const char *hf, *flare;
 } name_pair;
 
-static const name_pair top_names[] = {
-    {"embeddings.word_embeddings.weight", "word_embeddings.weight"},
-    {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
-    {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"},
-    {"embeddings.LayerNorm.weight", "embed_norm.weight"},
-    {"embeddings.LayerNorm.bias", "embed_norm.bias"},
+/* The names of one family's checkpoints: its embeddings' (token types last, where it has
+ * them), its layers' (each under layers "<i>."), the query, key and value projections
+ * (qkv, each with .weight and .bias), the prefix the encoder has inside the family's
+ * task classes, and those classes' heads beside it. */
+typedef struct naming {
+    const char *model, *wrapper, *layers, *qkv[3], *heads[4]; /* heads: NULL after the last */
+    name_pair top[5], layer[10];
+} naming;
+
+#define BERT_LAYER_NAMES                                                                                      \
+    {{"attention.output.dense.weight", "self_attn.out_proj.weight"},                                          \
+     {"attention.output.dense.bias", "self_attn.out_proj.bias"},                                              \
+     {"attention.output.LayerNorm.weight", "norm1.weight"},                                                   \
+     {"attention.output.LayerNorm.bias", "norm1.bias"},                                                       \
+     {"intermediate.dense.weight", "linear1.weight"},                                                         \
+     {"intermediate.dense.bias", "linear1.bias"},                                                             \
+     {"output.dense.weight", "linear2.weight"},                                                               \
+     {"output.dense.bias", "linear2.bias"},                                                                   \
+     {"output.LayerNorm.weight", "norm2.weight"},                                                             \
+     {"output.LayerNorm.bias", "norm2.bias"}}
+#define BERT_TOP_NAMES                                                                                        \
+    {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},                                         \
+     {"embeddings.position_embeddings.weight", "position_embeddings.weight"},                                 \
+     {"embeddings.LayerNorm.weight", "embed_norm.weight"},                                                    \
+     {"embeddings.LayerNorm.bias", "embed_norm.bias"},                                                        \
+     {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}}
+
+static const naming bert_names = {
+    .model = "BertModel",
+    .wrapper = "bert.",
+    .layers = "encoder.layer.",
+    .qkv = {"attention.self.query", "attention.self.key", "attention.self.value"},
+    .heads = {"cls.", "classifier.", "qa_outputs."},
+    .top = BERT_TOP_NAMES,
+    .layer = BERT_LAYER_NAMES,
 };
 
-static const name_pair layer_names[] = {
-    {"attention.output.dense.weight", "self_attn.out_proj.weight"},
-    {"attention.output.dense.bias", "self_attn.out_proj.bias"},
-    {"attention.output.LayerNorm.weight", "norm1.weight"},
-    {"attention.output.LayerNorm.bias", "norm1.bias"},
-    {"intermediate.dense.weight", "linear1.weight"},
-    {"intermediate.dense.bias", "linear1.bias"},
-    {"output.dense.weight", "linear2.weight"},
-    {"output.dense.bias", "linear2.bias"},
-    {"output.LayerNorm.weight", "norm2.weight"},
-    {"output.LayerNorm.bias", "norm2.bias"},
+static const naming roberta_names = {
+    .model = "RobertaModel",
+    .wrapper = "roberta.",
+    .layers = "encoder.layer.",
+    .qkv = {"attention.self.query", "attention.self.key", "attention.self.value"},
+    .heads = {"lm_head.", "classifier.", "qa_outputs."},
+    .top = BERT_TOP_NAMES,
+    .layer = BERT_LAYER_NAMES,
 };
 
-static const char *const qkv[] = {"query", "key", "value"};
+/* DistilBertFor*'s heads: the masked LM's vocab_transform, vocab_layer_norm and
+ * vocab_projector; the classifiers' pre_classifier and classifier; qa_outputs. */
+static const naming distilbert_names = {
+    .model = "DistilBertModel",
+    .wrapper = "distilbert.",
+    .layers = "transformer.layer.",
+    .qkv = {"attention.q_lin", "attention.k_lin", "attention.v_lin"},
+    .heads = {"vocab_", "pre_classifier.", "classifier.", "qa_outputs."},
+    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
+            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
+            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
+            {"embeddings.LayerNorm.bias", "embed_norm.bias"}},
+    .layer = {{"attention.out_lin.weight", "self_attn.out_proj.weight"},
+              {"attention.out_lin.bias", "self_attn.out_proj.bias"},
+              {"sa_layer_norm.weight", "norm1.weight"},
+              {"sa_layer_norm.bias", "norm1.bias"},
+              {"ffn.lin1.weight", "linear1.weight"},
+              {"ffn.lin1.bias", "linear1.bias"},
+              {"ffn.lin2.weight", "linear2.weight"},
+              {"ffn.lin2.bias", "linear2.bias"},
+              {"output_layer_norm.weight", "norm2.weight"},
+              {"output_layer_norm.bias", "norm2.bias"}},
+};
+
+static const naming *names_of(const hf_bert_config *c)
+{
+    return c->type_vocab == 0 ? &distilbert_names : c->padding_id >= 0 ? &roberta_names : &bert_names;
+}
+
+/* The embeddings' names this model has: DistilBERT's four, BERT's five. */
+static size_t top_count(const hf_bert_config *c) { return c->type_vocab > 0 ? 5 : 4; }
+
+#define LAYER_NAMES 10
 
 /* Checkpoints converted from the original BERT release (bert-base-uncased's among
  * them) name a LayerNorm's parameters gamma and beta; transformers renames them on
@@ -272,22 +363,19 @@ static const char *file_name(const fl_tensor_map *file, const char *hf, char *ou
     return legacy && fl_tensor_map_contains(file, legacy) ? legacy : hf;
 }
 
-/* The heads of transformers' BertFor* and RobertaFor* classes beside "bert." or
- * "roberta.": not part of the encoder's output. */
-static bool task_head(const char *name, bool roberta)
+/* name, or its legacy spelling, is hf */
+static bool same_name(const char *name, const char *hf)
 {
-    const char *heads[] = {"classifier.", "qa_outputs.", roberta ? "lm_head." : "cls."};
-    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++)
-        if (strncmp(name, heads[i], strlen(heads[i])) == 0)
-            return true;
-    return false;
+    char legacy[256];
+    return strcmp(name, hf) == 0 || (legacy_name(hf, legacy, sizeof legacy) && strcmp(name, legacy) == 0);
 }
 
 static bool known_name(const char *name, const char *prefix, const hf_bert_config *c)
 {
-    int64_t layers = c->layers;
-    if (*prefix && task_head(name, c->padding_id >= 0))
-        return true;
+    const naming *names = names_of(c);
+    for (int i = 0; *prefix && i < 4 && names->heads[i]; i++)
+        if (strncmp(name, names->heads[i], strlen(names->heads[i])) == 0)
+            return true;
     if (strncmp(name, prefix, strlen(prefix)) != 0)
         return false;
     name += strlen(prefix);
@@ -295,27 +383,23 @@ static bool known_name(const char *name, const char *prefix, const hf_bert_confi
      * output; position_ids is a buffer of the positions 0, 1, ... */
     if (strncmp(name, "pooler.", 7) == 0 || strcmp(name, "embeddings.position_ids") == 0)
         return true;
-    char legacy[256];
-    for (size_t j = 0; j < sizeof top_names / sizeof *top_names; j++)
-        if (strcmp(name, top_names[j].hf) == 0 ||
-            (legacy_name(top_names[j].hf, legacy, sizeof legacy) && strcmp(name, legacy) == 0))
+    for (size_t j = 0; j < top_count(c); j++)
+        if (same_name(name, names->top[j].hf))
             return true;
+    size_t n = strlen(names->layers);
     long long layer = -1;
     int consumed = 0;
-    if (sscanf(name, "encoder.layer.%lld.%n", &layer, &consumed) != 1 || consumed == 0 || layer < 0 || layer >= layers)
+    if (strncmp(name, names->layers, n) != 0 || sscanf(name + n, "%lld.%n", &layer, &consumed) != 1 ||
+        consumed == 0 || layer < 0 || layer >= c->layers)
         return false;
-    const char *rest = name + consumed;
-    for (size_t j = 0; j < sizeof layer_names / sizeof *layer_names; j++)
-        if (strcmp(rest, layer_names[j].hf) == 0 ||
-            (legacy_name(layer_names[j].hf, legacy, sizeof legacy) && strcmp(rest, legacy) == 0))
+    const char *rest = name + n + consumed;
+    for (size_t j = 0; j < LAYER_NAMES; j++)
+        if (same_name(rest, names->layer[j].hf))
             return true;
     for (int j = 0; j < 3; j++) {
-        char full[64];
-        snprintf(full, sizeof full, "attention.self.%s.weight", qkv[j]);
-        if (strcmp(rest, full) == 0)
-            return true;
-        snprintf(full, sizeof full, "attention.self.%s.bias", qkv[j]);
-        if (strcmp(rest, full) == 0)
+        size_t k = strlen(names->qkv[j]);
+        const char *tail = rest + k;
+        if (strncmp(rest, names->qkv[j], k) == 0 && (strcmp(tail, ".weight") == 0 || strcmp(tail, ".bias") == 0))
             return true;
     }
     return false;
@@ -325,22 +409,20 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
                         const fl_tensor_map *expected, fl_tensor_map *values)
 {
     const hf_bert_config *c = config;
-    /* The encoder's own names, or those of a BertFor* or RobertaFor* class around it */
-    const char *family = c->padding_id >= 0 ? "roberta." : "bert.";
-    char wrapped[64];
-    snprintf(wrapped, sizeof wrapped, "%sembeddings.word_embeddings.weight", family);
-    const char *prefix = fl_tensor_map_contains(file, wrapped) ? family : "";
+    const naming *names = names_of(c);
+    /* The encoder's own names, or those of a task class around it */
     char hf[256], flare[256], legacy[256];
-    for (size_t i = 0;
-         i < sizeof top_names / sizeof *top_names + c->layers * (sizeof layer_names / sizeof *layer_names); i++) {
-        size_t top = sizeof top_names / sizeof *top_names, per = sizeof layer_names / sizeof *layer_names;
+    snprintf(hf, sizeof hf, "%sembeddings.word_embeddings.weight", names->wrapper);
+    const char *prefix = fl_tensor_map_contains(file, hf) ? names->wrapper : "";
+    size_t top = top_count(c);
+    for (size_t i = 0; i < top + (size_t)c->layers * LAYER_NAMES; i++) {
         if (i < top) {
-            snprintf(hf, sizeof hf, "%s%s", prefix, top_names[i].hf);
-            snprintf(flare, sizeof flare, "%s", top_names[i].flare);
+            snprintf(hf, sizeof hf, "%s%s", prefix, names->top[i].hf);
+            snprintf(flare, sizeof flare, "%s", names->top[i].flare);
         } else {
-            size_t layer = (i - top) / per, j = (i - top) % per;
-            snprintf(hf, sizeof hf, "%sencoder.layer.%zu.%s", prefix, layer, layer_names[j].hf);
-            snprintf(flare, sizeof flare, "encoder.layers.%zu.%s", layer, layer_names[j].flare);
+            size_t layer = (i - top) / LAYER_NAMES, j = (i - top) % LAYER_NAMES;
+            snprintf(hf, sizeof hf, "%s%s%zu.%s", prefix, names->layers, layer, names->layer[j].hf);
+            snprintf(flare, sizeof flare, "encoder.layers.%zu.%s", layer, names->layer[j].flare);
         }
         const fl_tensor *want = fl_tensor_map_get(expected, flare);
         fl_tensor *t = hf_tensor(FN, path, file, file_name(file, hf, legacy, sizeof legacy), fl_ndim(want),
@@ -352,10 +434,11 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
     for (int64_t layer = 0; layer < c->layers; layer++) {
         fl_tensor *weights[3], *biases[3];
         for (int j = 0; j < 3; j++) {
-            snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.weight", prefix, (long long)layer, qkv[j]);
+            const char *qkv = names->qkv[j];
+            snprintf(hf, sizeof hf, "%s%s%lld.%s.weight", prefix, names->layers, (long long)layer, qkv);
             if (!(weights[j] = hf_tensor(FN, path, file, hf, 2, square)))
                 return false;
-            snprintf(hf, sizeof hf, "%sencoder.layer.%lld.attention.self.%s.bias", prefix, (long long)layer, qkv[j]);
+            snprintf(hf, sizeof hf, "%s%s%lld.%s.bias", prefix, names->layers, (long long)layer, qkv);
             if (!(biases[j] = hf_tensor(FN, path, file, hf, 1, square)))
                 return false;
         }
@@ -369,15 +452,15 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
     for (size_t i = 0; i < fl_tensor_map_count(file); i++)
         if (!known_name(fl_tensor_map_name_at(file, i), prefix, c))
             return fail(FL_ERR_VALUE, "%s: the tensor \"%s\" is not part of the %s of config.json", path,
-                        fl_tensor_map_name_at(file, i), c->padding_id >= 0 ? "RobertaModel" : "BertModel"),
+                        fl_tensor_map_name_at(file, i), names->model),
                    false;
     return true;
 }
 
 static fl_module *build(const void *config) { return bert_new(config); }
 
-/* bert_new's parameters: the three embeddings and their LayerNorm; per layer the
- * attention's in and out projections, the MLP's two and two LayerNorms. */
+/* bert_new's parameters: the embeddings and their LayerNorm; per layer the attention's
+ * in and out projections, the MLP's two and two LayerNorms. */
 static double count_parameters(const void *config)
 {
     const hf_bert_config *c = config;

@@ -146,12 +146,13 @@ fl_variable *speech_ctc_forward(fl_module *m, fl_variable *features, const fl_te
  * file and the key. Nothing is returned on error. */
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
 
-/* transformers' BertModel or RobertaModel (the encoder; its pooler is not loaded):
- * vocab token ids, max_positions positions, type_vocab token types, layers post-norm
- * blocks of hidden features in heads heads with an exact-GELU MLP of intermediate
- * features. padding_id is -1 for BERT, whose positions are 0, 1, ...; for RoBERTa it
- * is the padding token (pad_token_id), and the positions are padding_id + 1, + 2, ...
- * over the other tokens and padding_id at the padding tokens. */
+/* transformers' BertModel, RobertaModel or DistilBertModel (the encoder; a pooler is
+ * not loaded): vocab token ids, max_positions positions, type_vocab token types (0:
+ * DistilBERT, which has none), layers post-norm blocks of hidden features in heads
+ * heads with an exact-GELU MLP of intermediate features. padding_id is -1 for BERT and
+ * DistilBERT, whose positions are 0, 1, ...; for RoBERTa it is the padding token
+ * (pad_token_id), and the positions are padding_id + 1, + 2, ... over the other tokens
+ * and padding_id at the padding tokens. */
 typedef struct hf_bert_config {
     int64_t vocab, max_positions, type_vocab, layers, heads, hidden, intermediate;
     double layer_norm_eps;
@@ -164,10 +165,12 @@ typedef struct hf_bert_config {
  * hf_load_gpt2 reads them, names with or without "bert.", LayerNorm parameters named
  * weight and bias or, as checkpoints converted from the original release have them,
  * gamma and beta; the heads of BertFor* classes beside "bert." ("cls.", "classifier.",
- * "qa_outputs.") are skipped), or by RobertaModel's or XLMRobertaModel's (model_type
+ * "qa_outputs.") are skipped), by RobertaModel's or XLMRobertaModel's (model_type
  * "roberta" or "xlm-roberta", the same conditions, pad_token_id 1 if absent; names with
  * or without "roberta.", the heads "lm_head.", "classifier." and "qa_outputs." skipped)
- * into a new encoder (*model, in evaluation mode) and its
+ * or by DistilBertModel's (model_type "distilbert", activation "gelu"; names with or
+ * without "distilbert.", the heads "vocab_*", "pre_classifier.", "classifier." and
+ * "qa_outputs." skipped) into a new encoder (*model, in evaluation mode) and its
  * configuration (*config, may be NULL). query, key and value are stacked into the
  * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
  * naming the file and the key. The module forward takes token ids i64 [N, S] to the
@@ -176,7 +179,7 @@ fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *confi
 
 /* The last hidden states [N, S, hidden] of ids i64 [N, S] (S <= max_positions, for
  * RoBERTa S <= max_positions - padding_id - 1), with
- * token_types i64 [N, S] (NULL: all 0) and attention_mask i64 [N, S] of 0 and 1 (NULL:
+ * token_types i64 [N, S] (NULL: all 0; DistilBERT takes none) and attention_mask i64 [N, S] of 0 and 1 (NULL:
  * all 1; 0 is a padding token no other attends to), as BertModel's (RobertaModel's)
  * last_hidden_state; padding positions get values too, as there. */
 fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_tensor *token_types,

@@ -1,8 +1,8 @@
 /* Hugging Face checkpoints (models/hf.c): a tiny random GPT-2 saved by transformers'
  * save_pretrained gives transformers' logits and greedy continuation
  * (tests/fixtures/gen_hf.py), and a configuration or tensor Flare's model cannot take
- * is refused naming the file and the key; tiny random BertModel and RobertaModel give
- * transformers' last hidden states and mean-pooled embeddings. */
+ * is refused naming the file and the key; tiny random BertModel, RobertaModel and
+ * DistilBertModel give transformers' last hidden states and mean-pooled embeddings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,7 +441,7 @@ static void bert_refuses_what_it_cannot_compute(void **state)
                         "\"quantization_config\" (no quant_method) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got gpt2");
+                        "\"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\" or \"distilbert\", got gpt2");
     write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
     assert_null(m);
@@ -486,18 +486,42 @@ static void write_config_replacing(const char *dir, const char *path, const char
 
 #define ROBERTA_DIR FLARE_FIXTURES "/hf_roberta"
 
-/* The RoBERTa fixture's hidden states: right- and left-padded rows under their mask,
- * then a padding id inside a row without a mask, whose position is the padding id's. */
-static void roberta_states_match(fl_module *m)
+/* An encoder fixture's hidden states (bin: "hidden" and "pooled" of "ids" under "mask")
+ * and, without a mask, those of the ids plain_ids ("plain"). */
+static void encoder_states_match(fl_module *m, const char *bin, const char *plain_ids)
 {
-    fl_tensor *ids = fixture("hf_roberta.bin", "ids"), *mask = fixture("hf_roberta.bin", "mask");
+    fl_tensor *ids = fixture(bin, "ids"), *mask = fixture(bin, "mask");
     fl_variable *hidden = hf_bert_forward(m, ids, NULL, mask);
     assert_non_null(hidden);
-    assert_close(fl_v_value(hidden), fixture("hf_roberta.bin", "hidden"), 1e-4, 1e-4);
-    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture("hf_roberta.bin", "pooled"), 1e-4, 1e-4);
-    fl_variable *plain = hf_bert_forward(m, fixture("hf_roberta.bin", "middle"), NULL, NULL);
+    assert_close(fl_v_value(hidden), fixture(bin, "hidden"), 1e-4, 1e-4);
+    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture(bin, "pooled"), 1e-4, 1e-4);
+    fl_variable *plain = hf_bert_forward(m, fixture(bin, plain_ids), NULL, NULL);
     assert_non_null(plain);
-    assert_close(fl_v_value(plain), fixture("hf_roberta.bin", "plain"), 1e-4, 1e-4);
+    assert_close(fl_v_value(plain), fixture(bin, "plain"), 1e-4, 1e-4);
+}
+
+/* The RoBERTa fixture's states: right- and left-padded rows under their mask, then a
+ * padding id inside a row without a mask, whose position is the padding id's. */
+static void roberta_states_match(fl_module *m) { encoder_states_match(m, "hf_roberta.bin", "middle"); }
+
+/* The tensors of the fixture checkpoint in from, under wrapper + their names, as a task
+ * class saves its encoder (not yet saved: the caller adds the class's head), and its
+ * config.json written to dir. */
+static fl_tensor_map *wrapped_checkpoint(const char *dir, const char *from, const char *wrapper)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", from);
+    write_text(dir, "config.json", read_text(path));
+    snprintf(path, sizeof path, "%s/model.safetensors", from);
+    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
+    assert_int_equal(fl_load_safetensors(path, &file), FL_OK);
+    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", wrapper, fl_tensor_map_name_at(file, i));
+        assert_int_equal(fl_tensor_map_set(out, name, fl_tensor_map_tensor_at(file, i)), FL_OK);
+    }
+    fl_tensor_map_free(file);
+    return out;
 }
 
 static void roberta_matches_transformers(void **state)
@@ -532,14 +556,7 @@ static void roberta_loads_the_published_layouts(void **state)
     (void)state;
     char dir[] = "/tmp/flare_hf_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    write_text(dir, "config.json", read_text(ROBERTA_DIR "/config.json"));
-    fl_tensor_map *file = NULL, *out = fl_tensor_map_create();
-    assert_int_equal(fl_load_safetensors(ROBERTA_DIR "/model.safetensors", &file), FL_OK);
-    for (size_t i = 0; i < fl_tensor_map_count(file); i++) {
-        char name[256];
-        snprintf(name, sizeof name, "roberta.%s", fl_tensor_map_name_at(file, i));
-        fl_tensor_map_set(out, name, fl_tensor_map_tensor_at(file, i));
-    }
+    fl_tensor_map *out = wrapped_checkpoint(dir, ROBERTA_DIR, "roberta.");
     fl_tensor_map_set(out, "lm_head.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
     fl_tensor_map_set(out, "lm_head.layer_norm.weight", fl_zeros(FL_F32, FL_SHAPE(24)));
     fl_tensor_map_set(out, "lm_head.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
@@ -568,9 +585,63 @@ static void roberta_loads_the_published_layouts(void **state)
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"pad_token_id\" must be an integer >= 0");
     write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"camembert\"");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"model_type\" must be \"bert\", \"roberta\" or \"xlm-roberta\", got camembert");
+                        "\"roberta\", \"xlm-roberta\" or \"distilbert\", got camembert");
     assert_null(m);
-    fl_tensor_map_free(file);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
+}
+
+#define DISTILBERT_DIR FLARE_FIXTURES "/hf_distilbert"
+
+static void distilbert_states_match(fl_module *m) { encoder_states_match(m, "hf_distilbert.bin", "ids"); }
+
+/* DistilBertModel's own layout, then DistilBertForMaskedLM's (the encoder under
+ * "distilbert.", the head beside it), then what the loader refuses. */
+static void distilbert_matches_transformers(void **state)
+{
+    (void)state;
+    fl_module *m = NULL;
+    hf_bert_config c;
+    assert_int_equal(hf_load_bert(DISTILBERT_DIR, &m, &c), FL_OK);
+    assert_int_equal(c.type_vocab, 0);
+    assert_int_equal(c.padding_id, -1);
+    assert_int_equal(c.hidden, 24);
+    assert_int_equal(c.intermediate, 40);
+    assert_true(c.layer_norm_eps == 1e-12);
+    distilbert_states_match(m);
+    fl_tensor *ids = fixture("hf_distilbert.bin", "ids");
+    assert_fails(hf_bert_forward(m, ids, fl_zeros_like(ids), NULL), FL_ERR_VALUE,
+                 "DistilBERT has no token types: pass NULL");
+    fl_module_release(m);
+    m = NULL;
+
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_tensor_map *out = wrapped_checkpoint(dir, DISTILBERT_DIR, "distilbert.");
+    fl_tensor_map_set(out, "vocab_transform.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
+    fl_tensor_map_set(out, "vocab_layer_norm.bias", fl_zeros(FL_F32, FL_SHAPE(24)));
+    fl_tensor_map_set(out, "vocab_projector.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    fl_tensor_map_set(out, "pre_classifier.bias", fl_zeros(FL_F32, FL_SHAPE(24)));
+    save_map(dir, "model.safetensors", out);
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    distilbert_states_match(m);
+    fl_module_release(m);
+    m = NULL;
+
+    /* BERT's token types are not DistilBERT's */
+    fl_tensor_map_set(out, "distilbert.embeddings.token_type_embeddings.weight", fl_zeros(FL_F32, FL_SHAPE(2, 24)));
+    save_map(dir, "model.safetensors", out);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "the tensor \"distilbert.embeddings.token_type_embeddings.weight\" is not part of the "
+                        "DistilBertModel of config.json");
+    write_config_replacing(dir, DISTILBERT_DIR "/config.json", "\"gelu\"", "\"relu\"");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"activation\" must be \"gelu\", got relu");
+    write_config_replacing(dir, DISTILBERT_DIR "/config.json", "\"n_heads\": 3", "\"n_heads\": 5");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"n_heads\" (5) must divide \"dim\" (24)");
+    write_config_replacing(dir, DISTILBERT_DIR "/config.json", "\"dim\": 24", "\"dim\": null");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"dim\" must be a positive integer");
+    assert_null(m);
     fl_tensor_map_free(out);
     remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
     assert_no_error();
@@ -648,6 +719,7 @@ int main(void)
         scoped_test(bert_refuses_what_it_cannot_compute),
         scoped_test(roberta_matches_transformers),
         scoped_test(roberta_loads_the_published_layouts),
+        scoped_test(distilbert_matches_transformers),
         scoped_test(a_config_the_weights_cannot_fill_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

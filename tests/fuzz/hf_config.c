@@ -1,6 +1,7 @@
 /* hf_load_gpt2 and hf_load_bert on any bytes as a checkpoint directory's config.json,
- * beside the model.safetensors of the tiny GPT-2 and BERT fixtures (tests/fixtures;
- * RoBERTa's names are BERT's, so a "roberta" configuration loads BERT's weights):
+ * beside the model.safetensors of the tiny GPT-2, BERT and DistilBERT fixtures
+ * (tests/fixtures; RoBERTa's names are BERT's, so a "roberta" configuration loads BERT's
+ * weights):
  * jansson, then each key Flare reads or refuses, the parameter count against the
  * weights, and the names and shapes of every tensor. A configuration that loads is one
  * of the fixture's shapes, so its model runs a forward on fixed token ids, which may
@@ -20,13 +21,15 @@
 #error "FLARE_FIXTURES names the directory of the test fixtures"
 #endif
 
-/* Two checkpoint directories of this process, each holding links to a fixture's
+/* Three checkpoint directories of this process, each holding links to a fixture's
  * weights and to the scratch file (fuzz_file) as its config.json; removed at exit. */
-static char dirs[2][4096], configs[2][4200], weights[2][4200];
+#define DIRS 3
+static const char *const fixture_names[DIRS] = {"hf_gpt2", "hf_bert", "hf_distilbert"};
+static char dirs[DIRS][4096], configs[DIRS][4200], weights[DIRS][4200];
 
 static void remove_dirs(void)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < DIRS; i++) {
         unlink(configs[i]);
         unlink(weights[i]);
         rmdir(dirs[i]);
@@ -35,13 +38,13 @@ static void remove_dirs(void)
 
 static void make_dirs(void)
 {
-    static const char *const fixture[2] = {FLARE_FIXTURES "/hf_gpt2/model.safetensors",
-                                           FLARE_FIXTURES "/hf_bert/model.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "%s.%s", fuzz_path(1), i ? "bert" : "gpt2");
-        snprintf(configs[i], sizeof configs[i], "%s/config.json", dirs[i]);
-        snprintf(weights[i], sizeof weights[i], "%s/model.safetensors", dirs[i]);
-        if (mkdir(dirs[i], 0700) != 0 || symlink(fixture[i], weights[i]) != 0 ||
+    for (int i = 0; i < DIRS; i++) {
+        char fixture[4200];
+        snprintf(fixture, sizeof fixture, "%s/%s/model.safetensors", FLARE_FIXTURES, fixture_names[i]);
+        snprintf(dirs[i], sizeof dirs[i], "%s.%s", fuzz_path(1), fixture_names[i]);
+        snprintf(configs[i], sizeof configs[i], "%.4000s/config.json", dirs[i]);
+        snprintf(weights[i], sizeof weights[i], "%.4000s/model.safetensors", dirs[i]);
+        if (mkdir(dirs[i], 0700) != 0 || symlink(fixture, weights[i]) != 0 ||
             symlink(fuzz_path(0), configs[i]) != 0) {
             perror(dirs[i]);
             abort();
@@ -78,17 +81,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fl_module_release(gpt);
     }
 
-    fl_module *bert;
-    status = hf_load_bert(dirs[1], &bert, NULL);
-    fuzz_check_error(status != FL_OK);
-    if (status == FL_OK) {
-        fl_scope scope = fl_scope_begin();
-        if (!hf_bert_forward(bert, tokens(), NULL, NULL)) {
-            fprintf(stderr, "a BERT configuration loaded but its model failed: %s\n", fl_last_error());
-            abort();
+    for (int i = 1; i < DIRS; i++) {
+        fl_module *bert;
+        status = hf_load_bert(dirs[i], &bert, NULL);
+        fuzz_check_error(status != FL_OK);
+        if (status == FL_OK) {
+            fl_scope scope = fl_scope_begin();
+            if (!hf_bert_forward(bert, tokens(), NULL, NULL)) {
+                fprintf(stderr, "a configuration loaded beside %s but its model failed: %s\n", fixture_names[i],
+                        fl_last_error());
+                abort();
+            }
+            fl_scope_end(scope);
+            fl_module_release(bert);
         }
-        fl_scope_end(scope);
-        fl_module_release(bert);
     }
     return 0;
 }
