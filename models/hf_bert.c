@@ -1,9 +1,10 @@
 /*
- * BERT and RoBERTa checkpoints in the Hugging Face layout (models.h): transformers'
- * BertModel is a post-norm GELU Transformer encoder, so its weights map onto Flare's
- * own layers; the separate query, key and value projections are stacked into the
- * attention's in_proj. RobertaModel (and XLMRobertaModel, the same code) is BertModel
- * with other names and positions that skip the padding tokens.
+ * BERT, RoBERTa and DistilBERT checkpoints in the Hugging Face layout (models.h):
+ * transformers' BertModel is a post-norm GELU Transformer encoder, so its weights map
+ * onto Flare's own layers; the separate query, key and value projections are stacked
+ * into the attention's in_proj. RobertaModel (and XLMRobertaModel, the same code) is
+ * BertModel with other names and positions that skip the padding tokens;
+ * DistilBertModel is BertModel with other names and no token types.
  */
 #include <stdio.h>
 #include <string.h>
@@ -398,8 +399,9 @@ static bool known_name(const char *name, const char *prefix, const hf_bert_confi
             return true;
     for (int j = 0; j < 3; j++) {
         size_t k = strlen(names->qkv[j]);
-        const char *tail = rest + k;
-        if (strncmp(rest, names->qkv[j], k) == 0 && (strcmp(tail, ".weight") == 0 || strcmp(tail, ".bias") == 0))
+        if (strncmp(rest, names->qkv[j], k) != 0)
+            continue;
+        if (strcmp(rest + k, ".weight") == 0 || strcmp(rest + k, ".bias") == 0)
             return true;
     }
     return false;
