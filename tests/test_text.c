@@ -37,6 +37,12 @@ static json_t *sentencepiece_cases(const char *section)
     return section_of(&root, FLARE_FIXTURES "/text_sentencepiece_cases.json", section);
 }
 
+static json_t *unigram_cases(const char *section)
+{
+    static json_t *root;
+    return section_of(&root, FLARE_FIXTURES "/text_unigram_cases.json", section);
+}
+
 static fl_tokenizer *load(const char *name)
 {
     char path[1024];
@@ -605,10 +611,97 @@ static void files_that_name_no_model(void **state)
     edited_matches("text_wordpiece.json", drop_model_type, "wordpiece", true);
     assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}}", FL_ERR_VALUE,
                       "model.type 'WordLevel' (told by its fields: the file names no type) is not supported");
-    assert_load_fails("{\"model\": {\"vocab\": [[\"a\", 0.0]], \"unk_id\": 0}}", FL_ERR_VALUE,
-                      "model.type 'Unigram' (told by its fields");
+    fl_tokenizer *tok = NULL;
+    assert_int_equal(fl_tokenizer_load(write_tmp("{\"model\": {\"vocab\": [[\"a\", -1.0], [\"aa\", -1.5], "
+                                                 "[\"?\", -5.0]], \"unk_id\": 2}}"),
+                                       &tok),
+                     FL_OK);
+    int64_t *ids;
+    size_t n;
+    /* "a aa" and "aa a" both score -2.5: the first offer to the end of "aaa" stands,
+     * "aa" from the second character, as the library has it; "b" is unknown */
+    assert_int_equal(fl_tokenizer_encode(tok, "aaab", 4, &ids, &n), FL_OK);
+    json_t *expected = json_pack("[i, i, i]", 0, 1, 2);
+    assert_same_ids("aaab", ids, n, expected);
+    json_decref(expected);
+    free(ids);
+    fl_tokenizer_free(tok);
     assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"continuing_subword_prefix\": \"##\"}}",
                       FL_ERR_VALUE, "model.type (missing) is not supported");
+}
+
+/* add_special_tokens=True: each case's ids with the file's template. */
+static void special_ids_match(const char *file, const json_t *list)
+{
+    fl_tokenizer *tok = load(file);
+    size_t i;
+    json_t *c;
+    json_array_foreach(list, i, c) {
+        int64_t *ids;
+        size_t n;
+        const json_t *text = json_object_get(c, "text");
+        assert_int_equal(fl_tokenizer_encode_special(tok, json_string_value(text), json_string_length(text), NULL, 0,
+                                                     &ids, NULL, &n), FL_OK);
+        assert_same_ids(json_string_value(text), ids, n, json_object_get(c, "ids"));
+        free(ids);
+    }
+    assert_true(i > 0);
+    fl_tokenizer_free(tok);
+}
+
+/* ---- SentencePiece's Unigram model ---- */
+
+/* T5's layout without its normalizer: Metaspace before and after, unknown characters
+ * (alone, in runs, beside the unknown token's own spelling) fused into one token. */
+static void unigram_ids_match_tokenizers(void **state)
+{
+    matches_cases("text_unigram.json", unigram_cases("unigram"));
+    special_ids_match("text_unigram.json", unigram_cases("special"));
+}
+
+/* The 256 byte pieces after the others, with byte_fallback: an unknown run becomes its
+ * bytes' tokens. */
+static void with_byte_pieces(json_t *root)
+{
+    json_t *model = json_object_get(root, "model"), *vocab = json_object_get(model, "vocab");
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        json_array_append_new(vocab, json_pack("[s, f]", name, 0.0));
+    }
+    json_object_set_new(model, "byte_fallback", json_true());
+}
+
+static void unigram_byte_fallback(void **state)
+{
+    edited_matches_cases("text_unigram.json", with_byte_pieces, unigram_cases("byte_fallback"), true);
+}
+
+static void without_unk_id(json_t *root) { json_object_set_new(json_object_get(root, "model"), "unk_id", json_null()); }
+
+static void unigram_refusals(void **state)
+{
+    /* No piece covers the character and there is no unknown token: it is named, as
+     * the library refuses it too. */
+    fl_tokenizer *tok = load_edited("text_unigram.json", without_unk_id);
+    int64_t *ids = (int64_t *)1;
+    size_t n = 3;
+    assert_fails_status(fl_tokenizer_encode(tok, "ok \xE4\xBD\xA0", 6, &ids, &n), FL_ERR_VALUE,
+                        "character U+4F60 '\xE4\xBD\xA0' in the text from offset 0 has no token");
+    assert_null(ids);
+    fl_tokenizer_free(tok);
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0], [\"b\"]]}}", FL_ERR_VALUE,
+                      "model.vocab[1] is not a [piece, score] pair");
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": {\"a\": 0}}}", FL_ERR_VALUE,
+                      "model.vocab is missing or not a list");
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]], \"unk_id\": 1}}",
+                      FL_ERR_VALUE, "model.unk_id is not null or an index of model.vocab");
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}, "
+                      "\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}}",
+                      FL_ERR_VALUE, "Unigram model with pre_tokenizer WhitespaceSplit");
+    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}, "
+                      "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}}",
+                      FL_ERR_VALUE, "normalizer Precompiled");
 }
 
 /* ---- SentencePiece's BPE over characters, with byte fallback ---- */
@@ -658,19 +751,7 @@ static void sentencepiece_bpe_layouts(void **state)
     edited_matches_cases("text_sentencepiece.json", added_token_flags, sentencepiece_cases("added_flags"), true);
 
     /* The template puts "<s>" first, as transformers' tokenizer(text) does. */
-    fl_tokenizer *tok = load("text_sentencepiece.json");
-    size_t i;
-    json_t *c;
-    json_array_foreach(sentencepiece_cases("special"), i, c) {
-        int64_t *ids;
-        size_t n;
-        const json_t *text = json_object_get(c, "text");
-        assert_int_equal(fl_tokenizer_encode_special(tok, json_string_value(text), json_string_length(text), NULL, 0,
-                                                     &ids, NULL, &n), FL_OK);
-        assert_same_ids(json_string_value(text), ids, n, json_object_get(c, "ids"));
-        free(ids);
-    }
-    fl_tokenizer_free(tok);
+    special_ids_match("text_sentencepiece.json", sentencepiece_cases("special"));
 }
 
 /* Byte fallback covers every byte, so any text without U+2581 (which decodes to a
@@ -740,8 +821,8 @@ static void bad_tokenizer_files(void **state)
     assert_load_fails("", FL_ERR_VALUE, tmp_path);
     assert_load_fails("[1, 2]", FL_ERR_VALUE, "not a JSON object");
     assert_load_fails("{\"version\": \"1.0\"}", FL_ERR_VALUE, "no \"model\"");
-    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", FL_ERR_VALUE,
-                      "model.type 'Unigram' is not supported");
+    assert_load_fails("{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0}}}", FL_ERR_VALUE,
+                      "model.type 'WordLevel' is not supported (only BPE, WordPiece and Unigram)");
     assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": [1]}}", FL_ERR_VALUE, "model.vocab");
     assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}}}", FL_ERR_VALUE,
                       "model.vocab['a'] is not an integer");
@@ -851,6 +932,9 @@ int main(void)
         scoped_test(sentencepiece_bpe_layouts),
         scoped_test(sentencepiece_bpe_round_trips_any_bytes),
         scoped_test(sentencepiece_bpe_refusals),
+        scoped_test(unigram_ids_match_tokenizers),
+        scoped_test(unigram_byte_fallback),
+        scoped_test(unigram_refusals),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),
     };

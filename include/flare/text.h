@@ -30,6 +30,11 @@
  *   Decoding runs the file's decoder (Replace, ByteFallback, Fuse, Strip,
  *   Metaspace); with byte fallback the bytes encoded come back, invalid UTF-8
  *   included, unless the text holds "\u2581", which decodes to a space.
+ * - SentencePiece's Unigram (T5, ALBERT, XLM-R): the same normalizer, pre-tokenizer,
+ *   decoder and byte tokens; each piece of text is cut where the pieces' scores sum
+ *   highest (the library's Viterbi, its ties and its unknown token's score), a run of
+ *   characters no piece covers one unknown token (unk_id), or its bytes' tokens with
+ *   byte_fallback.
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
  *   says so), BertPreTokenizer (split on whitespace and around each punctuation
@@ -43,7 +48,7 @@
  * Added tokens of tokenizer.json ("<|endoftext|>", "[CLS]", ...) are matched in the
  * raw text first, leftmost and longest, and become their ids, with the whitespace on
  * their left (lstrip) or right (rstrip) where the file says so; the text between them
- * is tokenized by the model. With SentencePiece's BPE an added token marked
+ * is tokenized by the model. With SentencePiece's models an added token marked
  * "normalized" is matched in the normalized text instead, as its own content
  * normalized (Llama 2's "<s>" as "\u2581<s>"), and decoded as that, as the library
  * does. fl_tokenizer_encode adds no template tokens ([CLS] ...
@@ -95,7 +100,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * add_prefix_space and ignore_merges honoured; or model.type "BPE" with no
  * pre-tokenizer or a Metaspace one, a normalizer of Prepend and Replace (of a string)
  * steps or none, and a decoder of Replace, ByteFallback, Fuse, Strip and Metaspace
- * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or
+ * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or model.type
+ * "Unigram" with the same pre-tokenizer, normalizer and decoder (not yet the
+ * Precompiled normalizer of T5's, ALBERT's and XLM-R's files); or
  * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
  * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
  * own, written before tokenizers named it) is told by its fields, as the tokenizers

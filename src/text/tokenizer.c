@@ -1,7 +1,8 @@
 /*
  * Tokenizers (include/flare/text.h): the vocabulary and merge tables, GPT-2's
  * pre-tokenization and byte-level BPE, SentencePiece's BPE over characters with byte
- * fallback, BERT's normalizer and WordPiece, the BPE trainer, and tokenizer.json.
+ * fallback and its Unigram model (unigram.c segments), BERT's normalizer and
+ * WordPiece, the BPE trainer, and tokenizer.json.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -16,11 +17,14 @@
 #include "flare/text.h"
 #include "template.h"
 #include "unicode.h"
+#include "unigram.h"
 
 /* MODEL_BPE is byte-level BPE (GPT-2's); MODEL_CHARACTER_BPE merges characters, with
  * byte tokens "<0xHH>" for those the vocabulary lacks (SentencePiece's, as Llama 2's
- * and Mistral's tokenizer.json hold it). */
-enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_CHARACTER_BPE };
+ * and Mistral's tokenizer.json hold it); MODEL_UNIGRAM is SentencePiece's other model
+ * (T5's, ALBERT's, XLM-R's), which shares character BPE's normalizer, pre-tokenizer,
+ * decoder and byte tokens. */
+enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_CHARACTER_BPE, MODEL_UNIGRAM };
 
 /* One step of a normalizer or decoder of tokenizer.json that is a plain string edit. */
 enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP, EDIT_METASPACE };
@@ -93,6 +97,7 @@ struct fl_tokenizer {
     int prepend_scheme;
     bool metaspace_split;
     text_template *post; /* tokenizer.json's post_processor; NULL: none */
+    text_unigram *unigram; /* Unigram: the pieces' trie and scores */
 };
 
 /* ---- growing buffers ------------------------------------------------------------- */
@@ -313,6 +318,7 @@ void fl_tokenizer_free(fl_tokenizer *tok)
     }
     free(tok->metaspace);
     text_template_free(tok->post);
+    text_unigram_free(tok->unigram);
     free(tok);
 }
 
@@ -673,7 +679,7 @@ static size_t whitespace_after(const unsigned char *s, size_t size, size_t at)
  * raw text. */
 static const char *added_text(const fl_tokenizer *tok, const token *t, size_t *len, bool *in_normalized)
 {
-    *in_normalized = tok->model == MODEL_CHARACTER_BPE && t->normalized;
+    *in_normalized = (tok->model == MODEL_CHARACTER_BPE || tok->model == MODEL_UNIGRAM) && t->normalized;
     *len = *in_normalized ? t->norm_len : t->len;
     return *in_normalized ? t->norm_text : t->text;
 }
@@ -812,6 +818,33 @@ static bool character_bpe_piece(const fl_tokenizer *tok, const unsigned char *s,
     return ok;
 }
 
+/* One piece through the Unigram model: its best segmentation, a run of unknown
+ * characters as the token its text spells where there is one (the library looks the
+ * fused text up), else as its bytes' tokens with byte fallback, else the unknown
+ * token. *unknown as character_bpe_piece's. */
+static bool unigram_piece(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out, size_t *unknown)
+{
+    text_unigram_token *t;
+    size_t n;
+    if (!text_unigram_segment(tok->unigram, s, size, &t, &n, unknown))
+        return false;
+    bool ok = true;
+    for (size_t k = 0; ok && k < n; k++) {
+        const unsigned char *p = s + t[k].start;
+        size_t len = t[k].end - t[k].start;
+        int64_t id = t[k].id >= 0 ? t[k].id : lookup(tok, p, len);
+        bool bytes_known = id < 0 && tok->byte_fallback;
+        for (size_t b = 0; bytes_known && b < len; b++)
+            bytes_known = tok->byte_id[p[b]] >= 0;
+        for (size_t b = 0; bytes_known && ok && b < len; b++)
+            ok = push_id(out, tok->byte_id[p[b]]);
+        if (!bytes_known)
+            ok = push_id(out, id >= 0 ? id : tok->unk);
+    }
+    free(t);
+    return ok;
+}
+
 /* The first character of a text that has no token, no byte tokens and no unknown
  * token to stand for it. */
 typedef struct uncovered {
@@ -841,7 +874,8 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
                 end = i;
                 break;
             }
-        ok = character_bpe_piece(tok, text + from, end - from, out, symbols, &where);
+        ok = tok->model == MODEL_UNIGRAM ? unigram_piece(tok, text + from, end - from, out, &where)
+                                         : character_bpe_piece(tok, text + from, end - from, out, symbols, &where);
         if (where != SIZE_MAX) {
             missing->found = true;
             text_utf8_next(text + from + where, n - from - where, &missing->len);
@@ -1227,9 +1261,10 @@ fl_status fl_tokenizer_decode(const fl_tokenizer *tok, const int64_t *id, size_t
         }
     bytes out = {0};
     bool ok = push_bytes(&out, "", 0);
-    if (tok->model == MODEL_CHARACTER_BPE)
+    bool characters = tok->model == MODEL_CHARACTER_BPE || tok->model == MODEL_UNIGRAM;
+    if (characters)
         ok = ok && character_bpe_decode(tok, id, count, &out);
-    for (size_t i = 0; ok && tok->model != MODEL_CHARACTER_BPE && i < count; i++) {
+    for (size_t i = 0; ok && !characters && i < count; i++) {
         const token *t = &tok->tokens[id[i]];
         if (tok->model == MODEL_BPE) {
             ok = push_bytes(&out, t->bytes, t->nbytes);
@@ -1835,12 +1870,14 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
  * (not bytes) merged, byte tokens "<0xHH>" for characters the vocabulary lacks
  * (byte_fallback), a normalizer of Prepend and Replace steps or a Metaspace
  * pre-tokenizer, and a decoder of string edits. */
-static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+/* What SentencePiece's two models share: the normalizer's and decoder's edits, the
+ * Metaspace pre-tokenizer, the byte tokens and the added tokens matched in normalized
+ * text. */
+static fl_status load_sentencepiece(fl_tokenizer *tok, const char *path, const json_t *root)
 {
     const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
     const json_t *dec = json_object_get(root, "decoder");
     fl_status st = FL_OK;
-    tok->model = MODEL_CHARACTER_BPE;
     if (json_is_object(norm))
         st = load_edits(path, "normalizer", norm, false, &tok->normalizer, &tok->nnormalizer);
     if (st == FL_OK && json_is_object(dec))
@@ -1857,16 +1894,6 @@ static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const j
                        : load_error(FL_ERR_VALUE, path, "pre_tokenizer Metaspace needs a replacement and a "
                                     "prepend_scheme of always, first or never");
     }
-    fl_status options = bpe_options(path, model);
-    if (options != FL_OK)
-        return options;
-    tok->byte_fallback = json_flag(model, "byte_fallback", false);
-    tok->fuse_unk = json_flag(model, "fuse_unk", false);
-    tok->ignore_merges = json_flag(model, "ignore_merges", false);
-    const json_t *unk = json_object_get(model, "unk_token");
-    tok->unk = json_is_string(unk) ? lookup(tok, json_string_value(unk), json_string_length(unk)) : -1;
-    if (json_is_string(unk) && tok->unk < 0)
-        return load_error(FL_ERR_VALUE, path, "model.unk_token '%s' is not in the vocabulary", json_string_value(unk));
     for (unsigned b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
@@ -1881,7 +1908,52 @@ static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const j
             return load_error(FL_ERR_MEMORY, path, "out of memory");
         t->norm_text = (char *)text.v, t->norm_len = text.n;
     }
+    return FL_OK;
+}
+
+static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    tok->model = MODEL_CHARACTER_BPE;
+    fl_status st = load_sentencepiece(tok, path, root);
+    if (st == FL_OK)
+        st = bpe_options(path, model);
+    if (st != FL_OK)
+        return st;
+    tok->byte_fallback = json_flag(model, "byte_fallback", false);
+    tok->fuse_unk = json_flag(model, "fuse_unk", false);
+    tok->ignore_merges = json_flag(model, "ignore_merges", false);
+    const json_t *unk = json_object_get(model, "unk_token");
+    tok->unk = json_is_string(unk) ? lookup(tok, json_string_value(unk), json_string_length(unk)) : -1;
+    if (json_is_string(unk) && tok->unk < 0)
+        return load_error(FL_ERR_VALUE, path, "model.unk_token '%s' is not in the vocabulary", json_string_value(unk));
     return load_merges(tok, path, json_object_get(model, "merges"));
+}
+
+/* model.vocab [[piece, score], ...] (the piece's id is its index) into the trie, with
+ * unk_id (an index or null) and byte_fallback. */
+static fl_status load_unigram(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
+{
+    tok->model = MODEL_UNIGRAM;
+    fl_status st = load_sentencepiece(tok, path, root);
+    if (st != FL_OK)
+        return st;
+    const json_t *vocab = json_object_get(model, "vocab"), *unk = json_object_get(model, "unk_id"), *v;
+    json_int_t pieces = (json_int_t)json_array_size(vocab);
+    if (unk && !json_is_null(unk) &&
+        (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= pieces))
+        return load_error(FL_ERR_VALUE, path, "model.unk_id is not null or an index of model.vocab");
+    tok->unk = json_is_integer(unk) ? json_integer_value(unk) : -1;
+    tok->byte_fallback = json_flag(model, "byte_fallback", false);
+    if (!(tok->unigram = text_unigram_new()))
+        return load_error(FL_ERR_MEMORY, path, "out of memory");
+    size_t i;
+    json_array_foreach(vocab, i, v) {
+        const token *t = &tok->tokens[i];
+        if (!text_unigram_add(tok->unigram, t->text, t->len, (int64_t)i, json_number_value(json_array_get(v, 1))))
+            return load_error(FL_ERR_MEMORY, path, "out of memory");
+    }
+    text_unigram_set_unknown(tok->unigram, tok->unk);
+    return FL_OK;
 }
 
 static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
@@ -1960,27 +2032,36 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
     if (inferred)
         type = untyped_model(model);
     json_t *vocab = json_object_get(model, "vocab");
-    if (!type || (strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0))
-        return load_error(FL_ERR_VALUE, path, "model.type %s%s%s%s is not supported (only BPE and WordPiece)",
-                          type ? "'" : "", type ? type : "(missing)", type ? "'" : "",
+    bool unigram = type && strcmp(type, "Unigram") == 0;
+    if (!type || (strcmp(type, "BPE") != 0 && strcmp(type, "WordPiece") != 0 && !unigram))
+        return load_error(FL_ERR_VALUE, path,
+                          "model.type %s%s%s%s is not supported (only BPE, WordPiece and Unigram)", type ? "'" : "",
+                          type ? type : "(missing)", type ? "'" : "",
                           type && inferred ? " (told by its fields: the file names no type)" : "");
-    if (!json_is_object(vocab))
-        return load_error(FL_ERR_VALUE, path, "model.vocab is missing or not an object");
+    if (unigram ? !json_is_array(vocab) : !json_is_object(vocab))
+        return load_error(FL_ERR_VALUE, path, "model.vocab is missing or not %s", unigram ? "a list" : "an object");
     const json_t *added = json_object_get(root, "added_tokens");
     if (added && !json_is_null(added) && !json_is_array(added))
         return load_error(FL_ERR_VALUE, path, "added_tokens is not an array");
-    /* Ids must be dense enough to index: below the number of tokens listed. */
-    size_t listed = json_object_size(vocab) + json_array_size(added);
-    tok->count = 0;
+    /* Ids must be dense enough to index: below the number of tokens listed. A Unigram
+     * piece's id is its index. */
+    size_t listed = json_object_size(vocab) + json_array_size(vocab) + json_array_size(added);
+    tok->count = (int64_t)json_array_size(vocab);
     const char *key;
     const json_t *v;
+    size_t i;
+    json_array_foreach(vocab, i, v) {
+        const json_t *piece = json_array_get(v, 0);
+        if (json_array_size(v) != 2 || !json_is_string(piece) || !json_string_length(piece) ||
+            !json_is_number(json_array_get(v, 1)))
+            return load_error(FL_ERR_VALUE, path, "model.vocab[%zu] is not a [piece, score] pair", i);
+    }
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v))
             return load_error(FL_ERR_VALUE, path, "model.vocab['%s'] is not an integer id", key);
         if (json_integer_value(v) >= tok->count)
             tok->count = json_integer_value(v) + 1;
     }
-    size_t i;
     json_array_foreach(added, i, v) {
         const json_t *id = json_object_get(v, "id"), *content = json_object_get(v, "content");
         if (!json_is_integer(id) || !json_is_string(content) || !json_string_length(content))
@@ -2001,6 +2082,12 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
     json_object_foreach(vocab, key, v)
         if ((st = place_token(tok, path, "model.vocab", json_integer_value(v), key, strlen(key), false)) != FL_OK)
             return st;
+    json_array_foreach(vocab, i, v) {
+        const json_t *piece = json_array_get(v, 0);
+        if ((st = place_token(tok, path, "model.vocab", (int64_t)i, json_string_value(piece),
+                              json_string_length(piece), false)) != FL_OK)
+            return st;
+    }
     json_array_foreach(added, i, v) {
         const json_t *content = json_object_get(v, "content");
         int64_t id = json_integer_value(json_object_get(v, "id"));
@@ -2017,9 +2104,14 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
         return load_error(FL_ERR_MEMORY, path, "out of memory");
     const json_t *pre = json_object_get(root, "pre_tokenizer");
     bool characters = !json_is_object(pre) || strcmp(json_type_name(pre), "Metaspace") == 0;
-    st = strcmp(type, "BPE") != 0 ? load_wordpiece(tok, path, root, model)
-         : characters             ? load_character_bpe(tok, path, root, model)
-                                  : load_bpe(tok, path, root, model);
+    if (unigram && !characters)
+        return load_error(FL_ERR_VALUE, path,
+                          "Unigram model with pre_tokenizer %s: only Metaspace or none is supported",
+                          json_type_name(pre));
+    st = unigram                      ? load_unigram(tok, path, root, model)
+         : strcmp(type, "BPE") != 0   ? load_wordpiece(tok, path, root, model)
+         : characters                 ? load_character_bpe(tok, path, root, model)
+                                      : load_bpe(tok, path, root, model);
     if (st == FL_OK && !(tok->post = text_template_load(path, json_object_get(root, "post_processor"), tok->count)))
         st = fl_last_status();
     for (size_t k = 0; st == FL_OK && k < tok->nadded; k++) {
