@@ -677,6 +677,28 @@ static void unigram_byte_fallback(void **state)
     edited_matches_cases("text_unigram.json", with_byte_pieces, unigram_cases("byte_fallback"), true);
 }
 
+static const char *unigram_layout;
+
+static void set_unigram_layout(json_t *root)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(unigram_cases("layouts"), unigram_layout), key, v)
+        json_object_set(root, key, v);
+}
+
+/* A WhitespaceSplit before the Metaspace, as transformers 5 builds T5's and XLM-R's
+ * tokenizers: each word between white space (U+3000, U+00A0, U+2028, ... too) gets
+ * the marker, or with prepend_scheme "first" only a word at the text's very start. */
+static void unigram_whitespace_split(void **state)
+{
+    const char *names[] = {"whitespace_split", "whitespace_first"};
+    for (int k = 0; k < 2; k++) {
+        unigram_layout = names[k];
+        edited_matches_cases("text_unigram.json", set_unigram_layout, unigram_cases(names[k]), true);
+    }
+}
+
 static void without_unk_id(json_t *root) { json_object_set_new(json_object_get(root, "model"), "unk_id", json_null()); }
 
 static void unigram_refusals(void **state)
@@ -934,6 +956,7 @@ int main(void)
         scoped_test(sentencepiece_bpe_refusals),
         scoped_test(unigram_ids_match_tokenizers),
         scoped_test(unigram_byte_fallback),
+        scoped_test(unigram_whitespace_split),
         scoped_test(unigram_refusals),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),

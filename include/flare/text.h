@@ -101,8 +101,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * pre-tokenizer or a Metaspace one, a normalizer of Prepend and Replace (of a string)
  * steps or none, and a decoder of Replace, ByteFallback, Fuse, Strip and Metaspace
  * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or model.type
- * "Unigram" with the same pre-tokenizer, normalizer and decoder (not yet the
- * Precompiled normalizer of T5's, ALBERT's and XLM-R's files); or
+ * "Unigram" with the same pre-tokenizer (or a Sequence of WhitespaceSplit and
+ * Metaspace, T5's and XLM-R's), normalizer and decoder (not yet the Precompiled
+ * normalizer of the files published with T5, ALBERT and XLM-R); or
  * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
  * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
  * own, written before tokenizers named it) is told by its fields, as the tokenizers

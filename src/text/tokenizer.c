@@ -96,6 +96,7 @@ struct fl_tokenizer {
     size_t metaspace_len;
     int prepend_scheme;
     bool metaspace_split;
+    bool whitespace_split; /* a WhitespaceSplit before the Metaspace (T5's, XLM-R's) */
     text_template *post; /* tokenizer.json's post_processor; NULL: none */
     text_unigram *unigram; /* Unigram: the pieces' trie and scores */
 };
@@ -853,10 +854,10 @@ typedef struct uncovered {
     size_t len;
 } uncovered;
 
-/* A run of text the model takes whole (after the normalizer, between added tokens):
- * the Metaspace pre-tokenizer's pieces, each merged, until a character the
- * vocabulary cannot cover, which goes to *missing. */
-static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
+/* One word (all of a run, without WhitespaceSplit): the Metaspace pre-tokenizer's
+ * pieces, each through the model, until a character the vocabulary cannot cover,
+ * which goes to *missing. */
+static bool metaspace_word(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
                               ids *out, uncovered *missing)
 {
     bytes spaced = {0}; /* the Metaspace pre-tokenizer's text, where there is one */
@@ -884,6 +885,38 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
         from = end;
     }
     free(spaced.v), free(symbols);
+    return ok;
+}
+
+/* Unicode's White_Space, which WhitespaceSplit (Rust's char::is_whitespace) splits at. */
+static bool is_white_space(int32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+/* A run of text the model takes whole (after the normalizer, between added tokens):
+ * with WhitespaceSplit, each word between white space on its own (only a word at the
+ * run's very start begins the text), else the whole run; missing as
+ * metaspace_word's. */
+static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
+                              ids *out, uncovered *missing)
+{
+    if (!tok->whitespace_split)
+        return metaspace_word(tok, s, size, starts_text, out, missing);
+    bool ok = true;
+    for (size_t i = 0, len, word = SIZE_MAX; ok && !missing->found && i <= size; i += len) {
+        bool white = i == size || is_white_space(text_utf8_next(s + i, size - i, &len));
+        if (i == size)
+            len = 1;
+        if (!white && word == SIZE_MAX)
+            word = i;
+        if (white && word != SIZE_MAX) {
+            ok = metaspace_word(tok, s + word, i - word, starts_text && word == 0, out, missing);
+            word = SIZE_MAX;
+        }
+    }
     return ok;
 }
 
@@ -1870,6 +1903,18 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
  * (not bytes) merged, byte tokens "<0xHH>" for characters the vocabulary lacks
  * (byte_fallback), a normalizer of Prepend and Replace steps or a Metaspace
  * pre-tokenizer, and a decoder of string edits. */
+/* The Metaspace of a pre-tokenizer that is one, or a Sequence of a WhitespaceSplit and
+ * one (*whitespace_split then set); NULL for any other. */
+static const json_t *metaspace_of(const json_t *pre, bool *whitespace_split)
+{
+    const json_t *list = json_object_get(pre, "pretokenizers");
+    *whitespace_split = strcmp(json_type_name(pre), "Sequence") == 0 && json_array_size(list) == 2 &&
+                        strcmp(json_type_name(json_array_get(list, 0)), "WhitespaceSplit") == 0;
+    if (*whitespace_split)
+        pre = json_array_get(list, 1);
+    return json_is_object(pre) && strcmp(json_type_name(pre), "Metaspace") == 0 ? pre : NULL;
+}
+
 /* What SentencePiece's two models share: the normalizer's and decoder's edits, the
  * Metaspace pre-tokenizer, the byte tokens and the added tokens matched in normalized
  * text. */
@@ -1884,6 +1929,7 @@ static fl_status load_sentencepiece(fl_tokenizer *tok, const char *path, const j
         st = load_edits(path, "decoder", dec, true, &tok->decoder, &tok->ndecoder);
     if (st != FL_OK)
         return st;
+    pre = metaspace_of(pre, &tok->whitespace_split);
     if (json_is_object(pre)) { /* Metaspace: the caller let nothing else through */
         bool oom = false;
         tok->prepend_scheme = prepend_scheme(pre);
@@ -2103,10 +2149,11 @@ static fl_status load_tree(fl_tokenizer *tok, const char *path, const json_t *ro
     if (!index_vocab(tok))
         return load_error(FL_ERR_MEMORY, path, "out of memory");
     const json_t *pre = json_object_get(root, "pre_tokenizer");
-    bool characters = !json_is_object(pre) || strcmp(json_type_name(pre), "Metaspace") == 0;
+    bool whitespace_split, characters = !json_is_object(pre) || metaspace_of(pre, &whitespace_split);
     if (unigram && !characters)
         return load_error(FL_ERR_VALUE, path,
-                          "Unigram model with pre_tokenizer %s: only Metaspace or none is supported",
+                          "Unigram model with pre_tokenizer %s: only Metaspace, a Sequence of WhitespaceSplit and "
+                          "Metaspace, or none is supported",
                           json_type_name(pre));
     st = unigram                      ? load_unigram(tok, path, root, model)
          : strcmp(type, "BPE") != 0   ? load_wordpiece(tok, path, root, model)
