@@ -125,7 +125,7 @@ install: build
 $(PYTHON):
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers librosa
+	$(VENV)/bin/pip install -q torch numpy safetensors tokenizers transformers librosa sentencepiece protobuf
 	@# KenLM's query module (compiled from source) cross-checks tests/fixtures/gen_kenlm_ref.py.
 	$(VENV)/bin/pip install -q kenlm
 

@@ -34,7 +34,8 @@
  *   decoder and byte tokens; each piece of text is cut where the pieces' scores sum
  *   highest (the library's Viterbi, its ties and its unknown token's score), a run of
  *   characters no piece covers one unknown token (unk_id), or its bytes' tokens with
- *   byte_fallback.
+ *   byte_fallback. A Precompiled normalizer (SentencePiece's character map) rewrites
+ *   the text per grapheme cluster as the library does.
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
  *   says so), BertPreTokenizer (split on whitespace and around each punctuation
@@ -102,8 +103,9 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * steps or none, and a decoder of Replace, ByteFallback, Fuse, Strip and Metaspace
  * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or model.type
  * "Unigram" with the same pre-tokenizer (or a Sequence of WhitespaceSplit and
- * Metaspace, T5's and XLM-R's), normalizer and decoder (not yet the Precompiled
- * normalizer of the files published with T5, ALBERT and XLM-R); or
+ * Metaspace, T5's and XLM-R's) and decoder, and a normalizer that may also hold a
+ * Precompiled character map and a Replace of runs of one character (T5's and XLM-R's
+ * published " {2,}"); or
  * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
  * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
  * own, written before tokenizers named it) is told by its fields, as the tokenizers

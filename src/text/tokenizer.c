@@ -15,6 +15,7 @@
 
 #include "flare/extension.h"
 #include "flare/text.h"
+#include "charsmap.h"
 #include "template.h"
 #include "unicode.h"
 #include "unigram.h"
@@ -26,15 +27,20 @@
  * decoder and byte tokens. */
 enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_CHARACTER_BPE, MODEL_UNIGRAM };
 
-/* One step of a normalizer or decoder of tokenizer.json that is a plain string edit. */
-enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP, EDIT_METASPACE };
+/* One step of a normalizer or decoder of tokenizer.json: a string edit, or
+ * SentencePiece's character map (EDIT_PRECOMPILED). */
+enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_REPLACE_RUNS, EDIT_PRECOMPILED, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP,
+       EDIT_METASPACE };
 
 typedef struct text_edit {
     int kind;
-    char *from, *to; /* Replace: from -> to; Prepend: to; Strip: from (the character); Metaspace: from */
+    char *from, *to; /* Replace: from -> to; Replace runs: from (the character) -> to; Prepend: to;
+                      * Strip: from (the character); Metaspace: from */
     size_t from_len, to_len;
     int64_t start, stop; /* Strip: copies removed at each end; Metaspace: start 1 if the first token loses
-                          * its replacements (the encoder put one before the text) */
+                          * its replacements (the encoder put one before the text); Replace runs: start,
+                          * the fewest copies a run replaced has */
+    text_charsmap *charsmap; /* Precompiled */
 } text_edit;
 
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
@@ -313,8 +319,10 @@ void fl_tokenizer_free(fl_tokenizer *tok)
     text_edit *lists[2] = {tok->normalizer, tok->decoder};
     size_t counts[2] = {tok->nnormalizer, tok->ndecoder};
     for (int k = 0; k < 2; k++) {
-        for (size_t i = 0; i < counts[k]; i++)
+        for (size_t i = 0; i < counts[k]; i++) {
             free(lists[k][i].from), free(lists[k][i].to);
+            text_charsmap_free(lists[k][i].charsmap);
+        }
         free(lists[k]);
     }
     free(tok->metaspace);
@@ -740,7 +748,26 @@ static bool replace_all(bytes *out, const unsigned char *s, size_t size, const c
     return ok && push_bytes(out, s + copied, size - copied);
 }
 
-/* The normalizer's Prepend and Replace steps applied to s, into *text. */
+/* Each run of at least e->start copies of e->from in s made e->to, into *out. */
+static bool replace_runs(bytes *out, const unsigned char *s, size_t size, const text_edit *e)
+{
+    bool ok = true;
+    for (size_t i = 0, copied = 0; ok;) {
+        size_t run = 0, at = i;
+        while (at + e->from_len <= size && memcmp(s + at, e->from, e->from_len) == 0)
+            at += e->from_len, run++;
+        if (run >= (size_t)e->start) {
+            ok = push_bytes(out, s + copied, i - copied) && push_bytes(out, e->to, e->to_len);
+            copied = at;
+        }
+        if (at >= size)
+            return ok && push_bytes(out, s + copied, size - copied);
+        i = run ? at : i + 1;
+    }
+    return ok;
+}
+
+/* The normalizer's steps (Prepend, Replace, Precompiled) applied to s, into *text. */
 static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text)
 {
     bytes work = {0};
@@ -751,8 +778,17 @@ static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char
         if (e->kind == EDIT_PREPEND && !text->n)
             continue; /* Prepend leaves empty text empty */
         work.n = 0;
-        ok = e->kind == EDIT_PREPEND ? push_bytes(&work, e->to, e->to_len) && push_bytes(&work, text->v, text->n)
-                                     : replace_all(&work, text->v, text->n, e->from, e->from_len, e->to, e->to_len);
+        if (e->kind == EDIT_PRECOMPILED) {
+            unsigned char *mapped;
+            size_t n;
+            ok = text_charsmap_normalize(e->charsmap, text->v, text->n, &mapped, &n) && push_bytes(&work, mapped, n);
+            free(mapped);
+        } else {
+            ok = e->kind == EDIT_PREPEND ? push_bytes(&work, e->to, e->to_len) && push_bytes(&work, text->v, text->n)
+                 : e->kind == EDIT_REPLACE_RUNS
+                     ? replace_runs(&work, text->v, text->n, e)
+                     : replace_all(&work, text->v, text->n, e->from, e->from_len, e->to, e->to_len);
+        }
         bytes swap = *text;
         *text = work, work = swap;
     }
@@ -1847,6 +1883,24 @@ static int prepend_scheme(const json_t *metaspace)
 /* The steps of a normalizer (decoder false: Prepend, Replace of a string) or decoder
  * (Replace, ByteFallback, Fuse, Strip, Metaspace), alone or in a Sequence, into
  * *list, *count. */
+/* A regex Replace takes: runs of one character, "c{n,}" (T5's and XLM-R's " {2,}"),
+ * the character into *from and n into *fewest. False for any other regex. */
+static bool runs_regex(const char *regex, char **from, size_t *from_len, int64_t *fewest, bool *oom)
+{
+    size_t len, n = regex ? strlen(regex) : 0;
+    if (!n || text_utf8_next((const unsigned char *)regex, n, &len) < 0 || strchr(".\\[](){}*+?|^$", regex[0]))
+        return false;
+    char *end;
+    long count = regex[len] == '{' ? strtol(regex + len + 1, &end, 10) : 0;
+    if (count < 1 || count > 1000 || end == regex + len + 1 || strcmp(end, ",}") != 0)
+        return false;
+    if (!(*from = malloc(len + 1)))
+        return !(*oom = true);
+    memcpy(*from, regex, len);
+    (*from)[len] = 0, *from_len = len, *fewest = count;
+    return true;
+}
+
 static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
                             size_t *count)
 {
@@ -1862,10 +1916,26 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
         const char *kind = json_type_name(step);
         text_edit *e = &(*list)[(*count)++];
         bool oom = false, ok = false;
-        if (strcmp(kind, "Replace") == 0) {
+        const json_t *regex = json_object_get(json_object_get(step, "pattern"), "Regex");
+        if (strcmp(kind, "Replace") == 0 && !decoder && regex) {
+            e->kind = EDIT_REPLACE_RUNS;
+            ok = runs_regex(json_string_value(regex), &e->from, &e->from_len, &e->start, &oom) &&
+                 json_text(json_object_get(step, "content"), &e->to, &e->to_len, &oom);
+        } else if (strcmp(kind, "Replace") == 0) {
             e->kind = EDIT_REPLACE;
             ok = json_text(json_object_get(json_object_get(step, "pattern"), "String"), &e->from, &e->from_len, &oom) &&
                  e->from_len && json_text(json_object_get(step, "content"), &e->to, &e->to_len, &oom);
+        } else if (!decoder && strcmp(kind, "Precompiled") == 0) {
+            const json_t *map = json_object_get(step, "precompiled_charsmap");
+            const char *why = "is not a string";
+            e->kind = EDIT_PRECOMPILED;
+            e->charsmap = json_is_string(map) ? text_charsmap_new(json_string_value(map), json_string_length(map), &why)
+                                              : NULL;
+            if (!e->charsmap)
+                return strcmp(why, "out of memory") == 0
+                           ? load_error(FL_ERR_MEMORY, path, "out of memory")
+                           : load_error(FL_ERR_VALUE, path, "%s Precompiled: precompiled_charsmap %s", what, why);
+            ok = true;
         } else if (!decoder && strcmp(kind, "Prepend") == 0) {
             e->kind = EDIT_PREPEND;
             ok = json_text(json_object_get(step, "prepend"), &e->to, &e->to_len, &oom);
@@ -1890,10 +1960,11 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
             return load_error(FL_ERR_MEMORY, path, "out of memory");
         if (!ok)
             return load_error(FL_ERR_VALUE, path,
-                              "%s %s%s%s: only %s%s are supported with a BPE model without ByteLevel", what, kind,
+                              "%s %s%s%s: only %s%s are supported with SentencePiece's models", what, kind,
                               steps ? " in a Sequence" : "", strcmp(kind, "Replace") == 0 ? " (of a regex?)" : "",
                               decoder ? "Replace of a string, ByteFallback, Fuse, Strip and Metaspace"
-                                      : "Prepend and Replace of a string",
+                                      : "Prepend, Precompiled, and Replace of a string or of runs of a character "
+                                        "(\" {2,}\")",
                               steps ? "" : ", or a Sequence of them");
     }
     return FL_OK;
