@@ -8,7 +8,10 @@ Flare / tokenizers (below 1 means Flare is faster).
 
 The files are the published ones of tests/fixtures/published: gpt2's (byte-level BPE),
 all-MiniLM-L6-v2's (WordPiece) and Phi-3-mini's (SentencePiece's BPE with byte
-fallback). The text is four files of Debian's fortunes package (computers, science,
+fallback); and, as no published Unigram file is at hand, the 800-piece Unigram of
+tests/fixtures/text_unigram.json in T5's published layout (its Precompiled nmt_nfkc
+normalizer, WhitespaceSplit and Metaspace; written to build/tokenize-unigram.json).
+The text is four files of Debian's fortunes package (computers, science,
 literature, people), about 0.6 MB in 14,000 lines, written to build/tokenize-text.txt.
 Flare encodes line by line on one thread. The library runs two ways: encode() line by
 line, on one thread as Flare, and encode_batch() of all the lines on --threads threads
@@ -57,6 +60,18 @@ print(json.dumps({"load_seconds": load, "seconds": statistics.median(times), "li
 """
 
 
+def write_unigram(path):
+    """The Unigram fixture with the normalizer and pre-tokenizer of T5's published
+    tokenizer.json, from the layouts its test cases keep."""
+    fixtures = ROOT / "tests" / "fixtures"
+    layouts = json.loads((fixtures / "text_unigram_cases.json").read_text())["layouts"]
+    tok = json.loads((fixtures / "text_unigram.json").read_text())
+    tok.update(layouts["precompiled"])
+    tok["pre_tokenizer"] = layouts["whitespace_split"]["pre_tokenizer"]
+    path.write_text(json.dumps(tok, ensure_ascii=False))
+    return path
+
+
 def write_text(path):
     """The fortunes as one text, its lines ending with newlines."""
     text = b"".join(f.read_bytes() for f in FORTUNES)
@@ -83,13 +98,14 @@ def main():
     import tokenizers
     text = Path(args.out).parent / "tokenize-text.txt"
     write_text(text)
+    files = {**FILES, "Unigram, T5's layout": write_unigram(Path(args.out).parent / "tokenize-unigram.json")}
     env = benchmark_environment(args.threads)
     env["RAYON_NUM_THREADS"] = str(args.threads)
     sides = {"flare": lambda path: [args.flare, "--tokenizer", str(path), "--text", str(text), "--repeats", "3"],
              "encode": lambda path: [sys.executable, "-c", LIBRARY, str(path), str(text), "3", "one"],
              "batch": lambda path: [sys.executable, "-c", LIBRARY, str(path), str(text), "3", "batch"]}
     rows = []
-    for name, path in FILES.items():
+    for name, path in files.items():
         runs = {side: [] for side in sides}
         for round_ in range(args.repeats):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
@@ -108,10 +124,10 @@ def main():
                      "ratio_batch": median["flare"]["seconds"] / median["batch"]["seconds"], "runs": runs})
     print(f"Encoding {rows[0]['lines']:,} lines ({rows[0]['bytes'] / 1e6:.2f} MB), tokenizers "
           f"{tokenizers.__version__}, encode_batch on {args.threads} threads, {machine_name()}")
-    print(f"{'tokenizer':<17} {'ids':>8} {'Flare s':>8} {'encode s':>9} {'ratio':>6} {'batch s':>8} {'ratio':>6} "
+    print(f"{'tokenizer':<21} {'ids':>8} {'Flare s':>8} {'encode s':>9} {'ratio':>6} {'batch s':>8} {'ratio':>6} "
           f"{'Flare load s':>13} {'library load s':>15}")
     for r in rows:
-        print(f"{r['tokenizer']:<17} {r['ids']:>8,} {r['flare']['seconds']:>8.3f} {r['encode']['seconds']:>9.3f} "
+        print(f"{r['tokenizer']:<21} {r['ids']:>8,} {r['flare']['seconds']:>8.3f} {r['encode']['seconds']:>9.3f} "
               f"{r['ratio_encode']:>6.2f} {r['batch']['seconds']:>8.3f} {r['ratio_batch']:>6.2f} "
               f"{r['flare']['load_seconds']:>13.3f} {r['encode']['load_seconds']:>15.3f}")
     write_report({"threads": args.threads, "tokenizers": tokenizers.__version__, "machine": machine_name(),
