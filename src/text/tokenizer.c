@@ -924,14 +924,6 @@ static bool metaspace_word(const fl_tokenizer *tok, const unsigned char *s, size
     return ok;
 }
 
-/* Unicode's White_Space, which WhitespaceSplit (Rust's char::is_whitespace) splits at. */
-static bool is_white_space(int32_t cp)
-{
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-           cp == 0x3000;
-}
-
 /* A run of text the model takes whole (after the normalizer, between added tokens):
  * with WhitespaceSplit, each word between white space on its own (only a word at the
  * run's very start begins the text), else the whole run; missing as
@@ -943,7 +935,7 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
         return metaspace_word(tok, s, size, starts_text, out, missing);
     bool ok = true;
     for (size_t i = 0, len, word = SIZE_MAX; ok && !missing->found && i <= size; i += len) {
-        bool white = i == size || is_white_space(text_utf8_next(s + i, size - i, &len));
+        bool white = i == size || text_is_whitespace(text_utf8_next(s + i, size - i, &len));
         if (i == size)
             len = 1;
         if (!white && word == SIZE_MAX)
@@ -1880,9 +1872,6 @@ static int prepend_scheme(const json_t *metaspace)
                                            : -1;
 }
 
-/* The steps of a normalizer (decoder false: Prepend, Replace of a string) or decoder
- * (Replace, ByteFallback, Fuse, Strip, Metaspace), alone or in a Sequence, into
- * *list, *count. */
 /* A regex Replace takes: runs of one character, "c{n,}" (T5's and XLM-R's " {2,}"),
  * the character into *from and n into *fewest. False for any other regex. */
 static bool runs_regex(const char *regex, char **from, size_t *from_len, int64_t *fewest, bool *oom)
@@ -1901,6 +1890,9 @@ static bool runs_regex(const char *regex, char **from, size_t *from_len, int64_t
     return true;
 }
 
+/* The steps of a normalizer (decoder false: Prepend, Replace of a string or of runs of
+ * one character, Precompiled) or decoder (Replace, ByteFallback, Fuse, Strip,
+ * Metaspace), alone or in a Sequence, into *list, *count. */
 static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
                             size_t *count)
 {
@@ -1970,10 +1962,6 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
     return FL_OK;
 }
 
-/* SentencePiece's BPE as Llama 2's and Mistral's tokenizer.json hold it: characters
- * (not bytes) merged, byte tokens "<0xHH>" for characters the vocabulary lacks
- * (byte_fallback), a normalizer of Prepend and Replace steps or a Metaspace
- * pre-tokenizer, and a decoder of string edits. */
 /* The Metaspace of a pre-tokenizer that is one, or a Sequence of a WhitespaceSplit and
  * one (*whitespace_split then set); NULL for any other. */
 static const json_t *metaspace_of(const json_t *pre, bool *whitespace_split)
@@ -2028,6 +2016,9 @@ static fl_status load_sentencepiece(fl_tokenizer *tok, const char *path, const j
     return FL_OK;
 }
 
+/* SentencePiece's BPE as Llama 2's and Mistral's tokenizer.json hold it: characters
+ * (not bytes) merged, byte tokens "<0xHH>" for characters the vocabulary lacks
+ * (byte_fallback), and load_sentencepiece's normalizer, pre-tokenizer and decoder. */
 static fl_status load_character_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
 {
     tok->model = MODEL_CHARACTER_BPE;
