@@ -15,6 +15,9 @@ static int kind_of(int32_t cp)
 {
     if (cp < 0)
         return GRAPHEME_CONTROL; /* a byte outside valid UTF-8 stands alone */
+    if (cp < 0x80) /* most text: no search of the table */
+        return cp == '\r' ? GRAPHEME_CR : cp == '\n' ? GRAPHEME_LF : cp < 0x20 || cp == 0x7F ? GRAPHEME_CONTROL
+                                                                                     : GRAPHEME_OTHER;
     size_t lo = 0, hi = text_grapheme_ranges_count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;

@@ -748,23 +748,27 @@ static bool replace_all(bytes *out, const unsigned char *s, size_t size, const c
     return ok && push_bytes(out, s + copied, size - copied);
 }
 
-/* Each run of at least e->start copies of e->from in s made e->to, into *out. */
+/* Each run of at least e->start copies of e->from in s made e->to, into *out; the
+ * text between runs is copied a run at a time, as replace_all's. */
 static bool replace_runs(bytes *out, const unsigned char *s, size_t size, const text_edit *e)
 {
-    bool ok = true;
-    for (size_t i = 0, copied = 0; ok;) {
-        size_t run = 0, at = i;
+    bool ok = push_bytes(out, "", 0);
+    size_t copied = 0; /* s[0, copied) is in out */
+    for (size_t i = 0; ok && i < size;) {
+        const unsigned char *hit = memchr(s + i, e->from[0], size - i);
+        if (!hit)
+            break;
+        size_t run = 0, at = (size_t)(hit - s);
+        i = at;
         while (at + e->from_len <= size && memcmp(s + at, e->from, e->from_len) == 0)
             at += e->from_len, run++;
         if (run >= (size_t)e->start) {
             ok = push_bytes(out, s + copied, i - copied) && push_bytes(out, e->to, e->to_len);
             copied = at;
         }
-        if (at >= size)
-            return ok && push_bytes(out, s + copied, size - copied);
         i = run ? at : i + 1;
     }
-    return ok;
+    return ok && push_bytes(out, s + copied, size - copied);
 }
 
 /* The normalizer's steps (Prepend, Replace, Precompiled) applied to s, into *text. */
@@ -779,10 +783,14 @@ static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char
             continue; /* Prepend leaves empty text empty */
         work.n = 0;
         if (e->kind == EDIT_PRECOMPILED) {
+            /* the map's output becomes the work buffer, not a copy of it */
             unsigned char *mapped;
             size_t n;
-            ok = text_charsmap_normalize(e->charsmap, text->v, text->n, &mapped, &n) && push_bytes(&work, mapped, n);
-            free(mapped);
+            ok = text_charsmap_normalize(e->charsmap, text->v, text->n, &mapped, &n);
+            if (ok) {
+                free(work.v);
+                work = (bytes){mapped, n, n + 1};
+            }
         } else {
             ok = e->kind == EDIT_PREPEND ? push_bytes(&work, e->to, e->to_len) && push_bytes(&work, text->v, text->n)
                  : e->kind == EDIT_REPLACE_RUNS
