@@ -772,9 +772,36 @@ static void unigram_refusals(void **state)
     assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}, "
                       "\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}}",
                       FL_ERR_VALUE, "Unigram model with pre_tokenizer WhitespaceSplit");
-    assert_load_fails("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}, "
-                      "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}}",
-                      FL_ERR_VALUE, "normalizer Precompiled");
+    /* Character maps that are not one: empty, null, not base64, a trie longer than the
+     * map */
+    const char *maps[][2] = {{"\"\"", "is not a trie and its rewrites"},
+                             {"null", "is not a string"},
+                             {"\"!!!!\"", "is not base64"},
+                             {"\"//8AAA==\"", "is not a trie and its rewrites"}};
+    for (int k = 0; k < 4; k++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}, "
+                 "\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": %s}}",
+                 maps[k][0]);
+        char want[128];
+        snprintf(want, sizeof want, "normalizer Precompiled: precompiled_charsmap %s", maps[k][1]);
+        assert_load_fails(json, FL_ERR_VALUE, want);
+    }
+    /* A well-formed map whose one unit points far outside it: it rewrites nothing, and
+     * reads nothing outside (the sanitizer build checks). */
+    tok = NULL;
+    assert_int_equal(fl_tokenizer_load(write_tmp("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0], "
+                                                 "[\"b\", 0.0], [\"c\", 0.0]]}, \"normalizer\": {\"type\": "
+                                                 "\"Precompiled\", \"precompiled_charsmap\": \"BAAAAP////94AA==\"}}"),
+                                       &tok),
+                     FL_OK);
+    assert_int_equal(fl_tokenizer_encode(tok, "abc", 3, &ids, &n), FL_OK);
+    json_t *expected = json_pack("[i, i, i]", 0, 1, 2);
+    assert_same_ids("abc", ids, n, expected);
+    json_decref(expected);
+    free(ids);
+    fl_tokenizer_free(tok);
 }
 
 /* ---- SentencePiece's BPE over characters, with byte fallback ---- */
