@@ -13,7 +13,7 @@
 #include "flare/text.h"
 #include "support.h"
 #include "text/graphemes.h" /* text_grapheme_length */
-#include "text/unicode.h"   /* text_nfc */
+#include "text/unicode.h"   /* text_normalize */
 
 static json_t *section_of(json_t **root, const char *file, const char *section)
 {
@@ -292,10 +292,30 @@ static void keep_accents(json_t *root)
     json_object_set_new(json_object_get(root, "normalizer"), "strip_accents", json_false());
 }
 
+static const char *wordpiece_normalizer;
+
+/* The normalizer the fixture names wordpiece_<wordpiece_normalizer>_normalizer. */
+static void normalizer_sequence(json_t *root)
+{
+    char key[96];
+    snprintf(key, sizeof key, "wordpiece_%s_normalizer", wordpiece_normalizer);
+    json_object_set(root, "normalizer", cases(key));
+}
+
+/* BertNormalizer's options, and Sequences of the normalizers SentencePiece's models
+ * read (NFD, Lowercase, StripAccents as the tokenizers course builds a WordPiece;
+ * NFKC and Lowercase) on text with capitals, accents and compatibility characters. */
 static void wordpiece_normalizer_options(void **state)
 {
     edited_matches("text_wordpiece.json", cased, "wordpiece_cased", false);
     edited_matches("text_wordpiece.json", keep_accents, "wordpiece_accents", false);
+    const char *names[] = {"nfd_lowercase_strip_accents", "nfkc_lowercase"};
+    for (int k = 0; k < 2; k++) {
+        char key[96];
+        snprintf(key, sizeof key, "wordpiece_%s", names[k]);
+        wordpiece_normalizer = names[k];
+        edited_matches("text_wordpiece.json", normalizer_sequence, key, false);
+    }
 }
 
 static void byte_level_bpe_lookups(void **state)
@@ -553,50 +573,61 @@ static void byte_level_bpe_with_a_split(void **state)
     json_decref(pre);
 }
 
-/* The code points of text_nfc(in, n) against the JSON list expected. */
-static void assert_nfc(const int32_t *in, size_t n, const json_t *expected)
+/* The code points of text_normalize(in, n, form) against the JSON list expected. */
+static void assert_form(const int32_t *in, size_t n, text_form form, const char *name, const json_t *expected)
 {
-    int32_t out[64];
-    assert_true(4 * n <= sizeof out / sizeof *out);
-    size_t m = text_nfc(in, n, out);
+    int32_t out[16 * TEXT_COMPATIBILITY_GROWTH];
+    assert_true(n <= 16);
+    size_t m = text_normalize(in, n, out, form);
     bool same = m == json_array_size(expected);
     for (size_t k = 0; same && k < m; k++)
         same = out[k] == json_integer_value(json_array_get(expected, k));
     if (!same)
-        fail_msg("NFC of %zu code points from U+%04X: %zu code points from U+%04X, unicodedata gives %zu", n,
+        fail_msg("%s of %zu code points from U+%04X: %zu code points from U+%04X, unicodedata gives %zu", name, n,
                  (unsigned)in[0], m, (unsigned)out[0], json_array_size(expected));
 }
 
-/* text_nfc against Python's unicodedata (tests/fixtures/gen_nfc.py): every code point,
- * each its own NFC but those the fixture lists, and random runs of starters and marks. */
-static void nfc_matches_unicodedata(void **state)
+/* text_normalize against Python's unicodedata (tests/fixtures/gen_normal_forms.py), in
+ * each form: every code point, each its own normal form but those the fixture lists
+ * (Hangul syllables, decomposed by rule, sampled), and random runs of starters,
+ * compatibility characters and marks. */
+static void normal_forms_match_unicodedata(void **state)
 {
     json_error_t err;
-    json_t *root = json_load_file(FLARE_FIXTURES "/text_nfc.json", 0, &err);
+    json_t *root = json_load_file(FLARE_FIXTURES "/text_normal_forms.json", 0, &err);
     assert_non_null(root);
-    const json_t *changed = json_object_get(root, "changed"), *entry;
-    size_t next = 0, i;
-    for (int32_t cp = 0; cp < 0x110000; cp++) {
-        if (cp >= 0xD800 && cp < 0xE000)
-            continue;
-        entry = json_array_get(changed, next);
-        if (entry && json_integer_value(json_array_get(entry, 0)) == cp) {
-            assert_nfc(&cp, 1, json_array_get(entry, 1));
-            next++;
-            continue;
+    const json_t *forms = json_object_get(root, "forms"), *entry;
+    int32_t stride = (int32_t)json_integer_value(json_object_get(root, "hangul_stride"));
+    assert_int_equal(json_array_size(forms), 4);
+    for (int f = 0; f < 4; f++) {
+        const char *name = json_string_value(json_array_get(forms, (size_t)f));
+        const json_t *changed = json_object_get(json_object_get(root, "changed"), name);
+        size_t next = 0;
+        for (int32_t cp = 0; cp < 0x110000; cp++) {
+            if ((cp >= 0xD800 && cp < 0xE000) || (cp >= 0xAC00 && cp <= 0xD7A3 && (cp - 0xAC00) % stride))
+                continue;
+            entry = json_array_get(changed, next);
+            if (entry && json_integer_value(json_array_get(entry, 0)) == cp) {
+                assert_form(&cp, 1, (text_form)f, name, json_array_get(entry, 1));
+                next++;
+                continue;
+            }
+            int32_t out[TEXT_COMPATIBILITY_GROWTH];
+            if (text_normalize(&cp, 1, out, (text_form)f) != 1 || out[0] != cp)
+                fail_msg("%s changed U+%04X, which unicodedata keeps", name, (unsigned)cp);
         }
-        int32_t out[4];
-        if (text_nfc(&cp, 1, out) != 1 || out[0] != cp)
-            fail_msg("NFC changed U+%04X, which unicodedata keeps", (unsigned)cp);
+        assert_int_equal(next, json_array_size(changed));
+        assert_true(next > 1000);
     }
-    assert_int_equal(next, json_array_size(changed));
-    assert_true(next > 1000);
+    size_t i;
     json_array_foreach(json_object_get(root, "sequences"), i, entry) {
         const json_t *text = json_array_get(entry, 0);
         int32_t in[16];
         for (size_t k = 0; k < json_array_size(text); k++)
             in[k] = (int32_t)json_integer_value(json_array_get(text, k));
-        assert_nfc(in, json_array_size(text), json_array_get(entry, 1));
+        for (int f = 0; f < 4; f++)
+            assert_form(in, json_array_size(text), (text_form)f, json_string_value(json_array_get(forms, (size_t)f)),
+                        json_array_get(entry, (size_t)f + 1));
     }
     assert_int_equal(i, 2000);
     json_decref(root);
@@ -719,12 +750,22 @@ static void unigram_byte_fallback(void **state)
 
 static const char *unigram_layout;
 
+/* Sets the keys of the fixture's layout unigram_layout, its Precompiled steps given the
+ * map the fixture writes once, as "charsmap". */
 static void set_unigram_layout(json_t *root)
 {
     const char *key;
     json_t *v;
     json_object_foreach(json_object_get(unigram_cases("layouts"), unigram_layout), key, v)
-        json_object_set(root, key, v);
+        json_object_set_new(root, key, json_deep_copy(v));
+    json_t *norm = json_object_get(root, "normalizer"), *steps = json_object_get(norm, "normalizers"), *step;
+    size_t i;
+    json_array_foreach(steps, i, step) {
+        if (json_object_get(step, "precompiled_charsmap"))
+            json_object_set(step, "precompiled_charsmap", unigram_cases("charsmap"));
+    }
+    if (json_object_get(norm, "precompiled_charsmap"))
+        json_object_set(norm, "precompiled_charsmap", unigram_cases("charsmap"));
 }
 
 /* A WhitespaceSplit before the Metaspace, as transformers 5 builds T5's and XLM-R's
@@ -748,6 +789,23 @@ static void unigram_precompiled_normalizer(void **state)
     unigram_layout = "precompiled";
     edited_matches_cases("text_unigram.json", set_unigram_layout, unigram_cases("precompiled"), true);
     assert_true(json_array_size(unigram_cases("precompiled")) > 400);
+}
+
+/* The other normalizers of published SentencePiece files: ALBERT's (also XLNet's and
+ * RemBERT's: TeX quotes, NFKD, StripAccents, Lowercase, the map), DeBERTa-v2's
+ * (Lowercase, Strip, the map; a Sequence of the Metaspace alone before), and each
+ * normalization form alone or with StripAccents, Lowercase or one-sided Strip; on 337
+ * texts, 300 of them random strings of compatibility characters, capitals, accents,
+ * marks of every category, quotes and white space. */
+static void unigram_normalizers(void **state)
+{
+    const char *names[] = {"albert", "deberta", "nfc", "nfkc", "nfd_strip_accents", "nfkd_lowercase",
+                           "strip_accents", "strip_left", "strip_right"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        unigram_layout = names[k];
+        edited_matches_cases("text_unigram.json", set_unigram_layout, unigram_cases(names[k]), true);
+        assert_true(json_array_size(unigram_cases(names[k])) > 300);
+    }
 }
 
 static void without_unk_id(json_t *root) { json_object_set_new(json_object_get(root, "model"), "unk_id", json_null()); }
@@ -889,10 +947,11 @@ static void sentencepiece_bpe_refusals(void **state)
         {"\"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "pre_tokenizer Whitespace"},
         {"\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"often\"}}",
          "prepend_scheme of always, first or never"},
-        {"\"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC"},
+        {"\"normalizer\": {\"type\": \"Nmt\"}}", "normalizer Nmt"},
         {"\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, "
-         "{\"type\": \"Lowercase\"}]}}",
-         "normalizer Lowercase in a Sequence"},
+         "{\"type\": \"BertNormalizer\"}]}}",
+         "normalizer BertNormalizer in a Sequence"},
+        {"\"normalizer\": {\"type\": \"Strip\", \"strip_left\": true}}", "normalizer Strip"},
         {"\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"_\"}}",
          "normalizer Replace (of a regex?)"},
         {"\"decoder\": {\"type\": \"WordPiece\"}}", "decoder WordPiece"},
@@ -951,8 +1010,11 @@ static void bad_tokenizer_files(void **state)
                       "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
                       FL_ERR_VALUE, "model.unk_token '[UNK]' is not in the vocabulary");
     assert_load_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}, "
-                      "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
-                      FL_ERR_VALUE, "normalizer NFKC");
+                      "\"normalizer\": {\"type\": \"Nmt\"}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
+                      FL_ERR_VALUE, "normalizer Nmt: only Prepend");
+    assert_load_fails("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}, \"unk_token\": \"a\"}, "
+                      "\"normalizer\": [], \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}",
+                      FL_ERR_VALUE, "normalizer is not an object");
 
     /* A well-formed minimal file loads: merges as pairs, as tokenizers 0.20 writes. */
     const char *pairs = bpe_json(", \"ab\": 256", "[[\"a\", \"b\"]]", "{\"type\": \"ByteLevel\"}");
@@ -1023,7 +1085,7 @@ int main(void)
         scoped_test(wordpiece_ids_match_tokenizers),
         scoped_test(wordpiece_normalizer_options),
         scoped_test(files_that_name_no_model),
-        scoped_test(nfc_matches_unicodedata),
+        scoped_test(normal_forms_match_unicodedata),
         scoped_test(byte_level_bpe_with_nfc),
         scoped_test(byte_level_bpe_with_a_split),
         scoped_test(special_tokens_match_tokenizers),
@@ -1037,6 +1099,7 @@ int main(void)
         scoped_test(unigram_byte_fallback),
         scoped_test(unigram_whitespace_split),
         scoped_test(unigram_precompiled_normalizer),
+        scoped_test(unigram_normalizers),
         scoped_test(unigram_refusals),
         scoped_test(bad_tokenizer_files),
         scoped_test(bad_ids_and_arguments),

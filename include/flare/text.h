@@ -30,15 +30,17 @@
  *   Decoding runs the file's decoder (Replace, ByteFallback, Fuse, Strip,
  *   Metaspace); with byte fallback the bytes encoded come back, invalid UTF-8
  *   included, unless the text holds "\u2581", which decodes to a space.
- * - SentencePiece's Unigram (T5, ALBERT, XLM-R): the same normalizer, pre-tokenizer,
- *   decoder and byte tokens; each piece of text is cut where the pieces' scores sum
- *   highest (the library's Viterbi, its ties and its unknown token's score), a run of
- *   characters no piece covers one unknown token (unk_id), or its bytes' tokens with
- *   byte_fallback. A Precompiled normalizer (SentencePiece's character map) rewrites
- *   the text per grapheme cluster as the library does.
+ * - SentencePiece's Unigram (T5, ALBERT, XLM-R, XLNet, DeBERTa-v2): the same
+ *   normalizer, pre-tokenizer, decoder and byte tokens; each piece of text is cut
+ *   where the pieces' scores sum highest (the library's Viterbi, its ties and its
+ *   unknown token's score), a run of characters no piece covers one unknown token
+ *   (unk_id), or its bytes' tokens with byte_fallback. A Precompiled normalizer
+ *   (SentencePiece's character map) rewrites the text per grapheme cluster as the
+ *   library does; NFC, NFD, NFKC, NFKD, StripAccents (every mark dropped), Lowercase
+ *   and Strip steps are applied as the library applies them.
  * - WordPiece (BERT): BertNormalizer (control characters removed, whitespace made
  *   spaces, spaces around CJK ideographs, accents stripped and lowercase if the file
- *   says so), BertPreTokenizer (split on whitespace and around each punctuation
+ *   says so) or the steps SentencePiece's models read, BertPreTokenizer (split on whitespace and around each punctuation
  *   character), then each word greedily as its longest vocabulary prefix and
  *   "##"-continuations; a word that cannot be covered, or longer than
  *   max_input_chars_per_word characters, is the unknown token's id. Decoding joins
@@ -103,13 +105,16 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
  * steps or none, and a decoder of Replace, ByteFallback, Fuse, Strip and Metaspace
  * steps or none (SentencePiece's layout: Llama 2's, Mistral's); or model.type
  * "Unigram" with the same pre-tokenizer (or a Sequence of WhitespaceSplit and
- * Metaspace, T5's and XLM-R's) and decoder, and a normalizer that may also hold a
- * Precompiled character map and a Replace of runs of one character (T5's and XLM-R's
- * published " {2,}"); or
- * model.type "WordPiece" with a BertNormalizer (or none) and a BertPreTokenizer
- * (bert-base-uncased's layout). A file that names no model.type (bert-base-uncased's
- * own, written before tokenizers named it) is told by its fields, as the tokenizers
- * library tells it. Added tokens with single_word are refused. The
+ * Metaspace, T5's and XLM-R's, or of the Metaspace alone, DeBERTa-v2's) and decoder;
+ * with either SentencePiece model, a normalizer that may also hold a Precompiled
+ * character map, a Replace of runs of one character (T5's and XLM-R's published
+ * " {2,}"), NFC, NFD, NFKC, NFKD, StripAccents, Lowercase and Strip (ALBERT's and
+ * DeBERTa-v2's); or
+ * model.type "WordPiece" with a BertNormalizer, those normalizer steps, or none, and
+ * a BertPreTokenizer (bert-base-uncased's layout). A file that names no model.type
+ * (bert-base-uncased's own, written before tokenizers named it) is told by its
+ * fields, as the tokenizers library tells it. Added tokens with single_word are
+ * refused. The
  * file's "truncation" and "padding" are not applied, as transformers' tokenizers do
  * not apply them: the caller cuts and pads. On error *out is NULL. */
 fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out);

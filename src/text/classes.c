@@ -77,6 +77,7 @@ bool text_is_number(int32_t cp) { return in_ranges(text_numbers, text_numbers_co
 bool text_is_punctuation(int32_t cp) { return in_ranges(text_punctuation, text_punctuation_count, cp); }
 bool text_is_other(int32_t cp) { return in_ranges(text_other, text_other_count, cp); }
 bool text_is_nonspacing_mark(int32_t cp) { return in_ranges(text_nonspacing_marks, text_nonspacing_marks_count, cp); }
+bool text_is_mark(int32_t cp) { return in_ranges(text_marks, text_marks_count, cp); }
 
 bool text_is_whitespace(int32_t cp)
 {
@@ -154,14 +155,36 @@ static int32_t compose(int32_t a, int32_t b)
     return -1;
 }
 
-size_t text_nfc(const int32_t *cp, size_t n, int32_t *out)
+/* The full decomposition of cp into out, compatibility mappings included where
+ * compatibility is set; a negative cp comes back as it is. */
+static int decompose_fully(int32_t cp, bool compatibility, uint32_t out[TEXT_COMPATIBILITY_GROWTH])
+{
+    size_t lo = 0, hi = compatibility && cp >= 0 ? text_compatibility_count : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const text_long_mapping *m = &text_compatibility[mid];
+        if ((uint32_t)cp < m->code)
+            hi = mid;
+        else if ((uint32_t)cp > m->code)
+            lo = mid + 1;
+        else {
+            for (int i = 0; i < m->count; i++)
+                out[i] = text_compatibility_points[m->first + i];
+            return m->count;
+        }
+    }
+    return text_decompose(cp, out);
+}
+
+size_t text_normalize(const int32_t *cp, size_t n, int32_t *out, text_form form)
 {
     /* Decompose every character fully, putting each run of marks in canonical order
      * (a stable sort by combining class) as it grows. */
+    bool compatibility = form == TEXT_NFKC || form == TEXT_NFKD;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t d[4];
-        int count = text_decompose(cp[i], d); /* a negative entry comes back as it is */
+        uint32_t d[TEXT_COMPATIBILITY_GROWTH];
+        int count = decompose_fully(cp[i], compatibility, d);
         for (int k = 0; k < count; k++) {
             int32_t c = (int32_t)d[k];
             int cc = text_combining_class(c);
@@ -173,6 +196,8 @@ size_t text_nfc(const int32_t *cp, size_t n, int32_t *out)
             out[at] = c;
         }
     }
+    if (form == TEXT_NFD || form == TEXT_NFKD)
+        return m;
     /* Compose: each mark with the last starter, unless a mark of the same or a higher
      * class, or a starter, stands between them (it is blocked). */
     size_t w = 0, starter = 0;

@@ -6,8 +6,9 @@ Usage: python3 src/text/gen_unicode.py > src/text/unicode.c
 The GPT-2 pre-tokenizer's regex classes (\\p{L}, \\p{N}), BERT's punctuation (P*),
 control characters (C*) and accent stripping (NFD, then no Mn) and per-character
 lowercasing (as Rust's char::to_lowercase: no final-sigma rule) are written as sorted
-tables that unicode.h's functions search, with NFC's canonical combining classes and
-compositions. Hangul syllables are decomposed and composed by rule in C, not listed.
+tables that unicode.h's functions search, with the marks (M*) that StripAccents drops,
+the compatibility decompositions of NFKD and NFKC, and NFC's canonical combining
+classes and compositions. Hangul syllables are decomposed and composed by rule in C, not listed.
 """
 import sys
 import unicodedata
@@ -58,6 +59,7 @@ def main():
     emit_ranges('punctuation', ranges(lambda cp: cat(cp).startswith('P')))
     emit_ranges('other', ranges(lambda cp: cat(cp).startswith('C')))
     emit_ranges('nonspacing_marks', ranges(lambda cp: cat(cp) == 'Mn'))
+    emit_ranges('marks', ranges(lambda cp: cat(cp).startswith('M')))
     lower = []
     for cp in range(MAX):
         if 0xD800 <= cp < 0xE000:
@@ -76,6 +78,26 @@ def main():
             assert len(s) <= 4, hex(cp)
             nfd.append((cp, [ord(c) for c in s]))
     emit_map('decomposition', nfd)
+    # NFKD's full decomposition of each code point where it differs from NFD's: where
+    # text_compatibility_points begins it, and its length.
+    compat, points = [], []
+    for cp in range(MAX):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        s = unicodedata.normalize('NFKD', chr(cp))
+        if s != unicodedata.normalize('NFD', chr(cp)):
+            assert len(s) <= 18, hex(cp)
+            compat.append((cp, len(points), len(s)))
+            points.extend(ord(c) for c in s)
+    print('const text_long_mapping text_compatibility[] = {')
+    for k in range(0, len(compat), 4):
+        print('    ' + ' '.join(f'{{0x{cp:X}, {at}, {n}}},' for cp, at, n in compat[k:k + 4]))
+    print('};')
+    print(f'const size_t text_compatibility_count = {len(compat)};\n')
+    print('const uint32_t text_compatibility_points[] = {')
+    for k in range(0, len(points), 10):
+        print('    ' + ' '.join(f'0x{c:X},' for c in points[k:k + 10]))
+    print('};\n')
     # NFC's data: each run of code points of one nonzero canonical combining class, and
     # the pairs that compose (a character's one-level canonical decomposition into two,
     # where NFC keeps the character: not a composition exclusion), sorted by the pair.

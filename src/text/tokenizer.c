@@ -27,10 +27,12 @@
  * decoder and byte tokens. */
 enum { MODEL_BPE, MODEL_WORDPIECE, MODEL_CHARACTER_BPE, MODEL_UNIGRAM };
 
-/* One step of a normalizer or decoder of tokenizer.json: a string edit, or
- * SentencePiece's character map (EDIT_PRECOMPILED). */
-enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_REPLACE_RUNS, EDIT_PRECOMPILED, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP,
-       EDIT_METASPACE };
+/* One step of a normalizer or decoder of tokenizer.json: a string edit, a Unicode
+ * normalization form (EDIT_FORM), a per-character edit (EDIT_STRIP_ACCENTS drops marks,
+ * EDIT_LOWERCASE), white space trimmed (EDIT_TRIM), or SentencePiece's character map
+ * (EDIT_PRECOMPILED). */
+enum { EDIT_PREPEND, EDIT_REPLACE, EDIT_REPLACE_RUNS, EDIT_PRECOMPILED, EDIT_FORM, EDIT_STRIP_ACCENTS, EDIT_LOWERCASE,
+       EDIT_TRIM, EDIT_BYTE_FALLBACK, EDIT_FUSE, EDIT_STRIP, EDIT_METASPACE };
 
 typedef struct text_edit {
     int kind;
@@ -39,7 +41,8 @@ typedef struct text_edit {
     size_t from_len, to_len;
     int64_t start, stop; /* Strip: copies removed at each end; Metaspace: start 1 if the first token loses
                           * its replacements (the encoder put one before the text); Replace runs: start,
-                          * the fewest copies a run replaced has */
+                          * the fewest copies a run replaced has; Form: start, the text_form; Trim:
+                          * start and stop 1 where white space goes from the start and the end */
     text_charsmap *charsmap; /* Precompiled */
 } text_edit;
 
@@ -570,27 +573,29 @@ static bool bpe_merge(const fl_tokenizer *tok, int64_t *sym, size_t *count)
     return true;
 }
 
-/* size bytes of text in Normalization Form C, malloc'd, into *out and *out_size; a
+/* size bytes of text in a normalization form, malloc'd, into *out and *out_size; a
  * byte that is not part of valid UTF-8 stays as it is. */
-static bool nfc_bytes(const unsigned char *s, size_t size, unsigned char **out, size_t *out_size)
+static bool form_bytes(const unsigned char *s, size_t size, text_form form, unsigned char **out, size_t *out_size)
 {
     *out = NULL;
-    if (size > SIZE_MAX / (16 * sizeof(int32_t)))
+    size_t growth = TEXT_FORM_GROWTH(form);
+    if (size > SIZE_MAX / (4 * growth * sizeof(int32_t)))
         return false;
-    int32_t *cp = malloc(size * sizeof *cp), *nfc = malloc(4 * size * sizeof *nfc);
+    int32_t *cp = malloc(size * sizeof *cp + 1), *normal = malloc(growth * size * sizeof *normal + 1);
     size_t n = 0;
     for (size_t i = 0, len; cp && i < size; i += len) {
         int32_t c = text_utf8_next(s + i, size - i, &len);
         cp[n++] = c < 0 ? -1 - (int32_t)s[i] : c; /* negative: the byte itself, kept */
     }
-    size_t m = cp && nfc ? text_nfc(cp, n, nfc) : 0;
-    if (cp && nfc && (*out = malloc(4 * m + 1))) {
+    size_t m = cp && normal ? text_normalize(cp, n, normal, form) : 0;
+    if (cp && normal && (*out = malloc(4 * m + 1))) {
         size_t w = 0;
         for (size_t k = 0; k < m; k++)
-            w += nfc[k] < 0 ? ((*out)[w] = (unsigned char)(-1 - nfc[k]), 1) : text_utf8_put((uint32_t)nfc[k], *out + w);
+            w += normal[k] < 0 ? ((*out)[w] = (unsigned char)(-1 - normal[k]), 1)
+                               : text_utf8_put((uint32_t)normal[k], *out + w);
         *out_size = w;
     }
-    free(cp), free(nfc);
+    free(cp), free(normal);
     return *out != NULL;
 }
 
@@ -653,7 +658,7 @@ static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t 
 {
     unsigned char *normalized = NULL;
     if (tok->nfc && !is_ascii(s, size)) {
-        if (!nfc_bytes(s, size, &normalized, &size))
+        if (!form_bytes(s, size, TEXT_NFC, &normalized, &size))
             return false;
         s = normalized;
     }
@@ -771,8 +776,53 @@ static bool replace_runs(bytes *out, const unsigned char *s, size_t size, const 
     return ok && push_bytes(out, s + copied, size - copied);
 }
 
-/* The normalizer's steps (Prepend, Replace, Precompiled) applied to s, into *text. */
-static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text)
+/* StripAccents (drop every mark, \p{M}) or Lowercase (each character's lowercase, as
+ * Rust's char::to_lowercase) of s, into *out; a byte that is not part of valid UTF-8
+ * stays as it is. */
+static bool edit_characters(bytes *out, const unsigned char *s, size_t size, int kind)
+{
+    bool ok = push_bytes(out, "", 0);
+    for (size_t i = 0, len; ok && i < size; i += len) {
+        if (s[i] < 0x80) {
+            unsigned char c = kind == EDIT_LOWERCASE && s[i] >= 'A' && s[i] <= 'Z' ? s[i] + ('a' - 'A') : s[i];
+            len = 1;
+            ok = push_bytes(out, &c, 1);
+            continue;
+        }
+        int32_t cp = text_utf8_next(s + i, size - i, &len);
+        if (cp < 0 || kind != EDIT_LOWERCASE) {
+            if (cp < 0 || !text_is_mark(cp))
+                ok = push_bytes(out, s + i, len);
+            continue;
+        }
+        uint32_t lower[4];
+        for (int k = 0, count = text_lowercase_of(cp, lower); ok && k < count; k++) {
+            unsigned char utf8[4];
+            ok = push_bytes(out, utf8, text_utf8_put(lower[k], utf8));
+        }
+    }
+    return ok;
+}
+
+/* s without its white space at the start (e->start) and the end (e->stop), into *out. */
+static bool trim(bytes *out, const unsigned char *s, size_t size, const text_edit *e)
+{
+    size_t first = 0, end = 0, len;
+    for (size_t i = 0; i < size; i += len)
+        if (!text_is_whitespace(text_utf8_next(s + i, size - i, &len))) {
+            if (end == 0)
+                first = i;
+            end = i + len;
+        }
+    if (end == 0) /* all white space */
+        first = e->start ? size : 0, end = e->stop ? 0 : size;
+    first = e->start ? first : 0, end = e->stop ? end : size;
+    return push_bytes(out, s + first, end > first ? end - first : 0);
+}
+
+/* The file's normalizer steps (Prepend, Replace, Precompiled, the forms, StripAccents,
+ * Lowercase, Strip) applied to s, into *text. */
+static bool file_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text)
 {
     bytes work = {0};
     text->n = 0;
@@ -782,19 +832,25 @@ static bool character_bpe_normalize(const fl_tokenizer *tok, const unsigned char
         if (e->kind == EDIT_PREPEND && !text->n)
             continue; /* Prepend leaves empty text empty */
         work.n = 0;
-        if (e->kind == EDIT_PRECOMPILED) {
-            /* the map's output becomes the work buffer, not a copy of it */
+        if (e->kind == EDIT_PRECOMPILED || (e->kind == EDIT_FORM && !is_ascii(text->v, text->n))) {
+            /* the output becomes the work buffer, not a copy of it */
             unsigned char *mapped;
             size_t n;
-            ok = text_charsmap_normalize(e->charsmap, text->v, text->n, &mapped, &n);
+            ok = e->kind == EDIT_PRECOMPILED ? text_charsmap_normalize(e->charsmap, text->v, text->n, &mapped, &n)
+                                             : form_bytes(text->v, text->n, (text_form)e->start, &mapped, &n);
             if (ok) {
                 free(work.v);
                 work = (bytes){mapped, n, n + 1};
             }
+        } else if (e->kind == EDIT_FORM) {
+            continue; /* every form leaves ASCII as it is */
+        } else if (e->kind == EDIT_STRIP_ACCENTS || e->kind == EDIT_LOWERCASE) {
+            ok = edit_characters(&work, text->v, text->n, e->kind);
         } else {
             ok = e->kind == EDIT_PREPEND ? push_bytes(&work, e->to, e->to_len) && push_bytes(&work, text->v, text->n)
-                 : e->kind == EDIT_REPLACE_RUNS
-                     ? replace_runs(&work, text->v, text->n, e)
+                 : e->kind == EDIT_REPLACE_RUNS ? replace_runs(&work, text->v, text->n, e)
+                 : e->kind == EDIT_TRIM
+                     ? trim(&work, text->v, text->n, e)
                      : replace_all(&work, text->v, text->n, e->from, e->from_len, e->to, e->to_len);
         }
         bytes swap = *text;
@@ -963,7 +1019,7 @@ static bool character_bpe_segment(const fl_tokenizer *tok, const unsigned char *
                                   ids *out, uncovered *missing)
 {
     bytes normalized = {0}; /* where the file has a normalizer */
-    bool ok = !tok->nnormalizer || character_bpe_normalize(tok, s, size, &normalized);
+    bool ok = !tok->nnormalizer || file_normalize(tok, s, size, &normalized);
     const unsigned char *text = tok->nnormalizer ? normalized.v : s;
     size_t n = tok->nnormalizer ? normalized.n : size, from = 0, start = 0, stop = 0;
     int64_t id = -1;
@@ -1095,8 +1151,10 @@ static bool wordpiece_word(const fl_tokenizer *tok, const uint32_t *w, size_t n,
 static bool wordpiece_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
 {
     cps text = {0};
-    bytes scratch = {0};
-    bool ok = bert_normalize(tok, s, size, &text);
+    bytes scratch = {0}, normalized = {0};
+    bool ok = !tok->nnormalizer || file_normalize(tok, s, size, &normalized);
+    ok = ok && bert_normalize(tok, tok->nnormalizer ? normalized.v : s, tok->nnormalizer ? normalized.n : size, &text);
+    free(normalized.v);
     size_t start = 0;
     for (size_t i = 0; ok && i <= text.n; i++) {
         int32_t cp = i < text.n ? (int32_t)text.v[i] : ' ';
@@ -1898,8 +1956,20 @@ static bool runs_regex(const char *regex, char **from, size_t *from_len, int64_t
     return true;
 }
 
+/* The normalization form a normalizer's type names, or -1. */
+static int form_named(const char *type)
+{
+    static const char *const names[] = {[TEXT_NFC] = "NFC", [TEXT_NFD] = "NFD", [TEXT_NFKC] = "NFKC",
+                                        [TEXT_NFKD] = "NFKD"};
+    for (int f = 0; f < (int)(sizeof names / sizeof *names); f++)
+        if (strcmp(type, names[f]) == 0)
+            return f;
+    return -1;
+}
+
 /* The steps of a normalizer (decoder false: Prepend, Replace of a string or of runs of
- * one character, Precompiled) or decoder (Replace, ByteFallback, Fuse, Strip,
+ * one character, Precompiled, a normalization form, StripAccents, Lowercase, Strip) or
+ * decoder (Replace, ByteFallback, Fuse, Strip,
  * Metaspace), alone or in a Sequence, into *list, *count. */
 static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
                             size_t *count)
@@ -1936,6 +2006,17 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
                            ? load_error(FL_ERR_MEMORY, path, "out of memory")
                            : load_error(FL_ERR_VALUE, path, "%s Precompiled: precompiled_charsmap %s", what, why);
             ok = true;
+        } else if (!decoder && (e->start = form_named(kind)) >= 0) {
+            e->kind = EDIT_FORM;
+            ok = true;
+        } else if (!decoder && (strcmp(kind, "StripAccents") == 0 || strcmp(kind, "Lowercase") == 0)) {
+            e->kind = kind[0] == 'S' ? EDIT_STRIP_ACCENTS : EDIT_LOWERCASE;
+            ok = true;
+        } else if (!decoder && strcmp(kind, "Strip") == 0) {
+            const json_t *left = json_object_get(step, "strip_left"), *right = json_object_get(step, "strip_right");
+            e->kind = EDIT_TRIM;
+            ok = json_is_boolean(left) && json_is_boolean(right);
+            e->start = json_is_true(left), e->stop = json_is_true(right);
         } else if (!decoder && strcmp(kind, "Prepend") == 0) {
             e->kind = EDIT_PREPEND;
             ok = json_text(json_object_get(step, "prepend"), &e->to, &e->to_len, &oom);
@@ -1960,25 +2041,30 @@ static fl_status load_edits(const char *path, const char *what, const json_t *no
             return load_error(FL_ERR_MEMORY, path, "out of memory");
         if (!ok)
             return load_error(FL_ERR_VALUE, path,
-                              "%s %s%s%s: only %s%s are supported with SentencePiece's models", what, kind,
+                              "%s %s%s%s: only %s%s are supported%s", what, kind,
                               steps ? " in a Sequence" : "", strcmp(kind, "Replace") == 0 ? " (of a regex?)" : "",
                               decoder ? "Replace of a string, ByteFallback, Fuse, Strip and Metaspace"
-                                      : "Prepend, Precompiled, and Replace of a string or of runs of a character "
-                                        "(\" {2,}\")",
-                              steps ? "" : ", or a Sequence of them");
+                                      : "Prepend, Precompiled, NFC, NFD, NFKC, NFKD, StripAccents, Lowercase, "
+                                        "Strip, and Replace of a string or of runs of a character (\" {2,}\")",
+                              steps ? "" : ", or a Sequence of them",
+                              decoder ? " with SentencePiece's models" : " (or a BertNormalizer with WordPiece)");
     }
     return FL_OK;
 }
 
-/* The Metaspace of a pre-tokenizer that is one, or a Sequence of a WhitespaceSplit and
- * one (*whitespace_split then set); NULL for any other. */
+/* The Metaspace of a pre-tokenizer that is one, a Sequence of one (DeBERTa-v2's), or a
+ * Sequence of a WhitespaceSplit and one (*whitespace_split then set); NULL for any
+ * other. */
 static const json_t *metaspace_of(const json_t *pre, bool *whitespace_split)
 {
     const json_t *list = json_object_get(pre, "pretokenizers");
-    *whitespace_split = strcmp(json_type_name(pre), "Sequence") == 0 && json_array_size(list) == 2 &&
+    bool sequence = strcmp(json_type_name(pre), "Sequence") == 0;
+    *whitespace_split = sequence && json_array_size(list) == 2 &&
                         strcmp(json_type_name(json_array_get(list, 0)), "WhitespaceSplit") == 0;
     if (*whitespace_split)
         pre = json_array_get(list, 1);
+    else if (sequence && json_array_size(list) == 1)
+        pre = json_array_get(list, 0);
     return json_is_object(pre) && strcmp(json_type_name(pre), "Metaspace") == 0 ? pre : NULL;
 }
 
@@ -2017,7 +2103,7 @@ static fl_status load_sentencepiece(fl_tokenizer *tok, const char *path, const j
     for (size_t i = 0; i < tok->nadded; i++) {
         token *t = &tok->tokens[tok->added[i]];
         bytes text = {0};
-        if (t->normalized && !character_bpe_normalize(tok, (const unsigned char *)t->text, t->len, &text))
+        if (t->normalized && !file_normalize(tok, (const unsigned char *)t->text, t->len, &text))
             return load_error(FL_ERR_MEMORY, path, "out of memory");
         t->norm_text = (char *)text.v, t->norm_len = text.n;
     }
@@ -2080,11 +2166,14 @@ static fl_status load_wordpiece(fl_tokenizer *tok, const char *path, const json_
                           "WordPiece model with pre_tokenizer %s: only BertPreTokenizer is supported",
                           json_is_object(pre) ? json_type_name(pre) : "null");
     tok->model = MODEL_WORDPIECE;
-    if (norm && !json_is_null(norm)) {
-        if (!json_is_object(norm) || strcmp(json_type_name(norm), "BertNormalizer") != 0)
-            return load_error(FL_ERR_VALUE, path,
-                              "WordPiece model with normalizer %s: only BertNormalizer or none is supported",
-                              json_is_object(norm) ? json_type_name(norm) : "(not an object)");
+    if (json_is_object(norm) && strcmp(json_type_name(norm), "BertNormalizer") != 0) {
+        /* the edits of SentencePiece's models (NFD, Lowercase, StripAccents, ...) */
+        fl_status st = load_edits(path, "normalizer", norm, false, &tok->normalizer, &tok->nnormalizer);
+        if (st != FL_OK)
+            return st;
+    } else if (norm && !json_is_null(norm)) {
+        if (!json_is_object(norm))
+            return load_error(FL_ERR_VALUE, path, "normalizer is not an object");
         tok->bert_normalizer = true;
         tok->clean_text = json_flag(norm, "clean_text", true);
         tok->chinese_chars = json_flag(norm, "handle_chinese_chars", true);

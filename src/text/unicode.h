@@ -16,13 +16,21 @@ typedef struct text_mapping {
     uint32_t to[4];
 } text_mapping;
 
+/* A mapping too long for text_mapping: text_compatibility_points[first, first + count). */
+typedef struct text_long_mapping {
+    uint32_t code;
+    uint16_t first;
+    uint8_t count;
+} text_long_mapping;
+
 typedef struct text_composition {
     uint32_t first, second, composite;
 } text_composition;
 
-extern const text_range text_letters[], text_numbers[], text_punctuation[], text_other[], text_nonspacing_marks[];
+extern const text_range text_letters[], text_numbers[], text_punctuation[], text_other[], text_nonspacing_marks[],
+    text_marks[];
 extern const size_t text_letters_count, text_numbers_count, text_punctuation_count, text_other_count,
-    text_nonspacing_marks_count;
+    text_nonspacing_marks_count, text_marks_count;
 extern const text_mapping text_lowercase[], text_decomposition[];
 extern const size_t text_lowercase_count, text_decomposition_count;
 /* text_combining[i], of text_combining_count ranges, has combining class
@@ -30,6 +38,10 @@ extern const size_t text_lowercase_count, text_decomposition_count;
 extern const text_range text_combining[];
 extern const size_t text_combining_count;
 extern const uint8_t text_combining_classes[];
+/* NFKD's full decomposition of each code point whose NFKD is not its NFD. */
+extern const text_long_mapping text_compatibility[];
+extern const size_t text_compatibility_count;
+extern const uint32_t text_compatibility_points[];
 extern const text_composition text_compositions[];
 extern const size_t text_compositions_count;
 
@@ -45,6 +57,7 @@ bool text_is_number(int32_t cp);      /* \p{N} */
 bool text_is_punctuation(int32_t cp); /* \p{P} */
 bool text_is_other(int32_t cp);       /* \p{C}: control, format, surrogate, private use, unassigned */
 bool text_is_nonspacing_mark(int32_t cp);
+bool text_is_mark(int32_t cp); /* \p{M}: nonspacing, spacing and enclosing marks */
 bool text_is_whitespace(int32_t cp);  /* the White_Space property (regex \s, Rust's is_whitespace) */
 /* The per-character lowercase (or decomposition, NFD) of cp into out[4]; returns the
  * count (1 and cp itself where it has none, a negative cp included, as (uint32_t)cp).
@@ -53,10 +66,18 @@ int text_lowercase_of(int32_t cp, uint32_t out[4]);
 int text_decompose(int32_t cp, uint32_t out[4]);
 /* The canonical combining class of cp (0 for a starter). */
 int text_combining_class(int32_t cp);
-/* Writes the n code points of cp in Normalization Form C to out, which holds 4 n;
- * returns their count. A negative entry (an invalid UTF-8 byte, as text_utf8_next
- * gives it) is kept as it is and, like a starter that composes with nothing, blocks
- * the marks after it. */
-size_t text_nfc(const int32_t *cp, size_t n, int32_t *out);
+/* Unicode's normalization forms (UAX #15). */
+typedef enum text_form { TEXT_NFC, TEXT_NFD, TEXT_NFKC, TEXT_NFKD } text_form;
+/* The most code points one code point becomes in a form: 4 canonically (NFC, NFD),
+ * 18 with the compatibility mappings (NFKC, NFKD: U+FDFA's). */
+#define TEXT_CANONICAL_GROWTH 4
+#define TEXT_COMPATIBILITY_GROWTH 18
+#define TEXT_FORM_GROWTH(form) \
+    ((form) == TEXT_NFKC || (form) == TEXT_NFKD ? TEXT_COMPATIBILITY_GROWTH : TEXT_CANONICAL_GROWTH)
+/* Writes the n code points of cp in the normalization form to out, which holds
+ * TEXT_FORM_GROWTH(form) * n; returns their count. A negative entry (an invalid UTF-8
+ * byte, as text_utf8_next gives it) is kept as it is and, like a starter that
+ * composes with nothing, blocks the marks after it. */
+size_t text_normalize(const int32_t *cp, size_t n, int32_t *out, text_form form);
 
 #endif
