@@ -578,7 +578,9 @@ static void assert_form(const int32_t *in, size_t n, text_form form, const char 
 {
     int32_t out[16 * TEXT_COMPATIBILITY_GROWTH];
     assert_true(n <= 16);
+    assert_true(text_decomposed_length(in, n, form) <= TEXT_FORM_GROWTH(form) * n);
     size_t m = text_normalize(in, n, out, form);
+    assert_true(m <= text_decomposed_length(in, n, form));
     bool same = m == json_array_size(expected);
     for (size_t k = 0; same && k < m; k++)
         same = out[k] == json_integer_value(json_array_get(expected, k));

@@ -176,6 +176,17 @@ static int decompose_fully(int32_t cp, bool compatibility, uint32_t out[TEXT_COM
     return text_decompose(cp, out);
 }
 
+size_t text_decomposed_length(const int32_t *cp, size_t n, text_form form)
+{
+    bool compatibility = form == TEXT_NFKC || form == TEXT_NFKD;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d[TEXT_COMPATIBILITY_GROWTH];
+        m += (size_t)decompose_fully(cp[i], compatibility, d);
+    }
+    return m;
+}
+
 size_t text_normalize(const int32_t *cp, size_t n, int32_t *out, text_form form)
 {
     /* Decompose every character fully, putting each run of marks in canonical order

@@ -578,15 +578,16 @@ static bool bpe_merge(const fl_tokenizer *tok, int64_t *sym, size_t *count)
 static bool form_bytes(const unsigned char *s, size_t size, text_form form, unsigned char **out, size_t *out_size)
 {
     *out = NULL;
-    size_t growth = TEXT_FORM_GROWTH(form);
-    if (size > SIZE_MAX / (4 * growth * sizeof(int32_t)))
+    if (size > SIZE_MAX / (4 * TEXT_FORM_GROWTH(form) * sizeof(int32_t)))
         return false;
-    int32_t *cp = malloc(size * sizeof *cp + 1), *normal = malloc(growth * size * sizeof *normal + 1);
+    int32_t *cp = malloc(size * sizeof *cp + 1), *normal = NULL;
     size_t n = 0;
     for (size_t i = 0, len; cp && i < size; i += len) {
         int32_t c = text_utf8_next(s + i, size - i, &len);
         cp[n++] = c < 0 ? -1 - (int32_t)s[i] : c; /* negative: the byte itself, kept */
     }
+    if (cp)
+        normal = malloc(text_decomposed_length(cp, n, form) * sizeof *normal + 1);
     size_t m = cp && normal ? text_normalize(cp, n, normal, form) : 0;
     if (cp && normal && (*out = malloc(4 * m + 1))) {
         size_t w = 0;

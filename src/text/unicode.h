@@ -74,8 +74,11 @@ typedef enum text_form { TEXT_NFC, TEXT_NFD, TEXT_NFKC, TEXT_NFKD } text_form;
 #define TEXT_COMPATIBILITY_GROWTH 18
 #define TEXT_FORM_GROWTH(form) \
     ((form) == TEXT_NFKC || (form) == TEXT_NFKD ? TEXT_COMPATIBILITY_GROWTH : TEXT_CANONICAL_GROWTH)
+/* How many code points the n of cp decompose into in the form: text_normalize
+ * writes at most this many (and at most TEXT_FORM_GROWTH(form) * n). */
+size_t text_decomposed_length(const int32_t *cp, size_t n, text_form form);
 /* Writes the n code points of cp in the normalization form to out, which holds
- * TEXT_FORM_GROWTH(form) * n; returns their count. A negative entry (an invalid UTF-8
+ * text_decomposed_length(cp, n, form); returns their count. A negative entry (an invalid UTF-8
  * byte, as text_utf8_next gives it) is kept as it is and, like a starter that
  * composes with nothing, blocks the marks after it. */
 size_t text_normalize(const int32_t *cp, size_t n, int32_t *out, text_form form);
