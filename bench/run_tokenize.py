@@ -10,7 +10,9 @@ The files are the published ones of tests/fixtures/published: gpt2's (byte-level
 all-MiniLM-L6-v2's (WordPiece) and Phi-3-mini's (SentencePiece's BPE with byte
 fallback); and, as no published Unigram file is at hand, the 800-piece Unigram of
 tests/fixtures/text_unigram.json in T5's published layout (its Precompiled nmt_nfkc
-normalizer, WhitespaceSplit and Metaspace; written to build/tokenize-unigram.json).
+normalizer, WhitespaceSplit and Metaspace; written to build/tokenize-unigram.json) and
+in ALBERT's (TeX quotes, NFKD, StripAccents and Lowercase before the same map;
+build/tokenize-unigram-albert.json).
 The text is four files of Debian's fortunes package (computers, science,
 literature, people), about 0.6 MB in 14,000 lines, written to build/tokenize-text.txt.
 Flare encodes line by line on one thread. The library runs two ways: encode() line by
@@ -60,14 +62,16 @@ print(json.dumps({"load_seconds": load, "seconds": statistics.median(times), "li
 """
 
 
-def write_unigram(path):
-    """The Unigram fixture with the normalizer and pre-tokenizer of T5's published
-    tokenizer.json, from the layouts its test cases keep."""
+def write_unigram(path, layout):
+    """The Unigram fixture with the normalizer of a published tokenizer.json (layout:
+    precompiled for T5's, albert for ALBERT's) and their pre-tokenizer, from the
+    layouts its test cases keep (which name the character map they hold once)."""
     fixtures = ROOT / "tests" / "fixtures"
-    layouts = json.loads((fixtures / "text_unigram_cases.json").read_text())["layouts"]
+    cases = json.loads((fixtures / "text_unigram_cases.json").read_text())
     tok = json.loads((fixtures / "text_unigram.json").read_text())
-    tok.update(layouts["precompiled"])
-    tok["pre_tokenizer"] = layouts["whitespace_split"]["pre_tokenizer"]
+    tok["normalizer"] = json.loads(json.dumps(cases["layouts"][layout]["normalizer"])
+                                   .replace('"charsmap"', json.dumps(cases["charsmap"])))
+    tok["pre_tokenizer"] = cases["layouts"]["whitespace_split"]["pre_tokenizer"]
     path.write_text(json.dumps(tok, ensure_ascii=False))
     return path
 
@@ -98,7 +102,9 @@ def main():
     import tokenizers
     text = Path(args.out).parent / "tokenize-text.txt"
     write_text(text)
-    files = {**FILES, "Unigram, T5's layout": write_unigram(Path(args.out).parent / "tokenize-unigram.json")}
+    build = Path(args.out).parent
+    files = {**FILES, "Unigram, T5's layout": write_unigram(build / "tokenize-unigram.json", "precompiled"),
+             "Unigram, ALBERT's layout": write_unigram(build / "tokenize-unigram-albert.json", "albert")}
     env = benchmark_environment(args.threads)
     env["RAYON_NUM_THREADS"] = str(args.threads)
     sides = {"flare": lambda path: [args.flare, "--tokenizer", str(path), "--text", str(text), "--repeats", "3"],
@@ -124,10 +130,10 @@ def main():
                      "ratio_batch": median["flare"]["seconds"] / median["batch"]["seconds"], "runs": runs})
     print(f"Encoding {rows[0]['lines']:,} lines ({rows[0]['bytes'] / 1e6:.2f} MB), tokenizers "
           f"{tokenizers.__version__}, encode_batch on {args.threads} threads, {machine_name()}")
-    print(f"{'tokenizer':<21} {'ids':>8} {'Flare s':>8} {'encode s':>9} {'ratio':>6} {'batch s':>8} {'ratio':>6} "
+    print(f"{'tokenizer':<24} {'ids':>8} {'Flare s':>8} {'encode s':>9} {'ratio':>6} {'batch s':>8} {'ratio':>6} "
           f"{'Flare load s':>13} {'library load s':>15}")
     for r in rows:
-        print(f"{r['tokenizer']:<21} {r['ids']:>8,} {r['flare']['seconds']:>8.3f} {r['encode']['seconds']:>9.3f} "
+        print(f"{r['tokenizer']:<24} {r['ids']:>8,} {r['flare']['seconds']:>8.3f} {r['encode']['seconds']:>9.3f} "
               f"{r['ratio_encode']:>6.2f} {r['batch']['seconds']:>8.3f} {r['ratio_batch']:>6.2f} "
               f"{r['flare']['load_seconds']:>13.3f} {r['encode']['load_seconds']:>15.3f}")
     write_report({"threads": args.threads, "tokenizers": tokenizers.__version__, "machine": machine_name(),
