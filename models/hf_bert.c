@@ -1,10 +1,12 @@
 /*
- * BERT, RoBERTa and DistilBERT checkpoints in the Hugging Face layout (models.h):
- * transformers' BertModel is a post-norm GELU Transformer encoder, so its weights map
- * onto Flare's own layers; the separate query, key and value projections are stacked
- * into the attention's in_proj. RobertaModel (and XLMRobertaModel, the same code) is
- * BertModel with other names and positions that skip the padding tokens;
- * DistilBertModel is BertModel with other names and no token types.
+ * BERT, RoBERTa, DistilBERT and ALBERT checkpoints in the Hugging Face layout
+ * (models.h): transformers' BertModel is a post-norm GELU Transformer encoder, so its
+ * weights map onto Flare's own layers; the separate query, key and value projections
+ * are stacked into the attention's in_proj. RobertaModel (and XLMRobertaModel, the
+ * same code) is BertModel with other names and positions that skip the padding tokens;
+ * DistilBertModel is BertModel with other names and no token types; AlbertModel is
+ * BertModel with narrower embeddings projected to the hidden size, and one layer whose
+ * weights every layer applies.
  */
 #include <stdio.h>
 #include <string.h>
@@ -79,10 +81,13 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
         h = fl_v_add(h, apply(bert, "token_type_embeddings", fl_v_new(types, false)));
     }
     h = apply(bert, "dropout", apply(bert, "embed_norm", h));
+    if (c->shared_layers)
+        h = apply(bert, "embed_project", h);
     /* Hugging Face's mask is 1 for a token to attend to; Flare's padding mask is true
-     * for a key to ignore. */
+     * for a key to ignore. ALBERT's encoder holds its one shared layer, applied by each. */
     fl_tensor *padding = attention_mask ? fl_eq(attention_mask, fl_scalar(0, FL_I64)) : NULL;
-    h = fl_nn_transformer_encoder_forward(fl_module_child(bert, "encoder"), h, padding, NULL, false);
+    for (int64_t k = 0; h && k < (c->shared_layers ? c->layers : 1); k++)
+        h = fl_nn_transformer_encoder_forward(fl_module_child(bert, "encoder"), h, padding, NULL, false);
     return fl_v_scope_return(scope, h);
 }
 
@@ -118,24 +123,33 @@ static fl_variable *bert_module_forward(fl_module *m, fl_variable *ids)
 
 static const fl_module_type bert_type = {.name = "HFBert", .forward = bert_module_forward};
 
-/* BertModel's modules, in its order; DistilBERT (type_vocab 0) has no token types. */
+/* The layers whose weights the checkpoint holds: ALBERT's one, shared. */
+static int64_t stored_layers(const hf_bert_config *c) { return c->shared_layers ? 1 : c->layers; }
+
+/* BertModel's modules, in its order; DistilBERT (type_vocab 0) has no token types, and
+ * only ALBERT projects its embeddings. */
 static fl_module *bert_new(const hf_bert_config *c)
 {
-    const int64_t features[] = {c->hidden};
-    fl_module *layer = fl_nn_transformer_encoder_layer(c->hidden, c->heads, c->intermediate, 0.0, "gelu",
-                                                       c->layer_norm_eps, true, false);
-    fl_module *types = c->type_vocab > 0 ? fl_nn_embedding(c->type_vocab, c->hidden, -1) : NULL;
+    const int64_t features[] = {c->embedding};
+    fl_module *layer = fl_nn_transformer_encoder_layer(c->hidden, c->heads, c->intermediate, 0.0,
+                                                       c->gelu_tanh ? "gelu_tanh" : "gelu", c->layer_norm_eps, true,
+                                                       false);
+    fl_module *types = c->type_vocab > 0 ? fl_nn_embedding(c->type_vocab, c->embedding, -1) : NULL;
+    fl_module *project = c->shared_layers ? fl_nn_linear(c->embedding, c->hidden, true) : NULL;
     named_child children[] = {
-        {"word_embeddings", fl_nn_embedding(c->vocab, c->hidden, -1)},
-        {"position_embeddings", fl_nn_embedding(c->max_positions, c->hidden, -1)},
+        {"word_embeddings", fl_nn_embedding(c->vocab, c->embedding, -1)},
+        {"position_embeddings", fl_nn_embedding(c->max_positions, c->embedding, -1)},
         {"token_type_embeddings", types},
         {"embed_norm", fl_nn_layer_norm(1, features, c->layer_norm_eps, true)},
         {"dropout", fl_nn_dropout(0.0)},
-        {"encoder", fl_nn_transformer_encoder(layer, (int)c->layers, NULL)},
+        {"embed_project", project},
+        {"encoder", fl_nn_transformer_encoder(layer, (int)stored_layers(c), NULL)},
     };
     int count = sizeof children / sizeof *children;
-    if (!types)
-        memmove(&children[2], &children[3], (size_t)(--count - 2) * sizeof *children);
+    /* the absent children, from the last */
+    for (int k = count - 1; k >= 0; k--)
+        if ((k == 2 && !types) || (k == 5 && !project))
+            memmove(&children[k], &children[k + 1], (size_t)(--count - k) * sizeof *children);
     return with_children(module_with_config(&bert_type, c, sizeof *c), children, count);
 }
 
@@ -161,9 +175,39 @@ static bool config_false(json_t *config, const char *path, const char *key)
     return false;
 }
 
-/* BertConfig's and RobertaConfig's keys. RoBERTa's positions count from its padding id,
- * RobertaConfig's default 1. */
-static bool read_bert_keys(json_t *config, const char *path, bool roberta, hf_bert_config *c)
+/* ALBERT's hidden_act: the exact GELU or its tanh form ("gelu_new", as published). */
+static bool albert_activation(json_t *config, const char *path, hf_bert_config *c)
+{
+    const char *act = json_string_value(json_object_get(config, "hidden_act"));
+    c->gelu_tanh = act && (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0);
+    if (!json_object_get(config, "hidden_act") || c->gelu_tanh || (act && strcmp(act, "gelu") == 0))
+        return true;
+    fail(FL_ERR_VALUE, "%s: \"hidden_act\" \"%s\" is not one Flare has (\"gelu_new\", \"gelu_pytorch_tanh\", \"gelu\")",
+         path, act ? act : "(no string)");
+    return false;
+}
+
+/* ALBERT's embedding size, and its layers grouped one group of one layer, which every
+ * published ALBERT has: the checkpoint then holds one layer, which every layer applies. */
+static bool read_albert_keys(json_t *config, const char *path, hf_bert_config *c)
+{
+    int64_t groups = 0, inner = 0;
+    if (!hf_config_int(FN, config, path, "embedding_size", &c->embedding) ||
+        !hf_config_int(FN, config, path, "num_hidden_groups", &groups) ||
+        !hf_config_int(FN, config, path, "inner_group_num", &inner))
+        return false;
+    if (groups != 1 || inner != 1)
+        return fail(FL_ERR_VALUE, "%s: \"num_hidden_groups\" and \"inner_group_num\" must be 1 (got %lld and %lld): "
+                                  "Flare's ALBERT shares one layer's weights across all layers",
+                    path, (long long)groups, (long long)inner),
+               false;
+    c->shared_layers = true;
+    return true;
+}
+
+/* BertConfig's, RobertaConfig's and AlbertConfig's keys. RoBERTa's positions count from
+ * its padding id, RobertaConfig's default 1. */
+static bool read_bert_keys(json_t *config, const char *path, bool roberta, bool albert, hf_bert_config *c)
 {
     bool ok = hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
               hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
@@ -172,7 +216,8 @@ static bool read_bert_keys(json_t *config, const char *path, bool roberta, hf_be
               hf_config_int(FN, config, path, "num_attention_heads", &c->heads) &&
               hf_config_int(FN, config, path, "hidden_size", &c->hidden) &&
               hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
-              config_string(config, path, "hidden_act", "gelu") &&
+              (albert ? albert_activation(config, path, c) && read_albert_keys(config, path, c)
+                      : config_string(config, path, "hidden_act", "gelu")) &&
               config_string(config, path, "position_embedding_type", "absolute") &&
               config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
     json_t *pruned = json_object_get(config, "pruned_heads");
@@ -233,14 +278,18 @@ static bool read_config(const char *path, void *out)
         fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
     bool bert = type && strcmp(type, "bert") == 0, distil = type && strcmp(type, "distilbert") == 0;
     bool roberta = type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0);
-    if (ok && !bert && !distil && !roberta) {
+    bool albert = type && strcmp(type, "albert") == 0;
+    if (ok && !bert && !distil && !roberta && !albert) {
         ok = false;
         fail(FL_ERR_VALUE,
-             "%s: \"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\" or \"distilbert\", got %s", path,
-             type ? type : "no string");
+             "%s: \"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got %s",
+             path, type ? type : "no string");
     }
-    ok = ok && (distil ? read_distilbert_keys(config, path, c) : read_bert_keys(config, path, roberta, c)) &&
+    ok = ok &&
+         (distil ? read_distilbert_keys(config, path, c) : read_bert_keys(config, path, roberta, albert, c)) &&
          hf_config_unquantized(FN, config, path);
+    if (ok && !albert)
+        c->embedding = c->hidden;
     if (ok && (c->hidden % c->heads || c->layers > 4096)) {
         ok = false;
         fail(FL_ERR_VALUE, "%s: \"%s\" (%lld) must divide \"%s\" (%lld), with at most 4096 layers", path,
@@ -257,13 +306,13 @@ typedef struct name_pair {
     const char *hf, *flare;
 } name_pair;
 
-/* The names of one family's checkpoints: its embeddings' (token types last, where it has
- * them), its layers' (each under layers "<i>."), the query, key and value projections
+/* The names of one family's checkpoints: its embeddings' (ALBERT's projection after
+ * them, token types last, where it has them), its layers' (each under layers "<i>."), the query, key and value projections
  * (qkv, each with .weight and .bias), the prefix the encoder has inside the family's
  * task classes, and those classes' heads beside it. */
 typedef struct naming {
     const char *model, *wrapper, *layers, *qkv[3], *heads[4]; /* heads: NULL after the last */
-    name_pair top[5], layer[10];
+    name_pair top[7], layer[10];
 } naming;
 
 #define BERT_LAYER_NAMES                                                                                      \
@@ -328,13 +377,43 @@ static const naming distilbert_names = {
               {"output_layer_norm.bias", "norm2.bias"}},
 };
 
+/* AlbertFor*'s heads: the masked LM's predictions, the pretraining's sentence-order
+ * classifier, classifier and qa_outputs. */
+static const naming albert_names = {
+    .model = "AlbertModel",
+    .wrapper = "albert.",
+    .layers = "encoder.albert_layer_groups.0.albert_layers.",
+    .qkv = {"attention.query", "attention.key", "attention.value"},
+    .heads = {"predictions.", "sop_classifier.", "classifier.", "qa_outputs."},
+    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
+            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
+            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
+            {"embeddings.LayerNorm.bias", "embed_norm.bias"},
+            {"encoder.embedding_hidden_mapping_in.weight", "embed_project.weight"},
+            {"encoder.embedding_hidden_mapping_in.bias", "embed_project.bias"},
+            {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}},
+    .layer = {{"attention.dense.weight", "self_attn.out_proj.weight"},
+              {"attention.dense.bias", "self_attn.out_proj.bias"},
+              {"attention.LayerNorm.weight", "norm1.weight"},
+              {"attention.LayerNorm.bias", "norm1.bias"},
+              {"ffn.weight", "linear1.weight"},
+              {"ffn.bias", "linear1.bias"},
+              {"ffn_output.weight", "linear2.weight"},
+              {"ffn_output.bias", "linear2.bias"},
+              {"full_layer_layer_norm.weight", "norm2.weight"},
+              {"full_layer_layer_norm.bias", "norm2.bias"}},
+};
+
 static const naming *names_of(const hf_bert_config *c)
 {
-    return c->type_vocab == 0 ? &distilbert_names : c->padding_id >= 0 ? &roberta_names : &bert_names;
+    return c->shared_layers ? &albert_names
+           : c->type_vocab == 0 ? &distilbert_names
+           : c->padding_id >= 0 ? &roberta_names
+                                : &bert_names;
 }
 
-/* The embeddings' names this model has: DistilBERT's four, BERT's five. */
-static size_t top_count(const hf_bert_config *c) { return c->type_vocab > 0 ? 5 : 4; }
+/* The embeddings' names this model has: DistilBERT's four, BERT's five, ALBERT's seven. */
+static size_t top_count(const hf_bert_config *c) { return 4 + (c->shared_layers ? 2 : 0) + (c->type_vocab > 0); }
 
 #define LAYER_NAMES 10
 
@@ -391,7 +470,7 @@ static bool known_name(const char *name, const char *prefix, const hf_bert_confi
     long long layer = -1;
     int consumed = 0;
     if (strncmp(name, names->layers, n) != 0 || sscanf(name + n, "%lld.%n", &layer, &consumed) != 1 ||
-        consumed == 0 || layer < 0 || layer >= c->layers)
+        consumed == 0 || layer < 0 || layer >= stored_layers(c))
         return false;
     const char *rest = name + n + consumed;
     for (size_t j = 0; j < LAYER_NAMES; j++)
@@ -417,7 +496,7 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
     snprintf(hf, sizeof hf, "%sembeddings.word_embeddings.weight", names->wrapper);
     const char *prefix = fl_tensor_map_contains(file, hf) ? names->wrapper : "";
     size_t top = top_count(c);
-    for (size_t i = 0; i < top + (size_t)c->layers * LAYER_NAMES; i++) {
+    for (size_t i = 0; i < top + (size_t)stored_layers(c) * LAYER_NAMES; i++) {
         if (i < top) {
             snprintf(hf, sizeof hf, "%s%s", prefix, names->top[i].hf);
             snprintf(flare, sizeof flare, "%s", names->top[i].flare);
@@ -433,7 +512,7 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
             return false;
     }
     const int64_t square[] = {c->hidden, c->hidden};
-    for (int64_t layer = 0; layer < c->layers; layer++) {
+    for (int64_t layer = 0; layer < stored_layers(c); layer++) {
         fl_tensor *weights[3], *biases[3];
         for (int j = 0; j < 3; j++) {
             const char *qkv = names->qkv[j];
@@ -461,15 +540,17 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
 
 static fl_module *build(const void *config) { return bert_new(config); }
 
-/* bert_new's parameters: the embeddings and their LayerNorm; per layer the attention's
- * in and out projections, the MLP's two and two LayerNorms. */
+/* bert_new's parameters: the embeddings, their LayerNorm and ALBERT's projection; per
+ * stored layer the attention's in and out projections, the MLP's two and two
+ * LayerNorms. */
 static double count_parameters(const void *config)
 {
     const hf_bert_config *c = config;
-    double h = (double)c->hidden, inner = (double)c->intermediate;
-    double embeddings = ((double)c->vocab + (double)c->max_positions + (double)c->type_vocab) * h + 2 * h;
+    double h = (double)c->hidden, e = (double)c->embedding, inner = (double)c->intermediate;
+    double embeddings = ((double)c->vocab + (double)c->max_positions + (double)c->type_vocab) * e + 2 * e;
+    double project = c->shared_layers ? e * h + h : 0;
     double layer = 4 * h * h + 2 * h * inner + 9 * h + inner;
-    return embeddings + (double)c->layers * layer;
+    return embeddings + project + (double)stored_layers(c) * layer;
 }
 
 fl_status hf_load_bert(const char *dir, fl_module **model, hf_bert_config *config)

@@ -338,6 +338,18 @@ static void published_configs_are_accepted(void **state)
                "\"num_attention_heads\": 12, \"num_hidden_layers\": 12, \"pad_token_id\": 1, "
                "\"type_vocab_size\": 1, \"vocab_size\": 50265}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
+    /* albert-base-v2's keys, with the original release's unused ones (down_scale_factor,
+     * gap_size, ...); written out here, as the hub cannot be reached from the tests */
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"AlbertForMaskedLM\"], \"attention_probs_dropout_prob\": 0, "
+               "\"bos_token_id\": 2, \"classifier_dropout_prob\": 0.1, \"down_scale_factor\": 1, "
+               "\"embedding_size\": 128, \"eos_token_id\": 3, \"gap_size\": 0, \"hidden_act\": \"gelu_new\", "
+               "\"hidden_dropout_prob\": 0, \"hidden_size\": 768, \"initializer_range\": 0.02, "
+               "\"inner_group_num\": 1, \"intermediate_size\": 3072, \"layer_norm_eps\": 1e-12, "
+               "\"max_position_embeddings\": 512, \"model_type\": \"albert\", \"net_structure_type\": 0, "
+               "\"num_attention_heads\": 12, \"num_hidden_groups\": 1, \"num_hidden_layers\": 12, "
+               "\"num_memory_blocks\": 0, \"pad_token_id\": 0, \"type_vocab_size\": 2, \"vocab_size\": 30000}");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
     assert_null(m);
     remove_files(dir, (const char *const[]){"config.json"}, 1);
     assert_no_error();
@@ -441,7 +453,7 @@ static void bert_refuses_what_it_cannot_compute(void **state)
                         "\"quantization_config\" (no quant_method) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\" or \"distilbert\", got gpt2");
+                        "\"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got gpt2");
     write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
     assert_null(m);
@@ -585,7 +597,7 @@ static void roberta_loads_the_published_layouts(void **state)
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"pad_token_id\" must be an integer >= 0");
     write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"camembert\"");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"roberta\", \"xlm-roberta\" or \"distilbert\", got camembert");
+                        "\"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got camembert");
     assert_null(m);
     fl_tensor_map_free(out);
     remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
@@ -647,6 +659,89 @@ static void distilbert_matches_transformers(void **state)
     assert_no_error();
 }
 
+#define ALBERT_DIR FLARE_FIXTURES "/hf_albert"
+
+/* The ALBERT fixture's states with token types under a mask, and without either. */
+static void albert_states_match(fl_module *m)
+{
+    const char *bin = "hf_albert.bin";
+    fl_tensor *ids = fixture(bin, "ids"), *mask = fixture(bin, "mask");
+    fl_variable *hidden = hf_bert_forward(m, ids, fixture(bin, "types"), mask);
+    assert_non_null(hidden);
+    assert_close(fl_v_value(hidden), fixture(bin, "hidden"), 1e-4, 1e-4);
+    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture(bin, "pooled"), 1e-4, 1e-4);
+    fl_variable *plain = hf_bert_forward(m, ids, NULL, NULL);
+    assert_non_null(plain);
+    assert_close(fl_v_value(plain), fixture(bin, "plain"), 1e-4, 1e-4);
+}
+
+/* AlbertModel's own layout (embeddings of 16 projected to 24, one layer's weights
+ * applied by all three, GELU's tanh form), then AlbertForPreTraining's (the encoder
+ * under "albert.", the heads beside it), then what the loader refuses. */
+static void albert_matches_transformers(void **state)
+{
+    (void)state;
+    fl_module *m = NULL;
+    hf_bert_config c;
+    assert_int_equal(hf_load_bert(ALBERT_DIR, &m, &c), FL_OK);
+    assert_true(c.shared_layers && c.gelu_tanh);
+    assert_int_equal(c.embedding, 16);
+    assert_int_equal(c.hidden, 24);
+    assert_int_equal(c.layers, 3);
+    assert_int_equal(c.padding_id, -1);
+    assert_true(c.layer_norm_eps == 1e-6);
+    albert_states_match(m);
+    fl_module_release(m);
+    m = NULL;
+
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_tensor_map *out = wrapped_checkpoint(dir, ALBERT_DIR, "albert.");
+    fl_tensor_map_set(out, "predictions.dense.weight", fl_zeros(FL_F32, FL_SHAPE(16, 24)));
+    fl_tensor_map_set(out, "predictions.LayerNorm.weight", fl_zeros(FL_F32, FL_SHAPE(16)));
+    fl_tensor_map_set(out, "predictions.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    fl_tensor_map_set(out, "sop_classifier.classifier.weight", fl_zeros(FL_F32, FL_SHAPE(2, 24)));
+    save_map(dir, "model.safetensors", out);
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    albert_states_match(m);
+    fl_module_release(m);
+    m = NULL;
+
+    /* the exact GELU gives other states (the fixture's weights are wide enough that
+     * GELU's two forms differ): the activation is read */
+    write_config_replacing(dir, ALBERT_DIR "/config.json", "\"gelu_new\"", "\"gelu\"");
+    assert_int_equal(hf_load_bert(dir, &m, &c), FL_OK);
+    assert_false(c.gelu_tanh);
+    fl_variable *exact = hf_bert_forward(m, fixture("hf_albert.bin", "ids"), NULL, NULL);
+    assert_non_null(exact);
+    double apart = fl_item(fl_max(fl_abs(fl_sub(fl_v_value(exact), fixture("hf_albert.bin", "plain"))), NULL, 0, false));
+    assert_true(apart > 4e-4); /* twice what the states' check lets pass */
+    fl_module_release(m);
+    m = NULL;
+
+    /* a second layer of weights is not this model's */
+    fl_tensor_map_set(out, "albert.encoder.albert_layer_groups.0.albert_layers.1.ffn.bias",
+                      fl_zeros(FL_F32, FL_SHAPE(40)));
+    save_map(dir, "model.safetensors", out);
+    write_text(dir, "config.json", read_text(ALBERT_DIR "/config.json"));
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "the tensor \"albert.encoder.albert_layer_groups.0.albert_layers.1.ffn.bias\" is not part of "
+                        "the AlbertModel of config.json");
+    write_config_replacing(dir, ALBERT_DIR "/config.json", "\"gelu_new\"", "\"relu\"");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"hidden_act\" \"relu\" is not one Flare has (\"gelu_new\", \"gelu_pytorch_tanh\", \"gelu\")");
+    write_config_replacing(dir, ALBERT_DIR "/config.json", "\"num_hidden_groups\": 1", "\"num_hidden_groups\": 3");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "\"num_hidden_groups\" and \"inner_group_num\" must be 1 (got 3 and 1): Flare's ALBERT shares "
+                        "one layer's weights across all layers");
+    write_config_replacing(dir, ALBERT_DIR "/config.json", "\"embedding_size\": 16", "\"embedding_size\": 0");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"embedding_size\" must be a positive integer");
+    assert_null(m);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
+}
+
 static fl_status load_bert(const char *dir, fl_module **m) { return hf_load_bert(dir, m, NULL); }
 static fl_status load_gpt2(const char *dir, fl_module **m) { return hf_load_gpt2(dir, m, NULL); }
 
@@ -670,6 +765,8 @@ static void a_config_the_weights_cannot_fill_is_refused(void **state)
         {BERT_DIR, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 5", "has 2.384e+04 parameters", load_bert},
         {BERT_DIR, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3",
          "model.safetensors: the tensor \"encoder.layer.2.attention.output.dense.weight\" is missing", load_bert},
+        {ALBERT_DIR, "\"embedding_size\": 16", "\"embedding_size\": 16000000",
+         "model.safetensors holds 6448 values, but the model of config.json has 1.344e+09 parameters", load_bert},
         {GPT2_DIR, "\"n_embd\": 24", "\"n_embd\": 24000000",
          "model.safetensors holds 21600 values, but the model of config.json has 1.382e+16 parameters", load_gpt2},
         {GPT2_DIR, "\"vocab_size\": 280", "\"vocab_size\": 28000", "has 6.869e+05 parameters", load_gpt2},
@@ -720,6 +817,7 @@ int main(void)
         scoped_test(roberta_matches_transformers),
         scoped_test(roberta_loads_the_published_layouts),
         scoped_test(distilbert_matches_transformers),
+        scoped_test(albert_matches_transformers),
         scoped_test(a_config_the_weights_cannot_fill_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

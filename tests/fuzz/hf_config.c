@@ -1,5 +1,5 @@
 /* hf_load_gpt2 and hf_load_bert on any bytes as a checkpoint directory's config.json,
- * beside the model.safetensors of the tiny GPT-2, BERT and DistilBERT fixtures
+ * beside the model.safetensors of the tiny GPT-2, BERT, DistilBERT and ALBERT fixtures
  * (tests/fixtures; RoBERTa's names are BERT's, so a "roberta" configuration loads BERT's
  * weights):
  * jansson, then each key Flare reads or refuses, the parameter count against the
@@ -21,10 +21,10 @@
 #error "FLARE_FIXTURES names the directory of the test fixtures"
 #endif
 
-/* Three checkpoint directories of this process, each holding links to a fixture's
+/* Four checkpoint directories of this process, each holding links to a fixture's
  * weights and to the scratch file (fuzz_file) as its config.json; removed at exit. */
-#define DIRS 3
-static const char *const fixture_names[DIRS] = {"hf_gpt2", "hf_bert", "hf_distilbert"};
+#define DIRS 4
+static const char *const fixture_names[DIRS] = {"hf_gpt2", "hf_bert", "hf_distilbert", "hf_albert"};
 static char dirs[DIRS][4096], configs[DIRS][4200], weights[DIRS][4200];
 
 static void remove_dirs(void)
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int made;
     if (!made++)
         make_dirs();
-    fuzz_file(data, size); /* both directories' config.json */
+    fuzz_file(data, size); /* every directory's config.json */
 
     fl_module *gpt;
     fl_status status = hf_load_gpt2(dirs[0], &gpt, NULL);
