@@ -867,15 +867,14 @@ static bool file_normalize(const fl_tokenizer *tok, const unsigned char *s, size
 static bool metaspace_text(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
                            bytes *text)
 {
-    bytes work = {0};
-    bool ok = replace_all(&work, s, size, " ", 1, tok->metaspace, tok->metaspace_len);
+    size_t mark = tok->metaspace_len;
+    bool ok = replace_all(text, s, size, " ", 1, tok->metaspace, mark);
     bool prepend = tok->prepend_scheme == PREPEND_ALWAYS || (tok->prepend_scheme == PREPEND_FIRST && starts_text);
-    bool marked = work.n >= tok->metaspace_len && memcmp(work.v, tok->metaspace, tok->metaspace_len) == 0;
-    prepend = ok && prepend && !marked;
-    text->n = 0;
-    ok = ok && push_bytes(text, prepend ? tok->metaspace : "", prepend ? tok->metaspace_len : 0) &&
-         push_bytes(text, work.v, work.n);
-    free(work.v);
+    bool marked = text->n >= mark && memcmp(text->v, tok->metaspace, mark) == 0;
+    if (ok && prepend && !marked && (ok = push_bytes(text, tok->metaspace, mark))) {
+        memmove(text->v + mark, text->v, text->n - mark);
+        memcpy(text->v, tok->metaspace, mark);
+    }
     return ok;
 }
 
@@ -926,10 +925,14 @@ static bool character_bpe_piece(const fl_tokenizer *tok, const unsigned char *s,
  * token. *unknown as character_bpe_piece's. */
 static bool unigram_piece(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out, size_t *unknown)
 {
-    text_unigram_token *t;
+    /* a piece has at most one token a byte: a word's fit on the stack */
+    text_unigram_token word[64], *t = size <= 64 ? word : malloc(size * sizeof *t);
     size_t n;
-    if (!text_unigram_segment(tok->unigram, s, size, &t, &n, unknown))
+    if (!t || !text_unigram_segment(tok->unigram, s, size, t, &n, unknown)) {
+        if (t != word)
+            free(t);
         return false;
+    }
     bool ok = true;
     for (size_t k = 0; ok && k < n; k++) {
         const unsigned char *p = s + t[k].start;
@@ -943,7 +946,8 @@ static bool unigram_piece(const fl_tokenizer *tok, const unsigned char *s, size_
         if (!bytes_known)
             ok = push_id(out, id >= 0 ? id : tok->unk);
     }
-    free(t);
+    if (t != word)
+        free(t);
     return ok;
 }
 
@@ -957,17 +961,18 @@ typedef struct uncovered {
 
 /* One word (all of a run, without WhitespaceSplit): the Metaspace pre-tokenizer's
  * pieces, each through the model, until a character the vocabulary cannot cover,
- * which goes to *missing. */
+ * which goes to *missing. spaced holds the Metaspace text, kept from word to word. */
 static bool metaspace_word(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
-                              ids *out, uncovered *missing)
+                           ids *out, uncovered *missing, bytes *spaced)
 {
-    bytes spaced = {0}; /* the Metaspace pre-tokenizer's text, where there is one */
-    bool ok = !tok->metaspace || metaspace_text(tok, s, size, starts_text, &spaced);
-    const unsigned char *text = tok->metaspace ? spaced.v : s;
-    size_t n = tok->metaspace ? spaced.n : size;
-    int64_t *symbols = ok ? malloc((n + 1) * sizeof *symbols) : NULL;
+    bool ok = !tok->metaspace || metaspace_text(tok, s, size, starts_text, spaced);
+    const unsigned char *text = tok->metaspace ? spaced->v : s;
+    size_t n = tok->metaspace ? spaced->n : size;
+    /* character BPE's symbols; the Unigram needs none */
+    bool bpe = tok->model != MODEL_UNIGRAM;
+    int64_t *symbols = ok && bpe ? malloc((n + 1) * sizeof *symbols) : NULL;
     size_t where = SIZE_MAX;
-    ok = ok && symbols;
+    ok = ok && (symbols || !bpe);
     /* Metaspace with split: a piece begins at each replacement (which it keeps). */
     for (size_t from = 0; ok && from < n && where == SIZE_MAX;) {
         size_t end = n;
@@ -985,7 +990,7 @@ static bool metaspace_word(const fl_tokenizer *tok, const unsigned char *s, size
         }
         from = end;
     }
-    free(spaced.v), free(symbols);
+    free(symbols);
     return ok;
 }
 
@@ -996,9 +1001,13 @@ static bool metaspace_word(const fl_tokenizer *tok, const unsigned char *s, size
 static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, size_t size, bool starts_text,
                               ids *out, uncovered *missing)
 {
-    if (!tok->whitespace_split)
-        return metaspace_word(tok, s, size, starts_text, out, missing);
+    bytes spaced = {0};
     bool ok = true;
+    if (!tok->whitespace_split) {
+        ok = metaspace_word(tok, s, size, starts_text, out, missing, &spaced);
+        free(spaced.v);
+        return ok;
+    }
     for (size_t i = 0, len, word = SIZE_MAX; ok && !missing->found && i <= size; i += len) {
         bool white = i == size || text_is_whitespace(text_utf8_next(s + i, size - i, &len));
         if (i == size)
@@ -1006,10 +1015,11 @@ static bool character_bpe_run(const fl_tokenizer *tok, const unsigned char *s, s
         if (!white && word == SIZE_MAX)
             word = i;
         if (white && word != SIZE_MAX) {
-            ok = metaspace_word(tok, s + word, i - word, starts_text && word == 0, out, missing);
+            ok = metaspace_word(tok, s + word, i - word, starts_text && word == 0, out, missing, &spaced);
             word = SIZE_MAX;
         }
     }
+    free(spaced.v);
     return ok;
 }
 

@@ -152,11 +152,12 @@ static void offer(best_path *at, double score, size_t start, int64_t id)
         *at = (best_path){score, start, id};
 }
 
-bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t n, text_unigram_token **out,
+bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t n, text_unigram_token *out,
                           size_t *count, size_t *uncovered)
 {
-    *out = NULL, *count = 0, *uncovered = SIZE_MAX;
-    best_path *best = malloc((n + 1) * sizeof *best);
+    *count = 0, *uncovered = SIZE_MAX;
+    /* a word's paths fit on the stack */
+    best_path word[65], *best = n < 65 ? word : malloc((n + 1) * sizeof *best);
     if (!best)
         return false;
     for (size_t i = 0; i <= n; i++)
@@ -177,7 +178,8 @@ bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t 
         if (!single) {
             if (u->unknown < 0) {
                 *uncovered = start;
-                free(best);
+                if (best != word)
+                    free(best);
                 return true;
             }
             offer(&best[start + len], here + unknown_score, start, u->unknown);
@@ -187,11 +189,7 @@ bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t 
     size_t tokens = 0;
     for (size_t end = n; end > 0; end = best[end].start)
         tokens++;
-    text_unigram_token *t = malloc((tokens ? tokens : 1) * sizeof *t);
-    if (!t) {
-        free(best);
-        return false;
-    }
+    text_unigram_token *t = out;
     size_t k = tokens;
     for (size_t end = n; end > 0; end = best[end].start) {
         bool unknown = best[end].id == u->unknown;
@@ -201,7 +199,8 @@ bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t 
             t[--k] = (text_unigram_token){best[end].start, end, unknown ? -1 : best[end].id};
     }
     memmove(t, t + k, (tokens - k) * sizeof *t);
-    *out = t, *count = tokens - k;
-    free(best);
+    *count = tokens - k;
+    if (best != word)
+        free(best);
     return true;
 }
