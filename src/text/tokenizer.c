@@ -2110,10 +2110,12 @@ static fl_status load_sentencepiece(fl_tokenizer *tok, const char *path, const j
         tok->byte_id[b] = lookup(tok, name, 6);
     }
     /* An added token matched in normalized text is matched as its content normalized
-     * (Llama 2's "<s>" as "\u2581<s>"). */
+     * (Llama 2's "<s>" as "\u2581<s>"); a file may list one token twice. */
     for (size_t i = 0; i < tok->nadded; i++) {
         token *t = &tok->tokens[tok->added[i]];
         bytes text = {0};
+        if (t->norm_text)
+            continue;
         if (t->normalized && !file_normalize(tok, (const unsigned char *)t->text, t->len, &text))
             return load_error(FL_ERR_MEMORY, path, "out of memory");
         t->norm_text = (char *)text.v, t->norm_len = text.n;
