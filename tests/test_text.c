@@ -975,6 +975,9 @@ static void bad_tokenizer_files(void **state)
     assert_fails_status(fl_tokenizer_load("/nonexistent/tokenizer.json", &tok), FL_ERR_IO,
                         "/nonexistent/tokenizer.json");
     assert_null(tok);
+    /* a directory opens, but does not read */
+    assert_fails_status(fl_tokenizer_load(FLARE_FIXTURES, &tok), FL_ERR_IO, "cannot read: Is a directory");
+    assert_null(tok);
     assert_fails_status(fl_tokenizer_load(NULL, &tok), FL_ERR_NULL, "path");
     assert_fails_status(fl_tokenizer_load(tmp_path, NULL), FL_ERR_NULL, "out");
 

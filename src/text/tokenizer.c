@@ -2356,9 +2356,23 @@ fl_status fl_tokenizer_load(const char *path, fl_tokenizer **out)
         fl_error(FL_ERR_IO, load_fn, "'%s': cannot open: %s", path, strerror(errno));
         return FL_ERR_IO;
     }
-    json_error_t err;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    /* Read whole, then parsed: jansson's reader from a FILE takes a locked getc a byte,
+     * a quarter of the time a Unigram file took to load. */
+    bytes text = {0};
+    unsigned char chunk[1 << 14];
+    bool ok = push_bytes(&text, "", 0);
+    for (size_t n; ok && (n = fread(chunk, 1, sizeof chunk, f)) > 0;)
+        ok = push_bytes(&text, chunk, n);
+    int failed = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
+    if (!ok || failed) {
+        free(text.v);
+        return failed ? load_error(FL_ERR_IO, path, "cannot read: %s", strerror(failed))
+                      : load_error(FL_ERR_MEMORY, path, "out of memory");
+    }
+    json_error_t err;
+    json_t *root = json_loadb((const char *)text.v, text.n, JSON_REJECT_DUPLICATES, &err);
+    free(text.v);
     if (!root)
         return load_error(FL_ERR_VALUE, path, "not valid JSON at line %d, column %d (byte %d): %s", err.line,
                           err.column, err.position, err.text);
