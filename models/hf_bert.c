@@ -6,7 +6,8 @@
  * same code) is BertModel with other names and positions that skip the padding tokens;
  * DistilBertModel is BertModel with other names and no token types; AlbertModel is
  * BertModel with narrower embeddings projected to the hidden size, and one layer whose
- * weights every layer applies.
+ * weights every layer applies; ElectraModel is BertModel whose embeddings may be
+ * narrower and projected. CamembertModel is RobertaModel.
  */
 #include <stdio.h>
 #include <string.h>
@@ -81,7 +82,7 @@ fl_variable *hf_bert_forward(fl_module *bert, const fl_tensor *ids, const fl_ten
         h = fl_v_add(h, apply(bert, "token_type_embeddings", fl_v_new(types, false)));
     }
     h = apply(bert, "dropout", apply(bert, "embed_norm", h));
-    if (c->shared_layers)
+    if (c->projected)
         h = apply(bert, "embed_project", h);
     /* Hugging Face's mask is 1 for a token to attend to; Flare's padding mask is true
      * for a key to ignore. ALBERT's encoder holds its one shared layer, applied by each. */
@@ -127,7 +128,7 @@ static const fl_module_type bert_type = {.name = "HFBert", .forward = bert_modul
 static int64_t stored_layers(const hf_bert_config *c) { return c->shared_layers ? 1 : c->layers; }
 
 /* BertModel's modules, in its order; DistilBERT (type_vocab 0) has no token types, and
- * only ALBERT projects its embeddings. */
+ * only ALBERT and ELECTRA project their embeddings. */
 static fl_module *bert_new(const hf_bert_config *c)
 {
     const int64_t features[] = {c->embedding};
@@ -135,7 +136,7 @@ static fl_module *bert_new(const hf_bert_config *c)
                                                        c->gelu_tanh ? "gelu_tanh" : "gelu", c->layer_norm_eps, true,
                                                        false);
     fl_module *types = c->type_vocab > 0 ? fl_nn_embedding(c->type_vocab, c->embedding, -1) : NULL;
-    fl_module *project = c->shared_layers ? fl_nn_linear(c->embedding, c->hidden, true) : NULL;
+    fl_module *project = c->projected ? fl_nn_linear(c->embedding, c->hidden, true) : NULL;
     named_child children[] = {
         {"word_embeddings", fl_nn_embedding(c->vocab, c->embedding, -1)},
         {"position_embeddings", fl_nn_embedding(c->max_positions, c->embedding, -1)},
@@ -201,14 +202,24 @@ static bool read_albert_keys(json_t *config, const char *path, hf_bert_config *c
                                   "Flare's ALBERT shares one layer's weights across all layers",
                     path, (long long)groups, (long long)inner),
                false;
-    c->shared_layers = true;
+    c->shared_layers = c->projected = true;
     return true;
 }
 
-/* BertConfig's, RobertaConfig's and AlbertConfig's keys. RoBERTa's positions count from
- * its padding id, RobertaConfig's default 1. */
-static bool read_bert_keys(json_t *config, const char *path, bool roberta, bool albert, hf_bert_config *c)
+/* ELECTRA's embedding size: its embeddings are projected where it is not hidden_size. */
+static bool read_electra_keys(json_t *config, const char *path, hf_bert_config *c)
 {
+    if (!hf_config_int(FN, config, path, "embedding_size", &c->embedding))
+        return false;
+    c->projected = c->embedding != c->hidden;
+    return config_string(config, path, "hidden_act", "gelu");
+}
+
+/* BertConfig's, RobertaConfig's, AlbertConfig's and ElectraConfig's keys. RoBERTa's
+ * positions count from its padding id, RobertaConfig's default 1. */
+static bool read_bert_keys(json_t *config, const char *path, hf_bert_config *c)
+{
+    bool roberta = c->family == HF_ROBERTA;
     bool ok = hf_config_int(FN, config, path, "vocab_size", &c->vocab) &&
               hf_config_int(FN, config, path, "max_position_embeddings", &c->max_positions) &&
               hf_config_int(FN, config, path, "type_vocab_size", &c->type_vocab) &&
@@ -216,8 +227,9 @@ static bool read_bert_keys(json_t *config, const char *path, bool roberta, bool 
               hf_config_int(FN, config, path, "num_attention_heads", &c->heads) &&
               hf_config_int(FN, config, path, "hidden_size", &c->hidden) &&
               hf_config_int(FN, config, path, "intermediate_size", &c->intermediate) &&
-              (albert ? albert_activation(config, path, c) && read_albert_keys(config, path, c)
-                      : config_string(config, path, "hidden_act", "gelu")) &&
+              (c->family == HF_ALBERT    ? albert_activation(config, path, c) && read_albert_keys(config, path, c)
+               : c->family == HF_ELECTRA ? read_electra_keys(config, path, c)
+                                         : config_string(config, path, "hidden_act", "gelu")) &&
               config_string(config, path, "position_embedding_type", "absolute") &&
               config_false(config, path, "is_decoder") && config_false(config, path, "add_cross_attention");
     json_t *pruned = json_object_get(config, "pruned_heads");
@@ -276,19 +288,29 @@ static bool read_config(const char *path, void *out)
     bool ok = json_is_object(config);
     if (!ok)
         fail(FL_ERR_VALUE, "%s: is not a JSON object", path);
-    bool bert = type && strcmp(type, "bert") == 0, distil = type && strcmp(type, "distilbert") == 0;
-    bool roberta = type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0);
-    bool albert = type && strcmp(type, "albert") == 0;
-    if (ok && !bert && !distil && !roberta && !albert) {
+    /* CamemBERT is RoBERTa's code under another name, as XLM-RoBERTa is. */
+    static const struct {
+        const char *type;
+        hf_bert_family family;
+    } types[] = {{"bert", HF_BERT},        {"roberta", HF_ROBERTA},         {"xlm-roberta", HF_ROBERTA},
+                 {"camembert", HF_ROBERTA}, {"distilbert", HF_DISTILBERT}, {"albert", HF_ALBERT},
+                 {"electra", HF_ELECTRA}};
+    size_t known = sizeof types / sizeof *types, t = 0;
+    while (type && t < known && strcmp(type, types[t].type) != 0)
+        t++;
+    if (ok && (!type || t == known)) {
         ok = false;
         fail(FL_ERR_VALUE,
-             "%s: \"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got %s",
+             "%s: \"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"camembert\", \"distilbert\", "
+             "\"albert\" or \"electra\", got %s",
              path, type ? type : "no string");
     }
-    ok = ok &&
-         (distil ? read_distilbert_keys(config, path, c) : read_bert_keys(config, path, roberta, albert, c)) &&
+    bool distil = ok && types[t].family == HF_DISTILBERT;
+    if (ok)
+        c->family = types[t].family;
+    ok = ok && (distil ? read_distilbert_keys(config, path, c) : read_bert_keys(config, path, c)) &&
          hf_config_unquantized(FN, config, path);
-    if (ok && !albert)
+    if (ok && c->family != HF_ALBERT && c->family != HF_ELECTRA)
         c->embedding = c->hidden;
     if (ok && (c->hidden % c->heads || c->layers > 4096)) {
         ok = false;
@@ -306,13 +328,13 @@ typedef struct name_pair {
     const char *hf, *flare;
 } name_pair;
 
-/* The names of one family's checkpoints: its embeddings' (ALBERT's projection after
- * them, token types last, where it has them), its layers' (each under layers "<i>."), the query, key and value projections
+/* The names of one family's checkpoints: its embeddings' (with the projection and the
+ * token types where the model has them), its layers' (each under layers "<i>."), the query, key and value projections
  * (qkv, each with .weight and .bias), the prefix the encoder has inside the family's
  * task classes, and those classes' heads beside it. */
 typedef struct naming {
-    const char *model, *wrapper, *layers, *qkv[3], *heads[4]; /* heads: NULL after the last */
-    name_pair top[7], layer[10];
+    const char *model, *wrapper, *layers, *qkv[3], *heads[6]; /* heads: NULL after the last */
+    name_pair top[7], layer[10];                                /* top: NULL after the last */
 } naming;
 
 #define BERT_LAYER_NAMES                                                                                      \
@@ -404,16 +426,42 @@ static const naming albert_names = {
               {"full_layer_layer_norm.bias", "norm2.bias"}},
 };
 
+/* ElectraFor*'s heads: the pretraining's discriminator, the masked LM's generator and
+ * its output, the classifier and qa_outputs. */
+static const naming electra_names = {
+    .model = "ElectraModel",
+    .wrapper = "electra.",
+    .layers = "encoder.layer.",
+    .qkv = {"attention.self.query", "attention.self.key", "attention.self.value"},
+    .heads = {"discriminator_predictions.", "generator_predictions.", "generator_lm_head.", "classifier.",
+              "qa_outputs."},
+    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
+            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
+            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
+            {"embeddings.LayerNorm.bias", "embed_norm.bias"},
+            {"embeddings_project.weight", "embed_project.weight"},
+            {"embeddings_project.bias", "embed_project.bias"},
+            {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}},
+    .layer = BERT_LAYER_NAMES,
+};
+
 static const naming *names_of(const hf_bert_config *c)
 {
-    return c->shared_layers ? &albert_names
-           : c->type_vocab == 0 ? &distilbert_names
-           : c->padding_id >= 0 ? &roberta_names
-                                : &bert_names;
+    static const naming *const by_family[] = {[HF_BERT] = &bert_names, [HF_ROBERTA] = &roberta_names,
+                                              [HF_DISTILBERT] = &distilbert_names, [HF_ALBERT] = &albert_names,
+                                              [HF_ELECTRA] = &electra_names};
+    return by_family[c->family];
 }
 
-/* The embeddings' names this model has: DistilBERT's four, BERT's five, ALBERT's seven. */
-static size_t top_count(const hf_bert_config *c) { return 4 + (c->shared_layers ? 2 : 0) + (c->type_vocab > 0); }
+#define TOP_NAMES 7
+
+/* Whether the model has the embedding tensor p names: not a projection it lacks, nor
+ * token types where it has none. */
+static bool has_top(const hf_bert_config *c, const name_pair *p)
+{
+    return p->hf && (c->projected || strncmp(p->flare, "embed_project.", 14) != 0) &&
+           (c->type_vocab > 0 || strncmp(p->flare, "token_type_", 11) != 0);
+}
 
 #define LAYER_NAMES 10
 
@@ -453,7 +501,7 @@ static bool same_name(const char *name, const char *hf)
 static bool known_name(const char *name, const char *prefix, const hf_bert_config *c)
 {
     const naming *names = names_of(c);
-    for (int i = 0; *prefix && i < 4 && names->heads[i]; i++)
+    for (int i = 0; *prefix && i < 6 && names->heads[i]; i++)
         if (strncmp(name, names->heads[i], strlen(names->heads[i])) == 0)
             return true;
     if (strncmp(name, prefix, strlen(prefix)) != 0)
@@ -463,8 +511,8 @@ static bool known_name(const char *name, const char *prefix, const hf_bert_confi
      * output; position_ids is a buffer of the positions 0, 1, ... */
     if (strncmp(name, "pooler.", 7) == 0 || strcmp(name, "embeddings.position_ids") == 0)
         return true;
-    for (size_t j = 0; j < top_count(c); j++)
-        if (same_name(name, names->top[j].hf))
+    for (size_t j = 0; j < TOP_NAMES; j++)
+        if (has_top(c, &names->top[j]) && same_name(name, names->top[j].hf))
             return true;
     size_t n = strlen(names->layers);
     long long layer = -1;
@@ -495,8 +543,10 @@ static bool map_weights(const char *path, const fl_tensor_map *file, const void 
     char hf[256], flare[256], legacy[256];
     snprintf(hf, sizeof hf, "%sembeddings.word_embeddings.weight", names->wrapper);
     const char *prefix = fl_tensor_map_contains(file, hf) ? names->wrapper : "";
-    size_t top = top_count(c);
+    size_t top = TOP_NAMES;
     for (size_t i = 0; i < top + (size_t)stored_layers(c) * LAYER_NAMES; i++) {
+        if (i < top && !has_top(c, &names->top[i]))
+            continue;
         if (i < top) {
             snprintf(hf, sizeof hf, "%s%s", prefix, names->top[i].hf);
             snprintf(flare, sizeof flare, "%s", names->top[i].flare);
@@ -548,7 +598,7 @@ static double count_parameters(const void *config)
     const hf_bert_config *c = config;
     double h = (double)c->hidden, e = (double)c->embedding, inner = (double)c->intermediate;
     double embeddings = ((double)c->vocab + (double)c->max_positions + (double)c->type_vocab) * e + 2 * e;
-    double project = c->shared_layers ? e * h + h : 0;
+    double project = c->projected ? e * h + h : 0;
     double layer = 4 * h * h + 2 * h * inner + 9 * h + inner;
     return embeddings + project + (double)stored_layers(c) * layer;
 }

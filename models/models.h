@@ -146,21 +146,25 @@ fl_variable *speech_ctc_forward(fl_module *m, fl_variable *features, const fl_te
  * file and the key. Nothing is returned on error. */
 fl_status hf_load_gpt2(const char *dir, fl_module **model, gpt_config *config);
 
-/* transformers' BertModel, RobertaModel, DistilBertModel or AlbertModel (the encoder;
- * a pooler is not loaded): vocab token ids, max_positions positions, type_vocab token
- * types (0: DistilBERT, which has none), embedded in embedding features (hidden but
- * for ALBERT, whose embeddings are projected to hidden), layers post-norm blocks of
- * hidden features in heads heads with a GELU MLP of intermediate features (GELU's tanh
- * form where gelu_tanh: ALBERT's "gelu_new"). shared_layers (ALBERT): one block's
- * weights, applied by every layer. padding_id is -1 for BERT, DistilBERT and ALBERT,
- * whose positions are 0, 1, ...; for RoBERTa it is the padding token (pad_token_id),
- * and the positions are padding_id + 1, + 2, ... over the other tokens and padding_id
- * at the padding tokens. */
+/* The families hf_load_bert reads, each its own checkpoint names. */
+typedef enum hf_bert_family { HF_BERT, HF_ROBERTA, HF_DISTILBERT, HF_ALBERT, HF_ELECTRA } hf_bert_family;
+
+/* transformers' BertModel, RobertaModel, DistilBertModel, AlbertModel or ElectraModel
+ * (the encoder; a pooler is not loaded): vocab token ids, max_positions positions,
+ * type_vocab token types (0: DistilBERT, which has none), embedded in embedding
+ * features (hidden but for ALBERT and ELECTRA), projected to hidden where projected
+ * (ALBERT's always, ELECTRA's where embedding is not hidden), layers post-norm blocks
+ * of hidden features in heads heads with a GELU MLP of intermediate features (GELU's
+ * tanh form where gelu_tanh: ALBERT's "gelu_new"). shared_layers (ALBERT): one block's
+ * weights, applied by every layer. padding_id is -1 but for RoBERTa, whose positions
+ * are padding_id + 1, + 2, ... over the tokens that are not its padding token
+ * (pad_token_id) and padding_id at the padding tokens; the others' are 0, 1, .... */
 typedef struct hf_bert_config {
+    hf_bert_family family;
     int64_t vocab, max_positions, type_vocab, layers, heads, hidden, intermediate, embedding;
     double layer_norm_eps;
     int64_t padding_id;
-    bool shared_layers, gelu_tanh;
+    bool projected, shared_layers, gelu_tanh;
 } hf_bert_config;
 
 /* Loads a directory written by BertModel.save_pretrained (config.json with model_type
@@ -177,7 +181,11 @@ typedef struct hf_bert_config {
  * "qa_outputs." skipped) or by AlbertModel's (model_type "albert", hidden_act "gelu",
  * "gelu_new" or "gelu_pytorch_tanh", one hidden group of one layer, as every published
  * ALBERT has; names with or without "albert.", the heads "predictions.",
- * "sop_classifier.", "classifier." and "qa_outputs." skipped) into a new encoder (*model, in evaluation mode) and its
+ * "sop_classifier.", "classifier." and "qa_outputs." skipped) or ElectraModel's
+ * (model_type "electra", BertModel's conditions; names with or without "electra.",
+ * the heads "discriminator_predictions.", "generator_predictions.",
+ * "generator_lm_head.", "classifier." and "qa_outputs." skipped; CamemBERT's,
+ * model_type "camembert", are RoBERTa's) into a new encoder (*model, in evaluation mode) and its
  * configuration (*config, may be NULL). query, key and value are stacked into the
  * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
  * naming the file and the key. The module forward takes token ids i64 [N, S] to the

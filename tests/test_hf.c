@@ -350,12 +350,35 @@ static void published_configs_are_accepted(void **state)
                "\"num_attention_heads\": 12, \"num_hidden_groups\": 1, \"num_hidden_layers\": 12, "
                "\"num_memory_blocks\": 0, \"pad_token_id\": 0, \"type_vocab_size\": 2, \"vocab_size\": 30000}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
+    /* electra-small-discriminator's keys, written out here as well */
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"ElectraForPreTraining\"], \"attention_probs_dropout_prob\": 0.1, "
+               "\"embedding_size\": 128, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1, "
+               "\"hidden_size\": 256, \"initializer_range\": 0.02, \"intermediate_size\": 1024, "
+               "\"layer_norm_eps\": 1e-12, \"max_position_embeddings\": 512, \"model_type\": \"electra\", "
+               "\"num_attention_heads\": 4, \"num_hidden_layers\": 12, \"pad_token_id\": 0, "
+               "\"type_vocab_size\": 2, \"vocab_size\": 30522}");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_IO, "model.safetensors: cannot be opened");
     assert_null(m);
     remove_files(dir, (const char *const[]){"config.json"}, 1);
     assert_no_error();
 }
 
 #define BERT_DIR FLARE_FIXTURES "/hf_bert"
+
+/* An encoder fixture's states with token types under a mask, and without either
+ * (gen_hf.py's typed_states). */
+static void typed_states_match(fl_module *m, const char *bin)
+{
+    fl_tensor *ids = fixture(bin, "ids"), *mask = fixture(bin, "mask");
+    fl_variable *hidden = hf_bert_forward(m, ids, fixture(bin, "types"), mask);
+    assert_non_null(hidden);
+    assert_close(fl_v_value(hidden), fixture(bin, "hidden"), 1e-4, 1e-4);
+    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture(bin, "pooled"), 1e-4, 1e-4);
+    fl_variable *plain = hf_bert_forward(m, ids, NULL, NULL);
+    assert_non_null(plain);
+    assert_close(fl_v_value(plain), fixture(bin, "plain"), 1e-4, 1e-4);
+}
 
 static void bert_matches_transformers(void **state)
 {
@@ -366,11 +389,9 @@ static void bert_matches_transformers(void **state)
     assert_int_equal(c.hidden, 24);
     assert_int_equal(c.intermediate, 40);
     assert_true(c.layer_norm_eps == 1e-6);
-    fl_tensor *ids = fixture("hf_bert.bin", "ids"), *mask = fixture("hf_bert.bin", "mask");
-    fl_variable *hidden = hf_bert_forward(m, ids, fixture("hf_bert.bin", "types"), mask);
-    assert_non_null(hidden);
-    assert_close(fl_v_value(hidden), fixture("hf_bert.bin", "hidden"), 1e-4, 1e-4);
-    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture("hf_bert.bin", "pooled"), 1e-4, 1e-4);
+    typed_states_match(m, "hf_bert.bin");
+    /* the module's own forward: ids alone */
+    fl_tensor *ids = fixture("hf_bert.bin", "ids");
     fl_variable *plain = fl_module_forward(m, fl_v_new(ids, false));
     assert_non_null(plain);
     assert_close(fl_v_value(plain), fixture("hf_bert.bin", "plain"), 1e-4, 1e-4);
@@ -453,7 +474,8 @@ static void bert_refuses_what_it_cannot_compute(void **state)
                         "\"quantization_config\" (no quant_method) names a quantized checkpoint");
     write_text(dir, "config.json", "{\"model_type\": \"gpt2\"}");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got gpt2");
+                        "\"model_type\" must be \"bert\", \"roberta\", \"xlm-roberta\", \"camembert\", \"distilbert\", \"albert\" or "
+                        "\"electra\", got gpt2");
     write_text(dir, "config.json", "[1, 2, 3]"); /* JSON, but not an object */
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "config.json: is not a JSON object");
     assert_null(m);
@@ -578,11 +600,16 @@ static void roberta_loads_the_published_layouts(void **state)
     roberta_states_match(m);
     fl_module_release(m);
     m = NULL;
-    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"xlm-roberta\"");
-    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
-    roberta_states_match(m);
-    fl_module_release(m);
-    m = NULL;
+    /* XLM-RoBERTa and CamemBERT are RoBERTa's code (the fixture's generator checks that
+     * their models give its states) */
+    const char *same[] = {"\"xlm-roberta\"", "\"camembert\""};
+    for (int k = 0; k < 2; k++) {
+        write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", same[k]);
+        assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+        roberta_states_match(m);
+        fl_module_release(m);
+        m = NULL;
+    }
 
     /* BERT's pre-training head is not RoBERTa's */
     fl_tensor_map_set(out, "cls.predictions.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
@@ -595,9 +622,8 @@ static void roberta_loads_the_published_layouts(void **state)
                         "below \"max_position_embeddings\" (12)");
     write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"pad_token_id\": 1", "\"pad_token_id\": null");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"pad_token_id\" must be an integer >= 0");
-    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"camembert\"");
-    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
-                        "\"roberta\", \"xlm-roberta\", \"distilbert\" or \"albert\", got camembert");
+    write_config_replacing(dir, ROBERTA_DIR "/config.json", "\"roberta\"", "\"deberta-v2\"");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"albert\" or \"electra\", got deberta-v2");
     assert_null(m);
     fl_tensor_map_free(out);
     remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
@@ -661,20 +687,6 @@ static void distilbert_matches_transformers(void **state)
 
 #define ALBERT_DIR FLARE_FIXTURES "/hf_albert"
 
-/* The ALBERT fixture's states with token types under a mask, and without either. */
-static void albert_states_match(fl_module *m)
-{
-    const char *bin = "hf_albert.bin";
-    fl_tensor *ids = fixture(bin, "ids"), *mask = fixture(bin, "mask");
-    fl_variable *hidden = hf_bert_forward(m, ids, fixture(bin, "types"), mask);
-    assert_non_null(hidden);
-    assert_close(fl_v_value(hidden), fixture(bin, "hidden"), 1e-4, 1e-4);
-    assert_close(hf_bert_mean_pool(fl_v_value(hidden), mask), fixture(bin, "pooled"), 1e-4, 1e-4);
-    fl_variable *plain = hf_bert_forward(m, ids, NULL, NULL);
-    assert_non_null(plain);
-    assert_close(fl_v_value(plain), fixture(bin, "plain"), 1e-4, 1e-4);
-}
-
 /* AlbertModel's own layout (embeddings of 16 projected to 24, one layer's weights
  * applied by all three, GELU's tanh form), then AlbertForPreTraining's (the encoder
  * under "albert.", the heads beside it), then what the loader refuses. */
@@ -690,7 +702,7 @@ static void albert_matches_transformers(void **state)
     assert_int_equal(c.layers, 3);
     assert_int_equal(c.padding_id, -1);
     assert_true(c.layer_norm_eps == 1e-6);
-    albert_states_match(m);
+    typed_states_match(m, "hf_albert.bin");
     fl_module_release(m);
     m = NULL;
 
@@ -703,7 +715,7 @@ static void albert_matches_transformers(void **state)
     fl_tensor_map_set(out, "sop_classifier.classifier.weight", fl_zeros(FL_F32, FL_SHAPE(2, 24)));
     save_map(dir, "model.safetensors", out);
     assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
-    albert_states_match(m);
+    typed_states_match(m, "hf_albert.bin");
     fl_module_release(m);
     m = NULL;
 
@@ -737,6 +749,58 @@ static void albert_matches_transformers(void **state)
     write_config_replacing(dir, ALBERT_DIR "/config.json", "\"embedding_size\": 16", "\"embedding_size\": 0");
     assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"embedding_size\" must be a positive integer");
     assert_null(m);
+    fl_tensor_map_free(out);
+    remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
+    assert_no_error();
+}
+
+#define ELECTRA_DIR FLARE_FIXTURES "/hf_electra"
+
+/* ElectraModel's own layout (embeddings of 16 projected to 24), then
+ * ElectraForPreTraining's and ElectraForMaskedLM's heads beside "electra.", then what
+ * the loader refuses. */
+static void electra_matches_transformers(void **state)
+{
+    (void)state;
+    fl_module *m = NULL;
+    hf_bert_config c;
+    assert_int_equal(hf_load_bert(ELECTRA_DIR, &m, &c), FL_OK);
+    assert_int_equal(c.family, HF_ELECTRA);
+    assert_true(c.projected && !c.shared_layers && !c.gelu_tanh);
+    assert_int_equal(c.embedding, 16);
+    assert_int_equal(c.layers, 2);
+    typed_states_match(m, "hf_electra.bin");
+    fl_module_release(m);
+    m = NULL;
+
+    char dir[] = "/tmp/flare_hf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_tensor_map *out = wrapped_checkpoint(dir, ELECTRA_DIR, "electra.");
+    fl_tensor_map_set(out, "discriminator_predictions.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
+    fl_tensor_map_set(out, "discriminator_predictions.dense_prediction.weight", fl_zeros(FL_F32, FL_SHAPE(1, 24)));
+    fl_tensor_map_set(out, "generator_predictions.LayerNorm.weight", fl_zeros(FL_F32, FL_SHAPE(16)));
+    fl_tensor_map_set(out, "generator_lm_head.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
+    save_map(dir, "model.safetensors", out);
+    assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
+    typed_states_match(m, "hf_electra.bin");
+    fl_module_release(m);
+    m = NULL;
+
+    /* without its projection, the embeddings do not fit the layers */
+    fl_tensor_map *bare = fl_tensor_map_create();
+    for (size_t i = 0; i < fl_tensor_map_count(out); i++)
+        if (!strstr(fl_tensor_map_name_at(out, i), "embeddings_project"))
+            fl_tensor_map_set(bare, fl_tensor_map_name_at(out, i), fl_tensor_map_tensor_at(out, i));
+    save_map(dir, "model.safetensors", bare);
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE,
+                        "the tensor \"electra.embeddings_project.weight\" is missing");
+    write_config_replacing(dir, ELECTRA_DIR "/config.json", "\"embedding_size\": 16", "\"embedding_size\": 24");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_SHAPE, "electra.embeddings.word_embeddings.weight");
+    save_map(dir, "model.safetensors", out);
+    write_config_replacing(dir, ELECTRA_DIR "/config.json", "\"gelu\"", "\"relu\"");
+    assert_fails_status(hf_load_bert(dir, &m, NULL), FL_ERR_VALUE, "\"hidden_act\" must be \"gelu\", got relu");
+    assert_null(m);
+    fl_tensor_map_free(bare);
     fl_tensor_map_free(out);
     remove_files(dir, (const char *const[]){"config.json", "model.safetensors"}, 2);
     assert_no_error();
@@ -818,6 +882,7 @@ int main(void)
         scoped_test(roberta_loads_the_published_layouts),
         scoped_test(distilbert_matches_transformers),
         scoped_test(albert_matches_transformers),
+        scoped_test(electra_matches_transformers),
         scoped_test(a_config_the_weights_cannot_fill_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,7 @@
 /* hf_load_gpt2 and hf_load_bert on any bytes as a checkpoint directory's config.json,
- * beside the model.safetensors of the tiny GPT-2, BERT, DistilBERT and ALBERT fixtures
- * (tests/fixtures; RoBERTa's names are BERT's, so a "roberta" configuration loads BERT's
- * weights):
- * jansson, then each key Flare reads or refuses, the parameter count against the
+ * beside the model.safetensors of the tiny GPT-2, BERT, DistilBERT, ALBERT and ELECTRA
+ * fixtures (tests/fixtures; RoBERTa's names are BERT's, so a "roberta" configuration
+ * loads BERT's weights): jansson, then each key Flare reads or refuses, the parameter count against the
  * weights, and the names and shapes of every tensor. A configuration that loads is one
  * of the fixture's shapes, so its model runs a forward on fixed token ids, which may
  * not fail. */
@@ -21,10 +20,10 @@
 #error "FLARE_FIXTURES names the directory of the test fixtures"
 #endif
 
-/* Four checkpoint directories of this process, each holding links to a fixture's
+/* Five checkpoint directories of this process, each holding links to a fixture's
  * weights and to the scratch file (fuzz_file) as its config.json; removed at exit. */
-#define DIRS 4
-static const char *const fixture_names[DIRS] = {"hf_gpt2", "hf_bert", "hf_distilbert", "hf_albert"};
+#define DIRS 5
+static const char *const fixture_names[DIRS] = {"hf_gpt2", "hf_bert", "hf_distilbert", "hf_albert", "hf_electra"};
 static char dirs[DIRS][4096], configs[DIRS][4200], weights[DIRS][4200];
 
 static void remove_dirs(void)
