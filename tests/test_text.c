@@ -544,8 +544,9 @@ static void byte_level_bpe_with_nfc(void **state)
     assert_null(ids);
     fl_tokenizer_free(tok);
     assert_load_fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
-                      "\"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
-                      FL_ERR_VALUE, "BPE model with normalizer NFKC: only NFC or none");
+                      "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, "
+                      "{\"type\": \"Lowercase\"}]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+                      FL_ERR_VALUE, "BPE model with normalizer Lowercase: only NFC, NFD, NFKC, NFKD");
 }
 
 static void llama3_split(json_t *root) { json_object_set(root, "pre_tokenizer", cases("llama3_pre_tokenizer")); }

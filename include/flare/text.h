@@ -97,7 +97,8 @@ fl_status fl_tokenizer_train_bpe(const void *text, size_t size, int64_t vocab_si
                                  fl_tokenizer **out);
 
 /* Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
- * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's), or
+ * pre-tokenizer and no normalizer (GPT-2's layout) or an NFC one (GPT-NeoX's; another
+ * normalization form, or a Sequence of them, too), or
  * with a Sequence of a Split by Llama 3's or Qwen2's regex and a ByteLevel without
  * one (Llama 3's layout; Qwen2's behind NFC); merges as "a b" strings or as pairs,
  * add_prefix_space and ignore_merges honoured; or model.type "BPE" with no

@@ -82,7 +82,7 @@ struct fl_tokenizer {
     pair_table merges;
     int64_t byte_id[256]; /* -1: a byte valid UTF-8 never holds, absent from the vocabulary */
     bool bytes_missing;
-    bool add_prefix_space, ignore_merges, nfc; /* nfc: the NFC normalizer (GPT-NeoX's) */
+    bool add_prefix_space, ignore_merges;
     int digits; /* 0: GPT-2's pieces; else Llama 3's, with runs of at most this many digits */
     int64_t *added; /* ids of the added tokens, matched in the raw text */
     size_t nadded;
@@ -655,16 +655,15 @@ static bool is_ascii(const unsigned char *s, size_t size)
     return true;
 }
 
+static bool file_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text);
+
+/* Byte-level BPE of a segment, behind the file's normalization forms (GPT-NeoX's NFC). */
 static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
 {
-    unsigned char *normalized = NULL;
-    if (tok->nfc && !is_ascii(s, size)) {
-        if (!form_bytes(s, size, TEXT_NFC, &normalized, &size))
-            return false;
-        s = normalized;
-    }
-    bool ok = bpe_pieces(tok, s, size, out);
-    free(normalized);
+    bytes normalized = {0};
+    bool ok = !tok->nnormalizer || file_normalize(tok, s, size, &normalized);
+    ok = ok && bpe_pieces(tok, tok->nnormalizer ? normalized.v : s, tok->nnormalizer ? normalized.n : size, out);
+    free(normalized.v);
     return ok;
 }
 
@@ -1878,6 +1877,34 @@ static fl_status bpe_options(const char *path, const json_t *model)
     return FL_OK;
 }
 
+/* The normalization form a normalizer's type names, or -1. */
+static int form_named(const char *type)
+{
+    static const char *const names[] = {[TEXT_NFC] = "NFC", [TEXT_NFD] = "NFD", [TEXT_NFKC] = "NFKC",
+                                        [TEXT_NFKD] = "NFKD"};
+    for (int f = 0; f < (int)(sizeof names / sizeof *names); f++)
+        if (strcmp(type, names[f]) == 0)
+            return f;
+    return -1;
+}
+
+static fl_status load_edits(const char *path, const char *what, const json_t *node, bool decoder, text_edit **list,
+                            size_t *count);
+
+/* The type of the first step of normalizer norm (one, or a Sequence) that is not a
+ * normalization form; NULL if every step is one. */
+static const char *not_a_form(const json_t *norm)
+{
+    const json_t *steps = json_object_get(norm, "normalizers");
+    bool sequence = strcmp(json_type_name(norm), "Sequence") == 0 && json_is_array(steps);
+    for (size_t i = 0; i < (sequence ? json_array_size(steps) : 1); i++) {
+        const char *type = json_type_name(sequence ? json_array_get(steps, i) : norm);
+        if (form_named(type) < 0)
+            return type;
+    }
+    return NULL;
+}
+
 static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *root, const json_t *model)
 {
     const json_t *pre = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
@@ -1891,10 +1918,19 @@ static fl_status load_bpe(fl_tokenizer *tok, const char *path, const json_t *roo
                           "BPE model with pre_tokenizer %s: only ByteLevel, Llama 3's Split and ByteLevel, Metaspace "
                           "or none is supported", json_type_name(pre));
     }
-    tok->nfc = json_is_object(norm) && strcmp(json_type_name(norm), "NFC") == 0;
-    if (norm && !json_is_null(norm) && !tok->nfc)
-        return load_error(FL_ERR_VALUE, path, "BPE model with normalizer %s: only NFC or none is supported",
-                          json_type_name(norm));
+    /* Only the normalization forms, which leave the added tokens' ASCII as it is: the
+     * library matches byte-level BPE's normalized added tokens after the normalizer,
+     * Flare in the raw text. */
+    if (norm && !json_is_null(norm)) {
+        const char *other = json_is_object(norm) ? not_a_form(norm) : "(not an object)";
+        if (other)
+            return load_error(FL_ERR_VALUE, path,
+                              "BPE model with normalizer %s: only NFC, NFD, NFKC, NFKD, a Sequence of them or none is "
+                              "supported", other);
+        fl_status st = load_edits(path, "normalizer", norm, false, &tok->normalizer, &tok->nnormalizer);
+        if (st != FL_OK)
+            return st;
+    }
     if (json_flag(pre, "use_regex", true) == (tok->digits != 0))
         return load_error(FL_ERR_VALUE, path, "pre_tokenizer ByteLevel %s use_regex is not supported",
                           tok->digits ? "after a Split, with" : "without a Split before it, without");
@@ -1967,16 +2003,6 @@ static bool runs_regex(const char *regex, char **from, size_t *from_len, int64_t
     return true;
 }
 
-/* The normalization form a normalizer's type names, or -1. */
-static int form_named(const char *type)
-{
-    static const char *const names[] = {[TEXT_NFC] = "NFC", [TEXT_NFD] = "NFD", [TEXT_NFKC] = "NFKC",
-                                        [TEXT_NFKD] = "NFKD"};
-    for (int f = 0; f < (int)(sizeof names / sizeof *names); f++)
-        if (strcmp(type, names[f]) == 0)
-            return f;
-    return -1;
-}
 
 /* The steps of a normalizer (decoder false: Prepend, Replace of a string or of runs of
  * one character, Precompiled, a normalization form, StripAccents, Lowercase, Strip) or
