@@ -778,30 +778,29 @@ static bool replace_runs(bytes *out, const unsigned char *s, size_t size, const 
 
 /* StripAccents (drop every mark, \p{M}) or Lowercase (each character's lowercase, as
  * Rust's char::to_lowercase) of s, into *out; a byte that is not part of valid UTF-8
- * stays as it is. */
+ * stays as it is. The text between the characters that change is copied a run at a
+ * time. */
 static bool edit_characters(bytes *out, const unsigned char *s, size_t size, int kind)
 {
-    bool ok = push_bytes(out, "", 0);
+    bool ok = push_bytes(out, "", 0), lower = kind == EDIT_LOWERCASE;
+    size_t copied = 0; /* s[0, copied) is in out */
     for (size_t i = 0, len; ok && i < size; i += len) {
-        if (s[i] < 0x80) {
-            unsigned char c = kind == EDIT_LOWERCASE && s[i] >= 'A' && s[i] <= 'Z' ? s[i] + ('a' - 'A') : s[i];
-            len = 1;
-            ok = push_bytes(out, &c, 1);
-            continue;
-        }
-        int32_t cp = text_utf8_next(s + i, size - i, &len);
-        if (cp < 0 || kind != EDIT_LOWERCASE) {
-            if (cp < 0 || !text_is_mark(cp))
-                ok = push_bytes(out, s + i, len);
-            continue;
-        }
-        uint32_t lower[4];
-        for (int k = 0, count = text_lowercase_of(cp, lower); ok && k < count; k++) {
+        len = 1;
+        if (s[i] < 0x80 && !(lower && s[i] >= 'A' && s[i] <= 'Z'))
+            continue; /* ASCII has no marks, and only capitals change case */
+        int32_t cp = s[i] < 0x80 ? s[i] : text_utf8_next(s + i, size - i, &len);
+        uint32_t to[4];
+        int count = cp < 0 ? -1 : lower ? text_lowercase_of(cp, to) : text_is_mark(cp) ? 0 : -1;
+        if (count < 0 || (count == 1 && to[0] == (uint32_t)cp))
+            continue; /* kept as it is */
+        ok = push_bytes(out, s + copied, i - copied);
+        for (int k = 0; ok && k < count; k++) {
             unsigned char utf8[4];
-            ok = push_bytes(out, utf8, text_utf8_put(lower[k], utf8));
+            ok = push_bytes(out, utf8, text_utf8_put(to[k], utf8));
         }
+        copied = i + len;
     }
-    return ok;
+    return ok && push_bytes(out, s + copied, size - copied);
 }
 
 /* s without its white space at the start (e->start) and the end (e->stop), into *out. */
