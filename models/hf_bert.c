@@ -329,9 +329,9 @@ typedef struct name_pair {
 } name_pair;
 
 /* The names of one family's checkpoints: its embeddings' (with the projection and the
- * token types where the model has them), its layers' (each under layers "<i>."), the query, key and value projections
- * (qkv, each with .weight and .bias), the prefix the encoder has inside the family's
- * task classes, and those classes' heads beside it. */
+ * token types where the model has them), its layers' (each under layers "<i>."), the
+ * query, key and value projections (qkv, each with .weight and .bias), the prefix the
+ * encoder has inside the family's task classes, and those classes' heads beside it. */
 typedef struct naming {
     const char *model, *wrapper, *layers, *qkv[3], *heads[6]; /* heads: NULL after the last */
     name_pair top[7], layer[10];                                /* top: NULL after the last */
@@ -348,12 +348,16 @@ typedef struct naming {
      {"output.dense.bias", "linear2.bias"},                                                                   \
      {"output.LayerNorm.weight", "norm2.weight"},                                                             \
      {"output.LayerNorm.bias", "norm2.bias"}}
-#define BERT_TOP_NAMES                                                                                        \
-    {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},                                         \
-     {"embeddings.position_embeddings.weight", "position_embeddings.weight"},                                 \
-     {"embeddings.LayerNorm.weight", "embed_norm.weight"},                                                    \
-     {"embeddings.LayerNorm.bias", "embed_norm.bias"},                                                        \
-     {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}}
+/* Every family's embeddings (has_top drops the token types where a model has none),
+ * and the projection's, its name with the prefix p, where it has one. */
+#define EMBEDDING_NAMES                                                                                       \
+    {"embeddings.word_embeddings.weight", "word_embeddings.weight"},                                          \
+    {"embeddings.position_embeddings.weight", "position_embeddings.weight"},                                  \
+    {"embeddings.LayerNorm.weight", "embed_norm.weight"},                                                     \
+    {"embeddings.LayerNorm.bias", "embed_norm.bias"},                                                         \
+    {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}
+#define BERT_TOP_NAMES {EMBEDDING_NAMES}
+#define PROJECTED_TOP_NAMES(p) {EMBEDDING_NAMES, {p "weight", "embed_project.weight"}, {p "bias", "embed_project.bias"}}
 
 static const naming bert_names = {
     .model = "BertModel",
@@ -383,10 +387,7 @@ static const naming distilbert_names = {
     .layers = "transformer.layer.",
     .qkv = {"attention.q_lin", "attention.k_lin", "attention.v_lin"},
     .heads = {"vocab_", "pre_classifier.", "classifier.", "qa_outputs."},
-    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
-            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
-            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
-            {"embeddings.LayerNorm.bias", "embed_norm.bias"}},
+    .top = BERT_TOP_NAMES,
     .layer = {{"attention.out_lin.weight", "self_attn.out_proj.weight"},
               {"attention.out_lin.bias", "self_attn.out_proj.bias"},
               {"sa_layer_norm.weight", "norm1.weight"},
@@ -407,13 +408,7 @@ static const naming albert_names = {
     .layers = "encoder.albert_layer_groups.0.albert_layers.",
     .qkv = {"attention.query", "attention.key", "attention.value"},
     .heads = {"predictions.", "sop_classifier.", "classifier.", "qa_outputs."},
-    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
-            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
-            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
-            {"embeddings.LayerNorm.bias", "embed_norm.bias"},
-            {"encoder.embedding_hidden_mapping_in.weight", "embed_project.weight"},
-            {"encoder.embedding_hidden_mapping_in.bias", "embed_project.bias"},
-            {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}},
+    .top = PROJECTED_TOP_NAMES("encoder.embedding_hidden_mapping_in."),
     .layer = {{"attention.dense.weight", "self_attn.out_proj.weight"},
               {"attention.dense.bias", "self_attn.out_proj.bias"},
               {"attention.LayerNorm.weight", "norm1.weight"},
@@ -435,13 +430,7 @@ static const naming electra_names = {
     .qkv = {"attention.self.query", "attention.self.key", "attention.self.value"},
     .heads = {"discriminator_predictions.", "generator_predictions.", "generator_lm_head.", "classifier.",
               "qa_outputs."},
-    .top = {{"embeddings.word_embeddings.weight", "word_embeddings.weight"},
-            {"embeddings.position_embeddings.weight", "position_embeddings.weight"},
-            {"embeddings.LayerNorm.weight", "embed_norm.weight"},
-            {"embeddings.LayerNorm.bias", "embed_norm.bias"},
-            {"embeddings_project.weight", "embed_project.weight"},
-            {"embeddings_project.bias", "embed_project.bias"},
-            {"embeddings.token_type_embeddings.weight", "token_type_embeddings.weight"}},
+    .top = PROJECTED_TOP_NAMES("embeddings_project."),
     .layer = BERT_LAYER_NAMES,
 };
 
