@@ -189,6 +189,18 @@ static void assert_same_ids(const char *what, const int64_t *got, size_t n, cons
                      (long long)json_integer_value(json_array_get(expected, i)));
 }
 
+/* tok encodes text (a C string) to the ids 0, 1, 2. */
+static void encodes_to_first_three(const fl_tokenizer *tok, const char *text)
+{
+    int64_t *ids;
+    size_t n;
+    assert_int_equal(fl_tokenizer_encode(tok, text, strlen(text), &ids, &n), FL_OK);
+    json_t *expected = json_pack("[i, i, i]", 0, 1, 2);
+    assert_same_ids(text, ids, n, expected);
+    json_decref(expected);
+    free(ids);
+}
+
 /* add_special_tokens=True, for one text and for pairs, under each post-processor
  * published tokenizers use (tests/fixtures/gen_tokenizer_templates.py). */
 static void special_tokens_match_tokenizers(void **state)
@@ -651,15 +663,9 @@ static void files_that_name_no_model(void **state)
                                                  "[\"?\", -5.0]], \"unk_id\": 2}}"),
                                        &tok),
                      FL_OK);
-    int64_t *ids;
-    size_t n;
     /* "a aa" and "aa a" both score -2.5: the first offer to the end of "aaa" stands,
      * "aa" from the second character, as the library has it; "b" is unknown */
-    assert_int_equal(fl_tokenizer_encode(tok, "aaab", 4, &ids, &n), FL_OK);
-    json_t *expected = json_pack("[i, i, i]", 0, 1, 2);
-    assert_same_ids("aaab", ids, n, expected);
-    json_decref(expected);
-    free(ids);
+    encodes_to_first_three(tok, "aaab");
     fl_tokenizer_free(tok);
     assert_load_fails("{\"model\": {\"vocab\": {\"a\": 0}, \"continuing_subword_prefix\": \"##\"}}",
                       FL_ERR_VALUE, "model.type (missing) is not supported");
@@ -857,11 +863,7 @@ static void unigram_refusals(void **state)
                                                  "\"Precompiled\", \"precompiled_charsmap\": \"BAAAAP////94AA==\"}}"),
                                        &tok),
                      FL_OK);
-    assert_int_equal(fl_tokenizer_encode(tok, "abc", 3, &ids, &n), FL_OK);
-    json_t *expected = json_pack("[i, i, i]", 0, 1, 2);
-    assert_same_ids("abc", ids, n, expected);
-    json_decref(expected);
-    free(ids);
+    encodes_to_first_three(tok, "abc");
     fl_tokenizer_free(tok);
 }
 
