@@ -162,13 +162,16 @@ bench-layout: build
 
 # The models of the paper's Table 3, a training step of each timed side by side with
 # PyTorch at the same thread count (bench/run_models.py); MODELS="resnet50 mnist" runs
-# those only, ITERS=N times N iterations, SIZE=tiny|cpu|paper picks the configuration,
-# REPEATS=N runs N rounds of fresh processes (rotating which side goes first) and
-# keeps the medians; COMPILE=1 also times PyTorch through torch.compile.
+# those only, ITERS=N times N iterations a side, in ROUNDS=R batches (5 at most) that alternate
+# between the two running programs, SIZE=tiny|cpu|paper picks the configuration,
+# REPEATS=N starts fresh processes N times (rotating which side starts first);
+# COMPILE=1 also times PyTorch through torch.compile; CONTROL=1 puts a second Flare
+# in PyTorch's place, to show the machine's noise.
 bench-models: build venv
 	$(PYTHON) bench/run_models.py --threads $(THREADS) --flare $(BUILD)/benchmark --out $(BUILD)/bench-models.json \
 	    $(if $(MODELS),--models '$(MODELS)') $(if $(ITERS),--iters $(ITERS)) $(if $(SIZE),--size $(SIZE)) \
-	    $(if $(REPEATS),--repeats $(REPEATS)) $(if $(COMPILE),--compile)
+	    $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(COMPILE),--compile) \
+	    $(if $(CONTROL),--control)
 
 # The Flashlight paper's complexity tables, reproduced for Flare (README, "Complexity").
 # It builds in a temporary copy of the tree, never in $(BUILD); SAMPLES=N rebuilds (>= 20).

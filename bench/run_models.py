@@ -4,16 +4,20 @@ thread count, and prints a table of seconds per training iteration with the rati
 Flare / PyTorch (below 1 means Flare is faster) and the ratio of peak memory.
 
     python bench/run_models.py [--flare build/benchmark] [--models "alexnet resnet50"]
-                               [--size cpu] [--iters 10] [--warmup 2] [--threads 2]
-                               [--repeats 1] [--compile] [--compile-timeout 900]
-                               [--out build/bench-models.json]
+                               [--size cpu] [--iters 10] [--rounds R] [--warmup 2]
+                               [--threads 2] [--repeats 1] [--compile]
+                               [--compile-timeout 900] [--control] [--out build/bench-models.json]
 
-Each model runs in a fresh process per side (peak resident memory is per process),
-rotating which side goes first, with --repeats rounds whose medians are kept. A round
-runs both sides back to back; "rounds' ratios" is the median of the rounds' own ratios
-(with their range): the paired statistic, each ratio taken from two runs a few seconds
-apart, where the ratio of the medians may set a run of a fast minute against one of a
-slow minute on a shared host.
+Each model runs --repeats times in a fresh process per side (peak resident memory is
+per process), rotating which side starts first. The sides start one after the other,
+each doing its warm-up, and stay running (--serve); then their timed steps, --iters a
+side, go in --rounds batches (5, or --iters if fewer) that take turns: Flare's, then PyTorch's, then PyTorch's
+and Flare's, and so on. A busy spell of a shared host, which lasts from milliseconds
+to minutes, thus weighs on both sides' batches of the same round. Each side's time is
+the median over its batches (each batch's median step); "rounds' ratios" is the median
+of the rounds' own ratios, with their range: the paired statistic.
+--control puts a second Flare process in PyTorch's place: both sides then run the same
+binary, so every ratio away from 1 is the machine, the noise a real run's ratios carry.
 --compile adds a third side, PyTorch with the model through torch.compile, and its
 columns: seconds per iteration after compiling, Flare's ratio to it, and the seconds
 the first iteration took (compiling, the forward and the backward). Each compiled
@@ -28,6 +32,7 @@ as Flare's model table does (models/models.h, flops_per_sample).
 import argparse
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -38,6 +43,64 @@ from pathlib import Path
 from run_ops import RECORDED_VARIABLES, benchmark_environment, machine_name, write_report
 
 HERE = Path(__file__).resolve().parent
+
+
+# The pause before each batch: long enough for the other side's OpenMP threads, which
+# spin for a while after their last parallel region, to have gone to sleep.
+SETTLE_S = 0.05
+
+
+class Trainer:
+    """One side's program training one model in --serve mode."""
+
+    def __init__(self, label, command, env):
+        self.label = label
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(command + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True, env=env)
+        self.error = None
+
+    def answer(self, timeout=None):
+        """The program's next JSON line; None, with self.error set, if it has none."""
+        if self.error:
+            return None
+        if timeout is not None and not select.select([self.process.stdout], [], [], timeout)[0]:
+            self.process.kill()
+            self.error = f"{self.label}: ran past {timeout:.0f} s"
+            return None
+        line = self.process.stdout.readline()
+        if not line:
+            status = self.process.wait()
+            self.stderr.seek(0)
+            message = (self.stderr.read().strip().splitlines() or [f"exited with status {status}"])[-1]
+            self.error = f"{self.label}: {message}"
+            return None
+        result = json.loads(line)
+        if "error" in result:
+            self.error = f"{self.label}: {result['error']}"
+            return None
+        return result
+
+    def steps(self, count):
+        """The median seconds of count training steps, or None."""
+        if self.error:
+            return None
+        time.sleep(SETTLE_S)
+        self.process.stdin.write(f"steps {count}\n")
+        self.process.stdin.flush()
+        result = self.answer()
+        return result["seconds"] if result else None
+
+    def finish(self):
+        """The program's report over every step it timed, or {"error": ...}."""
+        if not self.error:
+            self.process.stdin.close()
+            result = self.answer()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.stderr.close()
+        return {"error": self.error} if self.error else result
 
 
 def run_json(command, env, label, timeout=None):
@@ -108,18 +171,27 @@ def main():
     parser.add_argument("--torch-harness", default=str(HERE / "torch" / "harness.py"))
     parser.add_argument("--models", default=None, help="space-separated names (default: every model of Flare's)")
     parser.add_argument("--size", default="cpu", choices=["tiny", "cpu", "paper"])
-    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=10, help="timed steps a side, per repeat")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="batches the timed steps go in, alternated (5, or --iters if fewer)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1, help="rounds per model; the median is kept")
+    parser.add_argument("--repeats", type=int, default=1, help="fresh processes per side and model")
     parser.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile")
     parser.add_argument("--compile-timeout", type=float, default=900, help="seconds per torch.compile process")
+    parser.add_argument("--control", action="store_true", help="Flare against Flare: the machine's noise")
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args()
-    if args.threads < 1 or args.iters < 1 or args.warmup < 0 or args.repeats < 1:
-        parser.error("--threads, --iters and --repeats must be positive, --warmup not negative")
+    if args.rounds is None:
+        args.rounds = min(5, args.iters)
+    if args.threads < 1 or args.iters < 1 or args.warmup < 0 or args.repeats < 1 or args.rounds < 1:
+        parser.error("--threads, --iters, --rounds and --repeats must be positive, --warmup not negative")
+    if args.rounds > args.iters:
+        parser.error(f"--rounds {args.rounds} would leave a batch without steps: at most --iters ({args.iters})")
     if args.compile and args.warmup < 1:
         parser.error("--compile needs --warmup >= 1: the first iteration compiles")
+    if args.compile and args.control:
+        parser.error("--control compares Flare with itself; not with --compile")
 
     env = benchmark_environment(args.threads)
     listed = subprocess.run([args.flare, "--list"], capture_output=True, text=True, env=env, check=True)
@@ -138,26 +210,42 @@ def main():
     common = ["--size", args.size, "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--threads", str(args.threads)]
     flare_command = [args.flare, "--json", "--peak-gflops", f"{sgemm:.3f}"] + common
-    torch_command = [sys.executable, args.torch_harness] + common
+    torch_command = flare_command if args.control else [sys.executable, args.torch_harness] + common
 
     rows, torch_version = [], None
     for i, name in enumerate(names):
-        sides = [("flare", flare_command, "Flare"), ("torch", torch_command, "PyTorch")]
+        other = "Flare (control)" if args.control else "PyTorch"
+        sides = [("flare", flare_command, "Flare"), ("torch", torch_command, other)]
         if args.compile:
             sides.append(("compile", torch_command + ["--compile"], "torch.compile"))
-        results = {key: [] for key, _, _ in sides}
+        results = {key: [] for key, _, _ in sides}  # each process's final report
+        samples = {key: [] for key, _, _ in sides}  # each batch's median step, None where it failed
+        per_round = [args.iters // args.rounds + (k < args.iters % args.rounds) for k in range(args.rounds)]
         for r in range(args.repeats):
             turn = (i + r) % len(sides)
-            for key, command, label in sides[turn:] + sides[:turn]:
+            order = sides[turn:] + sides[:turn]
+            trainers, caches = {}, []
+            for key, command, label in order:
                 if key == "compile" and any("error" in result for result in results[key]):
                     continue
-                if key == "compile":
-                    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
-                        results[key].append(run_json(command + ["--model", name],
-                                                     dict(env, TORCHINDUCTOR_CACHE_DIR=cache), label,
-                                                     args.compile_timeout))
-                else:
-                    results[key].append(run_json(command + ["--model", name], env, label))
+                side_env = env
+                if key == "compile":  # compiles from nothing, as a first run does
+                    caches.append(tempfile.TemporaryDirectory(prefix="inductor-"))
+                    side_env = dict(env, TORCHINDUCTOR_CACHE_DIR=caches[-1].name)
+                trainer = Trainer(label, command + ["--model", name], side_env)
+                trainer.answer(args.compile_timeout if key == "compile" else None)  # its warm-up is done
+                trainers[key] = trainer
+            for k, count in enumerate(per_round):
+                for key, _, _ in (order if k % 2 == 0 else order[::-1]):
+                    if key in trainers:
+                        samples[key].append(trainers[key].steps(count))
+                for key, _, _ in sides:
+                    if key not in trainers:
+                        samples[key].append(None)
+            for key, trainer in trainers.items():
+                results[key].append(trainer.finish())
+            for cache in caches:
+                cache.cleanup()
         row = {"name": name}
         for key in results:
             good = [result for result in results[key] if "error" not in result]
@@ -165,7 +253,7 @@ def main():
                 row[f"{key}_error"] = results[key][0]["error"]
                 row[f"{key}_s"] = row[f"{key}_peak_rss"] = None
                 continue
-            row[f"{key}_s"] = statistics.median(result["seconds"] for result in good)
+            row[f"{key}_s"] = statistics.median(value for value in samples[key] if value is not None)
             row[f"{key}_fastest_s"] = min(result["fastest"] for result in good)
             row[f"{key}_slowest_s"] = max(result["slowest"] for result in good)
             row[f"{key}_peak_rss"] = max(result["peak_rss"] for result in good)
@@ -177,16 +265,15 @@ def main():
             if key == "flare":
                 row["flops_per_iter"] = good[0]["flops_per_iter"]
             else:
-                torch_version = good[0]["version"]
+                torch_version = None if args.control else good[0]["version"]
                 if good[0]["params"] != row["params"]:
                     row["params_mismatch"] = f"Flare has {row['params']} parameters, PyTorch {good[0]['params']}"
             if key == "compile":
                 row["compile_first_iteration_s"] = statistics.median(result["first_iteration_s"] for result in good)
         row["ratio"] = ratio(row["flare_s"], row["torch_s"])
-        # Each round runs both sides back to back, so its ratio compares them under
+        # A round's batches run back to back, so its ratio compares the sides under
         # nearly the same load.
-        rounds = [flare["seconds"] / torch["seconds"] for flare, torch in zip(results["flare"], results["torch"])
-                  if "error" not in flare and "error" not in torch]
+        rounds = [flare / torch for flare, torch in zip(samples["flare"], samples["torch"]) if flare and torch]
         if rounds:
             row["round_ratios"] = [round(value, 4) for value in rounds]
             row["paired_ratio"] = statistics.median(rounds)
@@ -203,6 +290,7 @@ def main():
 
     report = {
         "torch_version": torch_version,
+        "control": args.control,
         "threads": args.threads,
         "machine": machine_name(),
         "cores": os.cpu_count(),
@@ -210,13 +298,17 @@ def main():
         "environment": {variable: env.get(variable) for variable in RECORDED_VARIABLES},
         "method": {"size": args.size, "warmup": args.warmup, "iters": args.iters, "repeats": args.repeats,
                    "statistic": "median seconds per training iteration (data, forward, backward, SGD step)",
-                   "order": "model by model, a fresh process per side, rotating which goes first",
+                   "rounds": args.rounds,
+                   "order": "model by model; each repeat a fresh process per side, started one after the other "
+                            "(rotating which first) and kept running, their timed steps in rounds of one batch "
+                            "a side, alternating which goes first",
                    "compile": "torch.compile as a third side" if args.compile else "not measured",
                    "sgemm_gflops": sgemm},
         "elapsed_s": round(elapsed, 1),
         "rows": rows,
     }
-    print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, PyTorch {torch_version}; "
+    against = "control: the PyTorch column is a second Flare process" if args.control else f"PyTorch {torch_version}"
+    print(f"{report['machine']}, {args.threads} thread{'s' if args.threads > 1 else ''}, {against}; "
           f"load average {load_average:.1f} on {os.cpu_count()} cores at the start; sgemm peak {sgemm:.1f} GFLOP/s; "
           f"{elapsed:.0f} s\n")
     print_table(rows, args.compile)

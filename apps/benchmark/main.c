@@ -10,6 +10,7 @@
  *               [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]
  *               [--backend NAME]
  *     benchmark --model NAME --against BACKEND [...]
+ *     benchmark --model NAME --serve [...]
  *     benchmark --model NAME --train-check STEPS [--size tiny] ...
  *     benchmark --sgemm-peak [--threads T]
  *     benchmark --list
@@ -21,6 +22,13 @@
  * first), and reports each one's times and, step by step, the ratio of the first's
  * time to the second's: both then run under the same load, which on a shared machine
  * drifts by more than the few percent two backends differ by (bench/run_lazy.py).
+ *
+ * --serve keeps the process running for a driver that alternates it with another
+ * program (bench/run_models.py alternates it with PyTorch's harness): after the warm-up
+ * it prints a JSON line, then answers each request line "steps N" by timing N training
+ * steps and printing {"seconds": their median}; at the end of its input it prints the
+ * usual JSON report over every step it timed. Both programs stay in memory, and their
+ * batches of steps take turns, so a busy spell of a shared host weighs on both alike.
  *
  * --train-check trains on one fixed batch (memorizing it) and prints the loss as it
  * goes, failing unless the mean of the last five losses is under 3/4 of the first. --sgemm-peak prints the
@@ -60,7 +68,7 @@ typedef struct options {
     int warmup, iters, threads, train_check;
     double lr, momentum, peak_gflops;
     uint64_t seed;
-    bool json, sgemm_peak, list, distributed;
+    bool json, sgemm_peak, list, distributed, serve;
 } options;
 
 static const char *const size_names[MODEL_SIZES] = {"tiny", "cpu", "paper"};
@@ -69,7 +77,7 @@ static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.size = MODEL_CPU, .warmup = 2, .iters = 10, .lr = 0.01, .momentum = 0.9, .seed = 1};
     enum { MODEL = 256, AGAINST, SIZE, BATCH, WARMUP, ITERS, THREADS, TRAIN_CHECK, LR, SEED, PEAK_GFLOPS, JSON,
-           SGEMM_PEAK, LIST, DISTRIBUTED, BACKEND };
+           SGEMM_PEAK, LIST, DISTRIBUTED, BACKEND, SERVE };
     static const struct option long_options[] = {
         {"model", required_argument, NULL, MODEL},
         {"against", required_argument, NULL, AGAINST},
@@ -87,6 +95,7 @@ static void parse_args(int argc, char **argv, options *o)
         {"list", no_argument, NULL, LIST},
         {"distributed", no_argument, NULL, DISTRIBUTED},
         {"backend", required_argument, NULL, BACKEND},
+        {"serve", no_argument, NULL, SERVE},
         {0},
     };
     cli c = {.program = "benchmark",
@@ -94,6 +103,7 @@ static void parse_args(int argc, char **argv, options *o)
                       "                 [--threads T] [--lr LR] [--seed S] [--peak-gflops G] [--json] [--distributed]\n"
                       "                 [--backend NAME]\n"
                       "       benchmark --model NAME --against BACKEND [...]\n"
+                      "       benchmark --model NAME --serve [...]\n"
                       "       benchmark --model NAME --train-check STEPS [...]\n"
                       "       benchmark --sgemm-peak [--threads T]\n"
                       "       benchmark --list\n"
@@ -125,11 +135,15 @@ static void parse_args(int argc, char **argv, options *o)
         case LIST: o->list = true; break;
         case DISTRIBUTED: o->distributed = true; break;
         case BACKEND: cli_backend(&c); break;
+        case SERVE: o->serve = o->json = true; break;
         }
     if (!o->model && !o->sgemm_peak && !o->list)
         cli_fail(&c, "which model? (--model NAME; --list names them)");
-    if (o->against && (o->distributed || o->train_check))
+    if (o->against && (o->distributed || o->train_check || o->serve))
         cli_fail(&c, "--against times training steps in one process; not with --%s",
+                 o->distributed ? "distributed" : o->train_check ? "train-check" : "serve");
+    if (o->serve && (o->distributed || o->train_check))
+        cli_fail(&c, "--serve times training steps on request; not with --%s",
                  o->distributed ? "distributed" : "train-check");
 }
 
@@ -435,6 +449,65 @@ static void report_pairs(const benchmark_model *bm, const options *o, const trai
     free(sorted);
 }
 
+/* --serve: the warm-up, a JSON line to say it is done, then "steps N" requests until
+ * the input ends, and the report over every step timed. */
+static int serve(const benchmark_model *bm, options *o, trainee *t, int64_t batch, int64_t parameter_count,
+                 double peak)
+{
+    enum { MOST_STEPS = 100000 };
+    step_times warm;
+    for (int i = 0; i < o->warmup; i++)
+        if (train_step(bm, t->model, t->opt, NULL, o, batch, NULL, NULL, &warm, NULL) != FL_OK)
+            return fail("training");
+    fl_profile_reset(); /* FLARE_PROFILE=1: profile the timed steps only */
+    printf("{\"name\": \"%s\", \"params\": %" PRId64 ", \"batch\": %" PRId64 ", \"threads\": %d, \"warmup\": %d}\n",
+           bm->name, parameter_count, batch, fl_num_threads(), o->warmup);
+    fflush(stdout);
+    int timed = 0, capacity = o->iters;
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        int steps;
+        char extra;
+        if (sscanf(line, "steps %d %c", &steps, &extra) != 1 || steps < 1 || steps > MOST_STEPS - timed) {
+            printf("{\"error\": \"expected a line 'steps N', N from 1 to %d\"}\n", MOST_STEPS - timed);
+            fflush(stdout);
+            continue;
+        }
+        double *totals = malloc((size_t)steps * sizeof *totals);
+        if (timed + steps > capacity) {
+            int grown = timed + steps > 2 * capacity ? timed + steps : 2 * capacity;
+            step_times *more = realloc(t->times, (size_t)grown * sizeof *more);
+            if (more) {
+                t->times = more;
+                capacity = grown;
+            }
+        }
+        if (!totals || timed + steps > capacity) {
+            free(totals);
+            fprintf(stderr, "benchmark: no memory for the times of %d more steps\n", steps);
+            return 1;
+        }
+        for (int k = 0; k < steps; k++) {
+            if (train_step(bm, t->model, t->opt, NULL, o, batch, NULL, NULL, &t->times[timed + k], NULL) != FL_OK) {
+                free(totals);
+                return fail("training");
+            }
+            totals[k] = t->times[timed + k].total;
+        }
+        timed += steps;
+        printf("{\"seconds\": %.6f, \"steps\": %d}\n", median(totals, steps), steps);
+        fflush(stdout);
+        free(totals);
+    }
+    if (timed == 0) {
+        fprintf(stderr, "benchmark: --serve: the input ended before any 'steps N' request\n");
+        return 1;
+    }
+    o->iters = timed;
+    report(bm, o, t, 1, batch, parameter_count, peak);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -518,7 +591,9 @@ int main(int argc, char **argv)
             if (isnan(peak))
                 status = fail("adding up the ranks' peaks");
         }
-        for (int i = 0; status == 0 && i < o.warmup + o.iters; i++) {
+        if (status == 0 && o.serve)
+            status = serve(bm, &o, &trainees[0], batch, parameter_count, peak);
+        for (int i = 0; status == 0 && !o.serve && i < o.warmup + o.iters; i++) {
             if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
                 fl_profile_reset();
                 fl_lazy_traffic_reset();
@@ -533,9 +608,9 @@ int main(int argc, char **argv)
                     t->times[i - o.warmup] = times;
             }
         }
-        if (status == 0 && slowest_rank_times(trainees[0].times, o.iters) != FL_OK)
+        if (status == 0 && !o.serve && slowest_rank_times(trainees[0].times, o.iters) != FL_OK)
             status = fail("gathering the ranks' times");
-        if (status == 0 && leader) {
+        if (status == 0 && !o.serve && leader) {
             for (int k = 0; k < count; k++)
                 report(bm, &o, &trainees[k], count, batch, parameter_count, peak);
             if (count == 2)

@@ -5,7 +5,7 @@ and spread), samples per second and peak resident memory as one JSON line.
 
     python bench/torch/harness.py --model NAME [--size cpu] [--batch B] [--warmup 2]
                                   [--iters 10] [--threads 2] [--lr 0.01] [--seed 1]
-                                  [--compile] [--device cuda] [--profile]
+                                  [--compile] [--device cuda] [--profile] [--serve]
 
 --compile runs the model through torch.compile (its default mode; the backward is
 compiled with it, the optimizer runs eagerly). Compiling happens in the first warm-up
@@ -19,6 +19,11 @@ and each phase ends with a synchronize, so the times are the device's work.
 operations (self CPU time, longest first) to stderr: the twin of FLARE_PROFILE=1 on
 Flare's side (docs/BENCHMARKS.md, "Profiling a training step"). The profiler's own
 cost is in the times it reports.
+
+--serve is the protocol of Flare's `benchmark --serve`, for bench/run_models.py: after
+the warm-up a JSON line, then for each input line "steps N" N timed steps and a line
+{"seconds": their median}; when the input ends, the usual JSON line over every step
+timed.
 
 NAME is a module of this folder (resnet50.py, ...) exposing build(size), BATCH,
 make_batch(size, batch, generator) and loss(model, input, target).
@@ -58,11 +63,14 @@ def main():
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--device", default="cpu", help="the device the model trains on (cpu, cuda)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's table of the timed iterations")
+    parser.add_argument("--serve", action="store_true", help="time steps on request (see above)")
     args = parser.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 0:
         parser.error("--iters and --threads must be positive, --warmup and --batch not negative")
     if args.compile and args.warmup < 1:
         parser.error("--compile needs a warm-up iteration (--warmup >= 1): the first one compiles")
+    if args.serve and args.profile:
+        parser.error("--profile times a fixed number of steps; not with --serve")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -76,11 +84,9 @@ def main():
     generator = torch.Generator().manual_seed(args.seed)
 
     phases = {"data_s": [], "forward_s": [], "backward_s": [], "step_s": [], "seconds": []}
-    first_iteration_s = None
-    profiler = torch.profiler.profile() if args.profile else None
-    for i in range(args.warmup + args.iters):
-        if i == args.warmup and profiler:
-            profiler.start()
+
+    def step():
+        """One training step; its phases' times."""
         start = time.perf_counter()
         images, targets = (t.to(device) for t in spec.make_batch(args.size, batch, generator))
         data_done = synchronized(device)
@@ -91,20 +97,47 @@ def main():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         end = synchronized(device)
-        if i == 0:
-            first_iteration_s = end - start
-        if i >= args.warmup:
-            for key, value in zip(phases, (data_done - start, forward_done - data_done, backward_done - forward_done,
-                                           end - backward_done, end - start)):
-                phases[key].append(value)
-    if profiler:
-        profiler.stop()
-        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), file=sys.stderr)
+        return (data_done - start, forward_done - data_done, backward_done - forward_done, end - backward_done,
+                end - start)
 
-    result = {"name": args.model, "size": args.size, "params": sum(p.numel() for p in model.parameters()),
+    def timed(count):
+        """count steps, recorded in phases; the median of their times."""
+        totals = []
+        for _ in range(count):
+            times = step()
+            for key, value in zip(phases, times):
+                phases[key].append(value)
+            totals.append(times[-1])
+        return statistics.median(totals)
+
+    warmup = [step()[-1] for _ in range(args.warmup)]
+    params = sum(p.numel() for p in model.parameters())
+    if args.serve:
+        print(json.dumps({"name": args.model, "params": params, "batch": batch, "threads": torch.get_num_threads(),
+                          "warmup": args.warmup}), flush=True)
+        for line in sys.stdin:
+            words = line.split()
+            if len(words) != 2 or words[0] != "steps" or not words[1].isdigit() or int(words[1]) < 1:
+                print(json.dumps({"error": "expected a line 'steps N', N at least 1"}), flush=True)
+                continue
+            count = int(words[1])
+            print(json.dumps({"seconds": timed(count), "steps": count}), flush=True)
+        if not phases["seconds"]:
+            sys.exit("harness: --serve: the input ended before any 'steps N' request")
+        args.iters = len(phases["seconds"])
+    else:
+        profiler = torch.profiler.profile() if args.profile else None
+        if profiler:
+            profiler.start()
+        timed(args.iters)
+        if profiler:
+            profiler.stop()
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), file=sys.stderr)
+
+    result = {"name": args.model, "size": args.size, "params": params,
               "batch": batch, "threads": torch.get_num_threads(), "warmup": args.warmup, "iters": args.iters,
               "version": torch.__version__, "compiled": args.compile, "device": str(device),
-              "first_iteration_s": first_iteration_s}
+              "first_iteration_s": (warmup or phases["seconds"])[0]}
     result.update({key: statistics.median(values) for key, values in phases.items()})
     result["fastest"], result["slowest"] = min(phases["seconds"]), max(phases["seconds"])
     result["samples_per_s"] = batch / result["seconds"]
