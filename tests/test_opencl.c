@@ -93,6 +93,43 @@ static void held_intermediates_are_written_once(void **state)
     restore();
 }
 
+/* More held intermediates than one kernel has outputs: those past its outputs run
+ * right after it, so that none stays pending. Left pending, a node read only through
+ * later ones (an optimizer's parameter whose sum with another is all a step reads,
+ * as an LSTM's two biases) grew by a step's operations every step, and each step
+ * built a new program. */
+static void held_intermediates_past_the_outputs_are_written(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    use_opencl();
+    enum { HELD = 6 };
+    fl_tensor *x = fl_full(2.0, FL_F32, 1, (int64_t[]){4096}), *kept[HELD], *sum = NULL;
+    for (int k = 0; k < HELD; k++) {
+        kept[k] = fl_mul_scalar(x, k + 1); /* held here */
+        fl_tensor *next = sum ? fl_add(sum, kept[k]) : fl_exp(kept[k]);
+        fl_release(sum);
+        sum = next;
+    }
+    fl_opencl_counters before = fl_opencl_counters_get();
+    assert_int_equal(fl_eval(sum), FL_OK);
+    fl_opencl_counters ran = fl_opencl_counters_get();
+    for (int k = 0; k < HELD; k++)
+        assert_int_equal(fl_eval(kept[k]), FL_OK); /* already written */
+    fl_opencl_counters after = fl_opencl_counters_get();
+    assert_true(ran.launches - before.launches >= 2); /* the graph, then what it could not write */
+    assert_int_equal(after.launches - ran.launches, 0);
+    for (int k = 0; k < HELD; k++) {
+        fl_tensor *total = fl_sum(kept[k], FL_ALL_AXES, false);
+        assert_true(fabs(fl_item(total) / 4096 - 2.0 * (k + 1)) < 1e-4);
+        fl_release(total);
+        fl_release(kept[k]);
+    }
+    fl_release(sum);
+    fl_release(x);
+    restore();
+}
+
 /* One training step of a small classifier: the batch goes up, the loss comes down,
  * and nothing else crosses; once the steps repeat, no program is built again and the
  * host waits only for the loss. */
@@ -225,6 +262,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(elementwise_chains_fuse_into_one_kernel),
         cmocka_unit_test(held_intermediates_are_written_once),
+        cmocka_unit_test(held_intermediates_past_the_outputs_are_written),
         cmocka_unit_test(a_training_step_stays_on_the_device),
         cmocka_unit_test(device_errors_are_statuses),
         cmocka_unit_test(a_kernel_that_does_not_build_is_an_error),

@@ -187,18 +187,26 @@ static int materialize(const fl_tensor *t)
                 return rc;
         return ocl_materialize(t);
     }
-    /* The outputs: t, and pending nodes held from outside the graph. */
+    /* The outputs: t, and pending nodes held from outside the graph. Those past the
+     * kernel's outputs run after it, each by itself: left pending, a node that is
+     * read only through later nodes (an optimizer's parameter, whose update reads it
+     * at every step) would grow by a step's operations each step, and each step
+     * would build a new program. */
     fl_tensor *outputs[KG_MAX_OUTPUTS] = {out};
     const fl_tensor *written[KG_MAX_OUTPUTS] = {t};
+    fl_tensor *after[KG_MAX_SLOTS];
+    int nafter = 0;
     g->p.outputs[g->p.noutputs++] = root;
     rc = ocl_alloc(out);
-    for (int j = 0; j < g->p.nslots && !rc && g->p.noutputs < KG_MAX_OUTPUTS; j++) {
+    for (int j = 0; j < g->p.nslots && !rc; j++) {
         const fl_tensor *n = g->nodes[j];
         if (j == root || ocl_impl(n)->state != OCL_PENDING)
             continue;
         /* refs[j] counts the edges into it from the graph (the first visit included);
          * a reference count above that is a holder outside the graph. */
-        if (n->refcount > g->refs[j]) {
+        if (n->refcount > g->refs[j] && g->p.noutputs == KG_MAX_OUTPUTS) {
+            after[nafter++] = fl_retain(n);
+        } else if (n->refcount > g->refs[j]) {
             fl_tensor *extra = fl_tensor_alloc(t->backend, n->dtype, n->ndim, n->shape);
             if (!extra || (rc = ocl_alloc(extra))) {
                 fl_release(extra);
@@ -218,5 +226,10 @@ static int materialize(const fl_tensor *t)
         fl_release(outputs[k]);
     }
     free(g);
+    for (int k = 0; k < nafter; k++) { /* one may have run with another */
+        if (!rc && ocl_impl(after[k])->state == OCL_PENDING)
+            rc = ocl_materialize(after[k]);
+        fl_release(after[k]);
+    }
     return rc;
 }
