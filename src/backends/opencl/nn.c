@@ -1,6 +1,6 @@
 /*
  * The fused kernels of the backend contract (flare/backend.h, "Fused kernels"):
- * softmax, batch norm forward and backward, GELU, the LSTM cell. Their semantics are the cpu
+ * softmax, batch norm forward and backward, GELU, the LSTM cell and recurrence. Their semantics are the cpu
  * backend's (cpu/softmax.c, batchnorm.c, gelu.c), and they compute with its formulas:
  * f32 kernels carry the cpu backend's vecmath.h and gelu.h, as generated kernels do.
  *
@@ -74,11 +74,7 @@ static int check_float(const char *operation, fl_dtype dtype)
  * from 16 (fewer idle work items than that cost nothing) to the device's launch size. */
 static int group_size(int64_t n)
 {
-    ocl_device *dev = ocl_device_get();
-    int most = 1;
-    while ((size_t)most * 2 <= (dev ? dev->local_size : 1))
-        most *= 2;
-    int local = 16;
+    int most = ocl_group_size(), local = 16;
     while (local < n && local < most)
         local *= 2;
     return local < most ? local : most;
@@ -598,6 +594,282 @@ static int ocl_lstm_cell_backward(const fl_backend *self, fl_tensor *dpre, fl_te
     return rc;
 }
 
+/* ---- the LSTM recurrence ----
+ * One launch a step. A work-group takes one row r of the batch and UNITS consecutive
+ * units j; its work items split the depth of the step's product into SLICES strided
+ * parts, so that a launch has enough work items to fill a GPU, and neighbouring work
+ * items read neighbouring words of the weights. Forward, each work item sums its part
+ * of the four dot products of h_prev's row r with unit j's rows of W_hh (from a
+ * transposed copy made once a call), the group adds the parts in local memory, and
+ * the first slice adds the step's input projection and the bias ((x + b) + the
+ * product, the cpu kernel's order) and runs lstm_cell's arithmetic. Backward, in the
+ * reverse order, the parts are of dh_next, the product of the step after's
+ * preactivation gradients with column j of W_hh; then the cell's gradient. dc flows
+ * from step to step through dc0, which ends holding its gradient, and one more launch
+ * gives dh0 from the last step's gradients. A step of a language model's layer is a
+ * few microseconds of arithmetic, where the composition pays a CLBlast product, an
+ * add and a cell, each a launch. The queue runs in order, so each launch sees the one
+ * before it done; nothing waits for the device. */
+
+static const char lstm_transpose_source[] =
+    "__kernel void lstm_transpose(long rows, long cols, __global const T *w, long wo, __global T *wt, long wto)\n"
+    "{\n"
+    "    long e = get_global_id(0);\n"
+    "    if (e >= rows * cols) return;\n"
+    "    long m = e / cols, k = e % cols;\n"
+    "    wt[wto + k * rows + m] = w[wo + e];\n"
+    "}\n";
+
+/* Which row, unit and slice a work item has (the unit may be past hs: such work items
+ * only take part in the group's barrier). */
+#define LSTM_PLACE                                                                                          \
+    "#define UNITS (LOCAL < 32 ? LOCAL : 32)\n"                                                             \
+    "#define SLICES (LOCAL / UNITS)\n"                                                                      \
+    "    long blocks = (hs + UNITS - 1) / UNITS, group = get_group_id(0);\n"                                \
+    "    int lid = get_local_id(0), slice = lid / UNITS;\n"                                                 \
+    "    long r = group / blocks, j = (group % blocks) * UNITS + lid % UNITS;\n"                            \
+    "    bool unit = j < hs;\n"
+
+/* Adds the slices' parts of s (local part[LOCAL]) into slice 0's s, in slice order. */
+#define LSTM_GATHER(s)                                                                                      \
+    "    part[lid] = " s ";\n"                                                                              \
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"                                                                   \
+    "    if (slice == 0) for (int q = 1; q < SLICES; q++) " s " += part[lid + q * UNITS];\n"                \
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+
+static const char lstm_step_source[] =
+    "__kernel void lstm_step(long rows, long hs, __global const T *x, long xo, __global const T *bias, long bo,\n"
+    "                        int biased, __global const T *hp, long hpo, __global const T *cp, long cpo,\n"
+    "                        __global const T *wt, long wto, __global T *gates, long go, __global T *c, long co,\n"
+    "                        __global T *h, long ho)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    LSTM_PLACE
+    "    T s0 = 0, s1 = 0, s2 = 0, s3 = 0;\n"
+    "    if (unit) {\n"
+    "        __global const T *hr = hp + hpo + r * hs;\n"
+    "        for (long k = slice; k < hs; k += SLICES) {\n"
+    "            __global const T *w = wt + wto + k * 4 * hs + j;\n"
+    "            T v = hr[k];\n"
+    "            s0 += v * w[0]; s1 += v * w[hs]; s2 += v * w[2 * hs]; s3 += v * w[3 * hs];\n"
+    "        }\n"
+    "    }\n"
+    LSTM_GATHER("s0") LSTM_GATHER("s1") LSTM_GATHER("s2") LSTM_GATHER("s3")
+    "    if (!unit || slice != 0) return;\n"
+    "    long e = r * hs + j;\n"
+    "    __global const T *xr = x + xo + r * 4 * hs + j;\n"
+    "    __global const T *b = bias + bo + j;\n"
+    "    T p0 = (xr[0] + (biased ? b[0] : (T)0)) + s0, p1 = (xr[hs] + (biased ? b[hs] : (T)0)) + s1,\n"
+    "      p2 = (xr[2 * hs] + (biased ? b[2 * hs] : (T)0)) + s2, p3 = (xr[3 * hs] + (biased ? b[3 * hs] : (T)0)) + s3;\n"
+    "    T i = vm_sigmoidf(p0), f = vm_sigmoidf(p1), g = vm_tanhf(p2), o = vm_sigmoidf(p3);\n"
+    "    T cell = f * cp[cpo + e] + i * g;\n"
+    "    __global T *a = gates + go + r * 4 * hs + j;\n"
+    "    a[0] = i; a[hs] = f; a[2 * hs] = g; a[3 * hs] = o;\n"
+    "    c[co + e] = cell;\n"
+    "    h[ho + e] = o * vm_tanhf(cell);\n"
+    "}\n";
+
+/* dh of element (r, j) from the step after, summed by the group: row r of its
+ * preactivation gradients da [N, 4H] times column j of W_hh [4H, H]. */
+#define LSTM_DH_NEXT                                                                                        \
+    "    T dh_next = 0;\n"                                                                                   \
+    "    if (unit && !first)\n"                                                                             \
+    "        for (long m = slice; m < 4 * hs; m += SLICES)\n"                                              \
+    "            dh_next += da[dao + r * 4 * hs + m] * w[wo + m * hs + j];\n"                               \
+    LSTM_GATHER("dh_next")
+
+static const char lstm_step_grad_source[] =
+    "__kernel void lstm_step_grad(long rows, long hs, int first, __global const T *dh, long dho,\n"
+    "                             __global const T *dc, long dco, __global const T *gates, long go,\n"
+    "                             __global const T *cp, long cpo, __global const T *c, long co,\n"
+    "                             __global const T *da, long dao, __global const T *w, long wo,\n"
+    "                             __global T *dcn, long dcno, __global T *d, long dpo)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    LSTM_PLACE
+    LSTM_DH_NEXT
+    "    if (!unit || slice != 0) return;\n"
+    "    long e = r * hs + j;\n"
+    "    __global const T *a = gates + go + r * 4 * hs + j;\n"
+    "    T i = a[0], f = a[hs], g = a[2 * hs], o = a[3 * hs];\n"
+    "    T sum = dh[dho + e] + dh_next, t = vm_tanhf(c[co + e]);\n"
+    "    T total_ = (dc[dco + e] + (first ? (T)0 : dcn[dcno + e])) + (sum * o) * (1 - t * t);\n"
+    "    __global T *dr = d + dpo + r * 4 * hs + j;\n"
+    "    dr[0] = (total_ * g) * (i - i * i);\n"
+    "    dr[hs] = (total_ * cp[cpo + e]) * (f - f * f);\n"
+    "    dr[2 * hs] = (total_ * i) * (1 - g * g);\n"
+    "    dr[3 * hs] = (sum * t) * (o - o * o);\n"
+    "    dcn[dcno + e] = total_ * f;\n"
+    "}\n";
+
+static const char lstm_dh0_source[] =
+    "__kernel void lstm_dh0(long rows, long hs, __global const T *da, long dao, __global const T *w, long wo,\n"
+    "                       __global T *dh0, long dho)\n"
+    "{\n"
+    "    __local T part[LOCAL];\n"
+    "    const int first = 0;\n"
+    LSTM_PLACE
+    LSTM_DH_NEXT
+    "    if (unit && slice == 0) dh0[dho + r * hs + j] = dh_next;\n"
+    "}\n";
+
+/* The global size of the recurrence's kernels (work-groups of ocl_group_size()):
+ * ceil(hs / UNITS) groups for each of rows. */
+static size_t lstm_global(int64_t rows, int64_t hs, int local)
+{
+    int64_t units = local < 32 ? local : 32;
+    return (size_t)(rows * ((hs + units - 1) / units)) * (size_t)local;
+}
+
+/* The step before step t in the order the recurrence runs; -1 for its first. */
+static int64_t step_before(int64_t t, int64_t steps, bool reverse)
+{
+    return reverse ? (t + 1 < steps ? t + 1 : -1) : t - 1;
+}
+
+static int ocl_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tensor *gates_out, const fl_tensor *xproj,
+                             const fl_tensor *bias, const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh,
+                             bool reverse)
+{
+    (void)self;
+    int rc = check_float("lstm_sequence", xproj->dtype);
+    if (rc)
+        return rc;
+    enum { X, H0, C0, W, BIAS, INPUTS };
+    const fl_tensor *inputs[INPUTS] = {xproj, h0, c0, w_hh, bias};
+    int64_t steps = xproj->ndim == 3 ? xproj->shape[0] : -1, rows = xproj->ndim == 3 ? xproj->shape[1] : -1,
+            hs = xproj->ndim == 3 ? xproj->shape[2] / 4 : -1;
+    bool shaped = xproj->ndim == 3 && xproj->shape[2] == 4 * hs && w_hh->ndim == 2 && w_hh->shape[0] == 4 * hs &&
+                  w_hh->shape[1] == hs && (!bias || (bias->ndim == 1 && bias->shape[0] == 4 * hs));
+    for (int k = H0; k <= C0; k++)
+        shaped = shaped && inputs[k]->ndim == 2 && inputs[k]->shape[0] == rows && inputs[k]->shape[1] == hs;
+    for (int k = H0; k < INPUTS; k++)
+        shaped = shaped && (!inputs[k] || inputs[k]->dtype == xproj->dtype);
+    if (!shaped)
+        return fl_backend_error(FL_ERR_SHAPE, "lstm_sequence needs xproj [T, N, 4H], bias [4H], h0 and c0 [N, H] "
+                                              "and w_hh [4H, H] of one dtype");
+    fl_tensor *outs[2] = {states, gates_out};
+    if ((rc = alloc_all(2, outs)) || xproj->numel == 0)
+        return rc;
+    fl_tensor *d[INPUTS];
+    if (!dense_all(INPUTS, inputs, d))
+        return FL_ERR_BACKEND;
+    size_t element = ocl_element_size(xproj->dtype);
+    ocl_buffer *wt = ocl_buffer_new((size_t)(4 * hs * hs) * element);
+    cl_kernel transpose = NULL, step = NULL;
+    int local = ocl_group_size();
+    if (!wt || !(transpose = nn_kernel(lstm_transpose_source, "lstm_transpose", xproj->dtype, 1)) ||
+        !(step = nn_kernel(lstm_step_source, "lstm_step", xproj->dtype, local))) {
+        rc = FL_ERR_BACKEND;
+        goto done;
+    }
+    /* a buffer's offset is in bytes, of a 512-byte aligned block */
+    cl_long n = rows, h = hs, four = 4 * hs, wo = ocl_element_offset(d[W]), wto = (cl_long)(wt->offset / element);
+    ocl_arg targs[] = {OCL_VALUE(four), OCL_VALUE(h), OCL_MEM(ocl_impl(d[W])->buffer), OCL_VALUE(wo), OCL_MEM(wt),
+                       OCL_VALUE(wto)};
+    rc = ocl_launch("lstm_sequence", transpose, (size_t)(4 * hs * hs), (int)(sizeof targs / sizeof *targs), targs);
+    ocl_arg bias_mem;
+    cl_long bo;
+    optional_arg(d[BIAS], d[X], &bias_mem, &bo);
+    cl_int biased = d[BIAS] != NULL;
+    cl_long base = ocl_element_offset(states), layer = steps * rows * hs;
+    size_t global = lstm_global(rows, hs, local), group = (size_t)local;
+    for (int64_t s = 0; !rc && s < steps; s++) {
+        int64_t t = reverse ? steps - 1 - s : s, before = step_before(t, steps, reverse);
+        const fl_tensor *hp = before < 0 ? d[H0] : states, *cp = before < 0 ? d[C0] : states;
+        cl_long xo = ocl_element_offset(d[X]) + t * rows * 4 * hs,
+                hpo = before < 0 ? ocl_element_offset(d[H0]) : base + before * rows * hs,
+                cpo = before < 0 ? ocl_element_offset(d[C0]) : base + layer + before * rows * hs,
+                go = ocl_element_offset(gates_out) + t * rows * 4 * hs, co = base + layer + t * rows * hs,
+                ho = base + t * rows * hs;
+        ocl_arg args[] = {OCL_VALUE(n), OCL_VALUE(h), OCL_MEM(ocl_impl(d[X])->buffer), OCL_VALUE(xo), bias_mem,
+                          OCL_VALUE(bo), OCL_VALUE(biased), OCL_MEM(ocl_impl(hp)->buffer), OCL_VALUE(hpo),
+                          OCL_MEM(ocl_impl(cp)->buffer), OCL_VALUE(cpo), OCL_MEM(wt), OCL_VALUE(wto),
+                          OCL_MEM(ocl_impl(gates_out)->buffer), OCL_VALUE(go), OCL_MEM(ocl_impl(states)->buffer),
+                          OCL_VALUE(co), OCL_MEM(ocl_impl(states)->buffer), OCL_VALUE(ho)};
+        rc = ocl_launch_nd("lstm_sequence", step, 1, &global, &group, (int)(sizeof args / sizeof *args), args);
+    }
+done:
+    if (wt)
+        ocl_buffer_release(wt);
+    release_all(INPUTS, d);
+    return rc;
+}
+
+static int ocl_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj, fl_tensor *dh0, fl_tensor *dc0,
+                                      const fl_tensor *dstates, const fl_tensor *states, const fl_tensor *gates,
+                                      const fl_tensor *h0, const fl_tensor *c0, const fl_tensor *w_hh, bool reverse)
+{
+    (void)self;
+    int rc = check_float("lstm_sequence_backward", gates->dtype);
+    if (rc)
+        return rc;
+    enum { GATES, DSTATES, STATES, C0, W, INPUTS };
+    const fl_tensor *inputs[INPUTS] = {gates, dstates, states, c0, w_hh};
+    int64_t steps = gates->ndim == 3 ? gates->shape[0] : -1, rows = gates->ndim == 3 ? gates->shape[1] : -1,
+            hs = gates->ndim == 3 ? gates->shape[2] / 4 : -1;
+    bool shaped = gates->ndim == 3 && gates->shape[2] == 4 * hs && c0->ndim == 2 && c0->shape[0] == rows &&
+                  c0->shape[1] == hs && w_hh->ndim == 2 && w_hh->shape[0] == 4 * hs && w_hh->shape[1] == hs &&
+                  h0->dtype == gates->dtype;
+    for (int k = DSTATES; k <= STATES; k++)
+        shaped = shaped && inputs[k]->ndim == 3 && inputs[k]->shape[0] == 2 * steps &&
+                 inputs[k]->shape[1] == rows && inputs[k]->shape[2] == hs;
+    for (int k = DSTATES; k < INPUTS; k++)
+        shaped = shaped && inputs[k]->dtype == gates->dtype;
+    if (!shaped)
+        return fl_backend_error(FL_ERR_SHAPE, "lstm_sequence_backward needs gates [T, N, 4H], dstates and states "
+                                              "[2T, N, H], c0 [N, H] and w_hh [4H, H] of one dtype");
+    fl_tensor *outs[3] = {dxproj, dh0, dc0};
+    if ((rc = alloc_all(3, outs)) || dh0->numel == 0)
+        return rc;
+    fl_tensor *d[INPUTS];
+    if (!dense_all(INPUTS, inputs, d))
+        return FL_ERR_BACKEND;
+    int local = ocl_group_size();
+    cl_kernel grad = nn_kernel(lstm_step_grad_source, "lstm_step_grad", gates->dtype, local),
+              first_dh = grad ? nn_kernel(lstm_dh0_source, "lstm_dh0", gates->dtype, local) : NULL;
+    if (!first_dh) {
+        release_all(INPUTS, d);
+        return FL_ERR_BACKEND;
+    }
+    cl_long n = rows, h = hs, wo = ocl_element_offset(d[W]), layer = steps * rows * hs,
+            dbase = ocl_element_offset(d[DSTATES]), sbase = ocl_element_offset(d[STATES]),
+            dco0 = ocl_element_offset(dc0), dpbase = ocl_element_offset(dxproj);
+    cl_long after_offset = 0;
+    size_t global = lstm_global(rows, hs, local), group = (size_t)local;
+    for (int64_t s = 0; !rc && s < steps; s++) {
+        int64_t t = reverse ? s : steps - 1 - s, before = step_before(t, steps, reverse);
+        cl_int first = s == 0;
+        const fl_tensor *cp = before < 0 ? d[C0] : d[STATES];
+        cl_long dho = dbase + t * rows * hs, dco = dbase + layer + t * rows * hs,
+                go = ocl_element_offset(d[GATES]) + t * rows * 4 * hs,
+                cpo = before < 0 ? ocl_element_offset(d[C0]) : sbase + layer + before * rows * hs,
+                co = sbase + layer + t * rows * hs, dpo = dpbase + t * rows * 4 * hs;
+        ocl_arg args[] = {OCL_VALUE(n), OCL_VALUE(h), OCL_VALUE(first),
+                          OCL_MEM(ocl_impl(d[DSTATES])->buffer), OCL_VALUE(dho),
+                          OCL_MEM(ocl_impl(d[DSTATES])->buffer), OCL_VALUE(dco),
+                          OCL_MEM(ocl_impl(d[GATES])->buffer), OCL_VALUE(go),
+                          OCL_MEM(ocl_impl(cp)->buffer), OCL_VALUE(cpo),
+                          OCL_MEM(ocl_impl(d[STATES])->buffer), OCL_VALUE(co),
+                          OCL_MEM(ocl_impl(dxproj)->buffer), OCL_VALUE(after_offset),
+                          OCL_MEM(ocl_impl(d[W])->buffer), OCL_VALUE(wo),
+                          OCL_MEM(ocl_impl(dc0)->buffer), OCL_VALUE(dco0),
+                          OCL_MEM(ocl_impl(dxproj)->buffer), OCL_VALUE(dpo)};
+        rc = ocl_launch_nd("lstm_sequence_backward", grad, 1, &global, &group, (int)(sizeof args / sizeof *args),
+                           args);
+        after_offset = dpo;
+    }
+    cl_long dh0o = ocl_element_offset(dh0);
+    ocl_arg args[] = {OCL_VALUE(n), OCL_VALUE(h), OCL_MEM(ocl_impl(dxproj)->buffer), OCL_VALUE(after_offset),
+                      OCL_MEM(ocl_impl(d[W])->buffer), OCL_VALUE(wo), OCL_MEM(ocl_impl(dh0)->buffer),
+                      OCL_VALUE(dh0o)};
+    if (!rc)
+        rc = ocl_launch_nd("lstm_sequence_backward", first_dh, 1, &global, &group, (int)(sizeof args / sizeof *args),
+                           args);
+    release_all(INPUTS, d);
+    return rc;
+}
+
 void ocl_register_nn(fl_backend *b)
 {
     b->softmax = ocl_softmax;
@@ -606,4 +878,6 @@ void ocl_register_nn(fl_backend *b)
     b->gelu = ocl_gelu;
     b->lstm_cell = ocl_lstm_cell;
     b->lstm_cell_backward = ocl_lstm_cell_backward;
+    b->lstm_sequence = ocl_lstm_sequence;
+    b->lstm_sequence_backward = ocl_lstm_sequence_backward;
 }

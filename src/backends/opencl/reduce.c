@@ -32,16 +32,6 @@ typedef struct lines {
 
 static bool group_per_output(const lines *v) { return v->outer * v->inner < MANY_OUTPUTS && v->k >= SHORT_LINE; }
 
-/* The work-group size of the group kernels: the device's, rounded down to a power of two. */
-static int group_size(void)
-{
-    ocl_device *d = ocl_device_get();
-    int size = 1;
-    while (d && (size_t)size * 2 <= d->local_size)
-        size *= 2;
-    return size;
-}
-
 /* t's axes without the size-1 ones, neighbours of the same kind (reduced or kept)
  * merged where their strides allow, read as lines. False if they are not of the form
  * [kept][reduced][kept] (each part optional). */
@@ -277,7 +267,7 @@ static int reduce(const char *name, int op, fl_tensor *out, const fl_tensor *a, 
         p.slots[0] = (kg_slot){KG_LEAF, {0, -1}, a->dtype};
         return ocl_run_program(name, &p, &a, NULL, &out);
     }
-    int local = group_size();
+    int local = ocl_group_size();
     cl_kernel kernel;
     if (a->numel == 0) { /* an empty reduced axis: every output is the identity */
         lines none = {out->numel, 0, 1, 0, 0, 0};
@@ -323,7 +313,7 @@ static int arg_extremum(const char *name, int op, fl_tensor *out, const fl_tenso
     int64_t length = a->ndim ? a->shape[axis] : 1;
     if (length == 0 && out->numel > 0)
         return fl_backend_error(FL_ERR_SHAPE, "%s of an empty axis", name);
-    int local = group_size();
+    int local = ocl_group_size();
     cl_kernel kernels[2];
     int rc = kernels_of(name, GEN_ARG, op, a->dtype, local, 2, (const char *[]){"arg_rows", "arg_columns"}, kernels);
     if (rc || (rc = ocl_alloc(out)) || out->numel == 0)
@@ -358,7 +348,7 @@ static int ocl_cumsum(const fl_backend *self, fl_tensor *out, const fl_tensor *a
     if (out->dtype != a->dtype)
         return fl_backend_error(FL_ERR_DTYPE, "cumsum gives %s, not %s", fl_dtype_name(a->dtype),
                                 fl_dtype_name(out->dtype));
-    int local = group_size();
+    int local = ocl_group_size();
     cl_kernel kernels[2];
     int rc = kernels_of("cumsum", GEN_SCAN, LAZY_SUM, a->dtype, local, 2, (const char *[]){"scan_groups", "scan_lines"},
                         kernels);

@@ -231,6 +231,15 @@ ocl_device *ocl_device_get(void)
     return &device;
 }
 
+int ocl_group_size(void)
+{
+    ocl_device *d = ocl_device_get();
+    int size = 1;
+    while (d && (size_t)size * 2 <= d->local_size)
+        size *= 2;
+    return size;
+}
+
 /* ---- device memory ---- */
 
 typedef struct segment {

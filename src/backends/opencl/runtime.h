@@ -41,6 +41,10 @@ typedef struct ocl_device {
  * runtime, no platform, no device, or a failure creating the context). The reason is
  * kept: later calls fail with the same message. */
 ocl_device *ocl_device_get(void);
+/* The device's work-group size for 1-D launches rounded down to a power of two, what
+ * kernels that combine their work items' results in local memory take (1 without a
+ * device). */
+int ocl_group_size(void);
 
 /* OpenCL's name for an error code ("CL_OUT_OF_RESOURCES"). */
 const char *ocl_error_name(cl_int err);
