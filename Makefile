@@ -196,10 +196,11 @@ bench-dist: build
 bench-lazy: build venv
 	$(PYTHON) bench/run_lazy.py --threads $(THREADS) --flare $(BUILD)/bench_lazy --out $(BUILD)/bench-lazy.json
 
-# Every benchmark model on the opencl backend, ITERS (3) timed training steps each at
-# SIZE (tiny), and what the backend costs per operation next to bare OpenCL launches on
-# its queue (bench/opencl.c); writes build/bench-opencl.json. MODELS="mnist vit" runs
-# those only. With PoCL the device is this CPU: the numbers are not a GPU's speed.
+# Every benchmark model on the opencl backend, ITERS (3) timed training steps each after
+# 5 of warm-up at SIZE (tiny), and what the backend costs per operation next to bare
+# OpenCL launches on its queue (bench/opencl.c); writes build/bench-opencl.json.
+# MODELS="mnist vit" runs those only. With PoCL the device is this CPU: the numbers are
+# not a GPU's speed.
 bench-opencl: build
 	python3 bench/run_opencl.py --benchmark $(BUILD)/benchmark --bench-opencl $(BUILD)/bench_opencl \
 	    --out $(BUILD)/bench-opencl.json --threads $(THREADS) --size $(or $(SIZE),tiny) \

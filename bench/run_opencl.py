@@ -7,7 +7,7 @@
     OpenCL implementation's own launch cost.
 
     python3 bench/run_opencl.py [--benchmark build/benchmark] [--bench-opencl build/bench_opencl]
-                                [--size tiny] [--iters 3] [--warmup 1] [--threads 2]
+                                [--size tiny] [--iters 3] [--warmup 5] [--threads 2]
                                 [--models "mnist vit"] [--out build/bench-opencl.json]
                                 [--torch-device cuda [--python python3]]
 
@@ -82,7 +82,9 @@ def main():
     parser.add_argument("--bench-opencl", default="build/bench_opencl")
     parser.add_argument("--size", default="tiny", choices=["tiny", "cpu", "paper"])
     parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1)
+    # The first steps build programs: the backend's kernels, and the fused updates of
+    # SGD's momentum buffer, which takes three steps to reach its steady form.
+    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", help="space-separated names (default: every model of benchmark --list)")
     parser.add_argument("--out", default="build/bench-opencl.json")
