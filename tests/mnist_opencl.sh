@@ -6,7 +6,7 @@
 # percent after a few dozen steps), so later steps are compared as a trend: both runs
 # learn, and the mean of their last 50 losses agrees. The example's own settings
 # (batch 64), as `make demo` trains it: about a minute on PoCL; the sanitizer build
-# runs 60 steps, which are slower there.
+# runs 90 steps, which are slower there.
 set -u
 mnist=$1
 steps=${2:-100}
