@@ -657,12 +657,15 @@ static bool is_ascii(const unsigned char *s, size_t size)
 
 static bool file_normalize(const fl_tokenizer *tok, const unsigned char *s, size_t size, bytes *text);
 
-/* Byte-level BPE of a segment, behind the file's normalization forms (GPT-NeoX's NFC). */
+/* Byte-level BPE of a segment, behind the file's normalization forms (GPT-NeoX's NFC;
+ * load_bpe admits no other step), which leave ASCII as it is: most segments are read
+ * in place, without a copy. */
 static bool bpe_segment(const fl_tokenizer *tok, const unsigned char *s, size_t size, ids *out)
 {
+    if (!tok->nnormalizer || is_ascii(s, size))
+        return bpe_pieces(tok, s, size, out);
     bytes normalized = {0};
-    bool ok = !tok->nnormalizer || file_normalize(tok, s, size, &normalized);
-    ok = ok && bpe_pieces(tok, tok->nnormalizer ? normalized.v : s, tok->nnormalizer ? normalized.n : size, out);
+    bool ok = file_normalize(tok, s, size, &normalized) && bpe_pieces(tok, normalized.v, normalized.n, out);
     free(normalized.v);
     return ok;
 }
