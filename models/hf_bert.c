@@ -332,9 +332,10 @@ typedef struct name_pair {
  * token types where the model has them), its layers' (each under layers "<i>."), the
  * query, key and value projections (qkv, each with .weight and .bias), the prefix the
  * encoder has inside the family's task classes, and those classes' heads beside it. */
+enum { TOP_NAMES = 7, LAYER_NAMES = 10, HEAD_PREFIXES = 6 };
 typedef struct naming {
-    const char *model, *wrapper, *layers, *qkv[3], *heads[6]; /* heads: NULL after the last */
-    name_pair top[7], layer[10];                                /* top: NULL after the last */
+    const char *model, *wrapper, *layers, *qkv[3], *heads[HEAD_PREFIXES]; /* heads: NULL after the last */
+    name_pair top[TOP_NAMES], layer[LAYER_NAMES];                          /* top: NULL after the last */
 } naming;
 
 #define BERT_LAYER_NAMES                                                                                      \
@@ -442,17 +443,14 @@ static const naming *names_of(const hf_bert_config *c)
     return by_family[c->family];
 }
 
-#define TOP_NAMES 7
-
 /* Whether the model has the embedding tensor p names: not a projection it lacks, nor
  * token types where it has none. */
 static bool has_top(const hf_bert_config *c, const name_pair *p)
 {
-    return p->hf && (c->projected || strncmp(p->flare, "embed_project.", 14) != 0) &&
-           (c->type_vocab > 0 || strncmp(p->flare, "token_type_", 11) != 0);
+    static const char project[] = "embed_project.", types[] = "token_type_";
+    return p->hf && (c->projected || strncmp(p->flare, project, sizeof project - 1) != 0) &&
+           (c->type_vocab > 0 || strncmp(p->flare, types, sizeof types - 1) != 0);
 }
-
-#define LAYER_NAMES 10
 
 /* Checkpoints converted from the original BERT release (bert-base-uncased's among
  * them) name a LayerNorm's parameters gamma and beta; transformers renames them on
@@ -490,7 +488,7 @@ static bool same_name(const char *name, const char *hf)
 static bool known_name(const char *name, const char *prefix, const hf_bert_config *c)
 {
     const naming *names = names_of(c);
-    for (int i = 0; *prefix && i < 6 && names->heads[i]; i++)
+    for (int i = 0; *prefix && i < HEAD_PREFIXES && names->heads[i]; i++)
         if (strncmp(name, names->heads[i], strlen(names->heads[i])) == 0)
             return true;
     if (strncmp(name, prefix, strlen(prefix)) != 0)
