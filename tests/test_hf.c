@@ -538,10 +538,18 @@ static void encoder_states_match(fl_module *m, const char *bin, const char *plai
  * padding id inside a row without a mask, whose position is the padding id's. */
 static void roberta_states_match(fl_module *m) { encoder_states_match(m, "hf_roberta.bin", "middle"); }
 
-/* The tensors of the fixture checkpoint in from, under wrapper + their names, as a task
- * class saves its encoder (not yet saved: the caller adds the class's head), and its
- * config.json written to dir. */
-static fl_tensor_map *wrapped_checkpoint(const char *dir, const char *from, const char *wrapper)
+/* A head's tensor a task class saves beside its encoder: rows x cols zeros, or a
+ * vector of rows where cols is 0. */
+typedef struct head_tensor {
+    const char *name;
+    int64_t rows, cols;
+} head_tensor;
+
+/* The fixture checkpoint in from as a task class saves it into dir: its tensors under
+ * wrapper + their names, the class's heads beside them (a list ending in a NULL name),
+ * and its config.json. Returns the tensors written, for the caller to change. */
+static fl_tensor_map *task_checkpoint(const char *dir, const char *from, const char *wrapper,
+                                      const head_tensor *heads)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/config.json", from);
@@ -555,6 +563,12 @@ static fl_tensor_map *wrapped_checkpoint(const char *dir, const char *from, cons
         assert_int_equal(fl_tensor_map_set(out, name, fl_tensor_map_tensor_at(file, i)), FL_OK);
     }
     fl_tensor_map_free(file);
+    for (const head_tensor *h = heads; h->name; h++) {
+        fl_tensor *zeros =
+            h->cols ? fl_zeros(FL_F32, FL_SHAPE(h->rows, h->cols)) : fl_zeros(FL_F32, FL_SHAPE(h->rows));
+        assert_int_equal(fl_tensor_map_set(out, h->name, zeros), FL_OK);
+    }
+    save_map(dir, "model.safetensors", out);
     return out;
 }
 
@@ -590,11 +604,11 @@ static void roberta_loads_the_published_layouts(void **state)
     (void)state;
     char dir[] = "/tmp/flare_hf_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fl_tensor_map *out = wrapped_checkpoint(dir, ROBERTA_DIR, "roberta.");
-    fl_tensor_map_set(out, "lm_head.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
-    fl_tensor_map_set(out, "lm_head.layer_norm.weight", fl_zeros(FL_F32, FL_SHAPE(24)));
-    fl_tensor_map_set(out, "lm_head.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
-    save_map(dir, "model.safetensors", out);
+    fl_tensor_map *out = task_checkpoint(dir, ROBERTA_DIR, "roberta.",
+                                         (const head_tensor[]){{"lm_head.dense.weight", 24, 24},
+                                                               {"lm_head.layer_norm.weight", 24, 0},
+                                                               {"lm_head.bias", 40, 0},
+                                                               {NULL, 0, 0}});
     fl_module *m = NULL;
     assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
     roberta_states_match(m);
@@ -656,12 +670,12 @@ static void distilbert_matches_transformers(void **state)
 
     char dir[] = "/tmp/flare_hf_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fl_tensor_map *out = wrapped_checkpoint(dir, DISTILBERT_DIR, "distilbert.");
-    fl_tensor_map_set(out, "vocab_transform.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
-    fl_tensor_map_set(out, "vocab_layer_norm.bias", fl_zeros(FL_F32, FL_SHAPE(24)));
-    fl_tensor_map_set(out, "vocab_projector.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
-    fl_tensor_map_set(out, "pre_classifier.bias", fl_zeros(FL_F32, FL_SHAPE(24)));
-    save_map(dir, "model.safetensors", out);
+    fl_tensor_map *out = task_checkpoint(dir, DISTILBERT_DIR, "distilbert.",
+                                         (const head_tensor[]){{"vocab_transform.weight", 24, 24},
+                                                               {"vocab_layer_norm.bias", 24, 0},
+                                                               {"vocab_projector.bias", 40, 0},
+                                                               {"pre_classifier.bias", 24, 0},
+                                                               {NULL, 0, 0}});
     assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
     distilbert_states_match(m);
     fl_module_release(m);
@@ -708,12 +722,12 @@ static void albert_matches_transformers(void **state)
 
     char dir[] = "/tmp/flare_hf_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fl_tensor_map *out = wrapped_checkpoint(dir, ALBERT_DIR, "albert.");
-    fl_tensor_map_set(out, "predictions.dense.weight", fl_zeros(FL_F32, FL_SHAPE(16, 24)));
-    fl_tensor_map_set(out, "predictions.LayerNorm.weight", fl_zeros(FL_F32, FL_SHAPE(16)));
-    fl_tensor_map_set(out, "predictions.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
-    fl_tensor_map_set(out, "sop_classifier.classifier.weight", fl_zeros(FL_F32, FL_SHAPE(2, 24)));
-    save_map(dir, "model.safetensors", out);
+    fl_tensor_map *out = task_checkpoint(dir, ALBERT_DIR, "albert.",
+                                         (const head_tensor[]){{"predictions.dense.weight", 16, 24},
+                                                               {"predictions.LayerNorm.weight", 16, 0},
+                                                               {"predictions.bias", 40, 0},
+                                                               {"sop_classifier.classifier.weight", 2, 24},
+                                                               {NULL, 0, 0}});
     assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
     typed_states_match(m, "hf_albert.bin");
     fl_module_release(m);
@@ -775,12 +789,12 @@ static void electra_matches_transformers(void **state)
 
     char dir[] = "/tmp/flare_hf_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fl_tensor_map *out = wrapped_checkpoint(dir, ELECTRA_DIR, "electra.");
-    fl_tensor_map_set(out, "discriminator_predictions.dense.weight", fl_zeros(FL_F32, FL_SHAPE(24, 24)));
-    fl_tensor_map_set(out, "discriminator_predictions.dense_prediction.weight", fl_zeros(FL_F32, FL_SHAPE(1, 24)));
-    fl_tensor_map_set(out, "generator_predictions.LayerNorm.weight", fl_zeros(FL_F32, FL_SHAPE(16)));
-    fl_tensor_map_set(out, "generator_lm_head.bias", fl_zeros(FL_F32, FL_SHAPE(40)));
-    save_map(dir, "model.safetensors", out);
+    const head_tensor heads[] = {{"discriminator_predictions.dense.weight", 24, 24},
+                                 {"discriminator_predictions.dense_prediction.weight", 1, 24},
+                                 {"generator_predictions.LayerNorm.weight", 16, 0},
+                                 {"generator_lm_head.bias", 40, 0},
+                                 {NULL, 0, 0}};
+    fl_tensor_map *out = task_checkpoint(dir, ELECTRA_DIR, "electra.", heads);
     assert_int_equal(hf_load_bert(dir, &m, NULL), FL_OK);
     typed_states_match(m, "hf_electra.bin");
     fl_module_release(m);
