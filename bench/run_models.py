@@ -103,12 +103,9 @@ class Trainer:
         return {"error": self.error} if self.error else result
 
 
-def run_json(command, env, label, timeout=None):
+def run_json(command, env, label):
     """The last line of a program's output, as JSON, or an error."""
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"{label}: ran past {timeout:.0f} s"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
         message = (result.stderr.strip().splitlines() or [f"exited with status {result.returncode}"])[-1]
