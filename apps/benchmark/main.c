@@ -449,6 +449,43 @@ static void report_pairs(const benchmark_model *bm, const options *o, const trai
     free(sorted);
 }
 
+/* The warm-up and o->iters timed steps of each trainee (alternating which goes first),
+ * then the leader's report. */
+static int timed_steps(const benchmark_model *bm, const options *o, trainee *trainees, int count,
+                       fl_data_parallel *dp, int64_t batch, int64_t parameter_count, double peak)
+{
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        if (i == o->warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
+            fl_profile_reset();
+            fl_lazy_traffic_reset();
+        }
+        for (int k = 0; k < count; k++) {
+            trainee *t = &trainees[(i + k) % count]; /* who goes first alternates */
+            step_times times;
+            fl_set_default_backend(t->backend);
+            if (train_step(bm, t->model, t->opt, dp, o, batch, NULL, NULL, &times, NULL) != FL_OK)
+                return fail("training");
+            if (i >= o->warmup)
+                t->times[i - o->warmup] = times;
+        }
+    }
+    if (slowest_rank_times(trainees[0].times, o->iters) != FL_OK)
+        return fail("gathering the ranks' times");
+    if (fl_distributed_rank() != 0)
+        return 0;
+    for (int k = 0; k < count; k++)
+        report(bm, o, &trainees[k], count, batch, parameter_count, peak);
+    if (count == 2)
+        report_pairs(bm, o, trainees);
+    fl_lazy_traffic t = fl_lazy_traffic_get();
+    if (t.passes > 0 && !o->json) /* the lazy backend: what its fused passes moved, a step's share */
+        printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
+               "(%.1f and %.1f MB one operation at a time)\n",
+               (double)t.passes / o->iters, t.fused_read / 1e6 / o->iters, t.fused_written / 1e6 / o->iters,
+               t.unfused_read / 1e6 / o->iters, t.unfused_written / 1e6 / o->iters);
+    return 0;
+}
+
 /* --serve: the warm-up, a JSON line to say it is done, then "steps N" requests until
  * the input ends, and the report over every step timed. */
 static int serve(const benchmark_model *bm, options *o, trainee *t, int64_t batch, int64_t parameter_count,
@@ -591,37 +628,9 @@ int main(int argc, char **argv)
             if (isnan(peak))
                 status = fail("adding up the ranks' peaks");
         }
-        if (status == 0 && o.serve)
-            status = serve(bm, &o, &trainees[0], batch, parameter_count, peak);
-        for (int i = 0; status == 0 && !o.serve && i < o.warmup + o.iters; i++) {
-            if (i == o.warmup) { /* FLARE_PROFILE=1: profile the timed steps only */
-                fl_profile_reset();
-                fl_lazy_traffic_reset();
-            }
-            for (int k = 0; status == 0 && k < count; k++) {
-                trainee *t = &trainees[(i + k) % count]; /* who goes first alternates */
-                step_times times;
-                fl_set_default_backend(t->backend);
-                if (train_step(bm, t->model, t->opt, dp, &o, batch, NULL, NULL, &times, NULL) != FL_OK)
-                    status = fail("training");
-                else if (i >= o.warmup)
-                    t->times[i - o.warmup] = times;
-            }
-        }
-        if (status == 0 && !o.serve && slowest_rank_times(trainees[0].times, o.iters) != FL_OK)
-            status = fail("gathering the ranks' times");
-        if (status == 0 && !o.serve && leader) {
-            for (int k = 0; k < count; k++)
-                report(bm, &o, &trainees[k], count, batch, parameter_count, peak);
-            if (count == 2)
-                report_pairs(bm, &o, trainees);
-            fl_lazy_traffic t = fl_lazy_traffic_get();
-            if (t.passes > 0 && !o.json) /* the lazy backend: what its fused passes moved, a step's share */
-                printf("  lazy fused passes: %.1f a step, %.1f MB read and %.1f MB written a step "
-                       "(%.1f and %.1f MB one operation at a time)\n",
-                       (double)t.passes / o.iters, t.fused_read / 1e6 / o.iters, t.fused_written / 1e6 / o.iters,
-                       t.unfused_read / 1e6 / o.iters, t.unfused_written / 1e6 / o.iters);
-        }
+        if (status == 0)
+            status = o.serve ? serve(bm, &o, &trainees[0], batch, parameter_count, peak)
+                             : timed_steps(bm, &o, trainees, count, dp, batch, parameter_count, peak);
     }
     if (status == 0 && o.distributed) {
         fl_status agreement;
