@@ -185,8 +185,8 @@ typedef struct hf_bert_config {
  * (model_type "electra", BertModel's conditions; names with or without "electra.",
  * the heads "discriminator_predictions.", "generator_predictions.",
  * "generator_lm_head.", "classifier." and "qa_outputs." skipped; CamemBERT's,
- * model_type "camembert", are RoBERTa's) into a new encoder (*model, in evaluation mode) and its
- * configuration (*config, may be NULL). query, key and value are stacked into the
+ * model_type "camembert", are RoBERTa's) into a new encoder (*model, in evaluation
+ * mode) and its configuration (*config, may be NULL). query, key and value are stacked into the
  * attention's in_proj; the pooler's tensors are skipped. Errors as hf_load_gpt2's,
  * naming the file and the key. The module forward takes token ids i64 [N, S] to the
  * last hidden states [N, S, hidden]. */

@@ -31,8 +31,8 @@ bool text_unigram_add(text_unigram *u, const char *piece, size_t len, int64_t id
 void text_unigram_set_unknown(text_unigram *u, int64_t id);
 
 /* The best segmentation of s[0..n) into out, which holds n tokens (a token takes at
- * least one byte), *count of them. A character no piece starts with scores the lowest piece's score less
- * 10; ties keep the shorter piece, found first. False if out of memory; *uncovered is
+ * least one byte), *count of them. A character no piece starts with scores the
+ * lowest piece's score less 10; ties keep the shorter piece, found first. False if out of memory; *uncovered is
  * the offset of a character no piece covers when the model has no unknown token
  * (SIZE_MAX otherwise), and the segmentation is then not made. */
 bool text_unigram_segment(const text_unigram *u, const unsigned char *s, size_t n, text_unigram_token *out,
