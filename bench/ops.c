@@ -119,9 +119,11 @@ static const bench_case cases[] = {
     CASE("matmul_700x2000x256", run_matmul, MATRIX(700, 2000), MATRIX(2000, 256)),
     CASE("matmul_700x1024x256", run_matmul, MATRIX(700, 1024), MATRIX(1024, 256)),
     /* dY^T x, named out x rows x in: the LSTM language model's gate weights and head
-     * (35 steps of 20), a transformer's attention projections (1024 tokens), and two
-     * that stay with sgemm, fewer outputs than 512 and more inputs than 512 */
+     * (35 steps of 20), the gates' with 1000 outputs (dY's rows not a multiple of 4
+     * KiB apart), a transformer's attention projections (1024 tokens), and two that
+     * stay with sgemm, fewer outputs than 512 and more inputs than 512 */
     CASE("weight_grad_1024x700x256", run_weight_grad, MATRIX(700, 1024), MATRIX(700, 256)),
+    CASE("weight_grad_1000x700x256", run_weight_grad, MATRIX(700, 1000), MATRIX(700, 256)),
     CASE("weight_grad_2000x700x256", run_weight_grad, MATRIX(700, 2000), MATRIX(700, 256)),
     CASE("weight_grad_1536x1024x512", run_weight_grad, MATRIX(1024, 1536), MATRIX(1024, 512)),
     CASE("weight_grad_256x2048x256", run_weight_grad, MATRIX(2048, 256), MATRIX(2048, 256)),

@@ -152,8 +152,9 @@ static void matmul_with_a_transposed_weight_matches_f64(void **state)
 /* dY^T X as a linear layer's weight gradient takes it (dY [K, M] row-major, viewed
  * transposed), in f32 against f64: the shapes that go to oneDNN's matmul primitive (512
  * rows or more, at most 512 columns, 64^3 multiply-adds or more) and their neighbours
- * that stay with sgemm, a batch, and a dY whose rows are further apart than M. {B, M,
- * K, N}. */
+ * that stay with sgemm, a batch, and a dY whose rows are further apart than M. Below
+ * AVX-512 (the x86-64 rows of the suite hold oneDNN there) the same shapes go to
+ * OpenBLAS, split by rows, odd counts included. {B, M, K, N}. */
 static void matmul_with_a_transposed_left_operand_matches_f64(void **state)
 {
     static const int64_t cases[][4] = {{1, 511, 40, 64},  {1, 512, 40, 64}, {1, 1024, 70, 256},

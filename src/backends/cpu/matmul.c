@@ -23,6 +23,8 @@
  *  - dY^T X, a linear layer's weight gradient, with 512 rows or more and at most 512
  *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
  *
+ * Below AVX-512, dY^T X goes to OpenBLAS instead (transposed_a_to_openblas).
+ *
  * A linear layer's product with its bias (the linear entry) goes to the primitive,
  * which adds the bias as it writes C, from 16 rows and SMALL_GEMM multiply-adds up
  * (use_primitive); smaller ones set the rows of C to the bias and run a gemm that adds
@@ -261,6 +263,22 @@ static int primitive_product(const gemm_operand *a, const float *A, const gemm_o
     return st == dnnl_success ? 0 : cpu_onednn_error(st, "running a matmul primitive");
 }
 
+/* C[M x N] = A[M x K] B[K x N] + beta C through OpenBLAS on the calling thread. */
+static bool blas_gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset,
+                      int64_t b_offset, void *c, int64_t M, int64_t N, int64_t K, double beta)
+{
+    enum CBLAS_TRANSPOSE ta = a->transposed ? CblasTrans : CblasNoTrans, tb = b->transposed ? CblasTrans : CblasNoTrans;
+    if (dtype == FL_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)M, (blasint)N, (blasint)K, 1.0f,
+                    (const float *)a->base + a_offset, (blasint)a->ld, (const float *)b->base + b_offset,
+                    (blasint)b->ld, (float)beta, c, (blasint)N);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)M, (blasint)N, (blasint)K, 1.0,
+                    (const double *)a->base + a_offset, (blasint)a->ld, (const double *)b->base + b_offset,
+                    (blasint)b->ld, beta, c, (blasint)N);
+    return true;
+}
+
 /* C[M x N] = A[M x K] B[K x N] + beta C for one matrix; false if the library
  * refused. */
 static bool gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
@@ -271,10 +289,7 @@ static bool gemm(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, i
         return dnnl_sgemm(a->transposed ? 'T' : 'N', b->transposed ? 'T' : 'N', M, N, K, 1.0f, A, a->ld, B, b->ld,
                           (float)beta, c, N) == dnnl_success;
     }
-    const double *A = (const double *)a->base + a_offset, *B = (const double *)b->base + b_offset;
-    cblas_dgemm(CblasRowMajor, a->transposed ? CblasTrans : CblasNoTrans, b->transposed ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0, A, (int)a->ld, B, (int)b->ld, beta, c, (int)N);
-    return true;
+    return blas_gemm(dtype, a, b, a_offset, b_offset, c, M, N, K, beta);
 }
 
 /* Sets each of the rows of C [rows, N] to the bias [N]. */
@@ -284,22 +299,36 @@ static void fill_rows(size_t element, char *c, const char *bias, int64_t rows, i
         memcpy(c + (size_t)(r * N) * element, bias, (size_t)N * element);
 }
 
-/* An f64 product on several threads: OpenBLAS runs on one, so the rows of C are
- * split here, each thread setting its rows to the bias first where there is one. Row
- * i of A starts at i * ld, or at i when A is transposed. */
-static void dgemm_split_rows(const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
-                             double *c, int64_t M, int64_t N, int64_t K, const double *bias, int threads)
+/* A product through OpenBLAS on several threads: OpenBLAS runs on one, so the rows of
+ * C are split here, each thread setting its rows to the bias first where there is
+ * one. Row i of A starts at i * ld, or at i when A is transposed. */
+static void blas_split_rows(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset,
+                            int64_t b_offset, char *c, int64_t M, int64_t N, int64_t K, const char *bias,
+                            int threads)
 {
+    size_t element = cpu_element_size(dtype);
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t first = M * t / n, last = M * (t + 1) / n;
         int64_t row_step = a->transposed ? 1 : a->ld;
+        char *rows = c + (size_t)(first * N) * element;
         if (last > first && bias)
-            fill_rows(sizeof *c, (char *)(c + first * N), (const char *)bias, last - first, N);
+            fill_rows(element, rows, bias, last - first, N);
         if (last > first)
-            gemm(FL_F64, a, b, a_offset + first * row_step, b_offset, c + first * N, last - first, N, K, bias ? 1 : 0);
+            blas_gemm(dtype, a, b, a_offset + first * row_step, b_offset, rows, last - first, N, K, bias ? 1 : 0);
     }
+}
+
+/* Whether an f32 A^T B goes to OpenBLAS rather than oneDNN. oneDNN's kernels below
+ * AVX-512 (sgemm, and the matmul primitive, which runs the same gemm there) take a
+ * transposed A at half speed or less when its leading dimension is a multiple of 1024
+ * elements, a weight gradient over 1024 or 2048 outputs, while OpenBLAS, its rows
+ * split over the threads, runs every A^T B at least as fast there (docs/BENCHMARKS.md,
+ * "Weight gradients"). With AVX-512, oneDNN is the faster and keeps them. */
+static bool transposed_a_to_openblas(const gemm_operand *a, const gemm_operand *b, int64_t M, int64_t N, int64_t K)
+{
+    return a->transposed && !b->transposed && M * N * K >= SMALL_GEMM && !cpu_onednn_has_avx512();
 }
 
 /* C[M x N] = op(A) op(B) (+ bias [N] on every row, where not NULL) for one matrix, on
@@ -308,8 +337,9 @@ static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b,
                    void *c, int64_t M, int64_t N, int64_t K, const void *bias, int threads)
 {
     bool ok = true;
-    if (dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM) {
-        dgemm_split_rows(a, b, a_offset, b_offset, c, M, N, K, bias, threads);
+    if ((dtype == FL_F64 && threads > 1 && M * N * K >= SMALL_GEMM) ||
+        (dtype == FL_F32 && !bias && transposed_a_to_openblas(a, b, M, N, K))) {
+        blas_split_rows(dtype, a, b, a_offset, b_offset, (char *)c, M, N, K, (const char *)bias, threads);
     } else if (dtype == FL_F32 && use_primitive(a, b, M, N, K, bias != NULL)) {
         return primitive_product(a, (const float *)a->base + a_offset, b, (const float *)b->base + b_offset, c, M, N,
                                  K, bias);

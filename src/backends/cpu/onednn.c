@@ -21,6 +21,19 @@ dnnl_engine_t cpu_onednn_engine(void)
     return NULL;
 }
 
+static bool has_avx512;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static void isa_init(void)
+{
+    has_avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
+bool cpu_onednn_has_avx512(void)
+{
+    pthread_once(&isa_once, isa_init);
+    return has_avx512;
+}
+
 int cpu_onednn_error(dnnl_status_t status, const char *what)
 {
     return fl_backend_error(status == dnnl_out_of_memory ? FL_ERR_MEMORY : FL_ERR_BACKEND, "oneDNN failed %s (status %d)",

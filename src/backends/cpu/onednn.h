@@ -9,11 +9,15 @@
 
 #include <dnnl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* The engine every primitive runs on, made once; NULL after an fl_backend_error. */
 dnnl_engine_t cpu_onednn_engine(void);
+
+/* Whether oneDNN runs its AVX-512 kernels here (avx512_core or better). */
+bool cpu_onednn_has_avx512(void);
 
 /* An error for a failed oneDNN call (status), naming what failed. */
 int cpu_onednn_error(dnnl_status_t status, const char *what);
