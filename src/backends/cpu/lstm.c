@@ -259,16 +259,22 @@ static int64_t previous_step(int64_t t, int64_t steps, bool reverse)
     return reverse ? (t + 1 < steps ? t + 1 : -1) : t - 1;
 }
 
-/* packed [hs, 4u] row-major = the columns of W_hh^T ([hs, 4hs]) of units [a, a + u)
- * of each gate, gate after gate: four transposed copies, which OpenBLAS makes in
- * blocks (a plain loop is several times slower, its power-of-two strides colliding
- * in the cache). */
-static void pack_gate_columns(float *packed, const float *w, int64_t hs, int64_t a, int64_t u)
+/* packed [hs, 4u] row-major, rows ld apart = the columns of W_hh^T ([hs, 4hs]) of
+ * units [a, a + u) of each gate, gate after gate: four transposed copies, which
+ * OpenBLAS makes in blocks (a plain loop is several times slower, its power-of-two
+ * strides colliding in the cache). */
+static void pack_gate_columns(float *packed, int64_t ld, const float *w, int64_t hs, int64_t a, int64_t u)
 {
     for (int g = 0; g < 4; g++)
         cblas_somatcopy(CblasRowMajor, CblasTrans, (blasint)u, (blasint)hs, 1.0f, w + (g * hs + a) * hs,
-                        (blasint)hs, packed + g * u, (blasint)(4 * u));
+                        (blasint)hs, packed + g * u, (blasint)ld);
 }
+
+/* The rows of the operands copied for the per-step products lie 16 floats further
+ * apart than their width: 128 units a thread would put them a power of two apart
+ * (2 KiB forward, 512 bytes backward), which oneDNN's AVX2 sgemm reads more slowly,
+ * the lines of successive rows sharing cache sets. */
+#define PACKED_PAD 16
 
 static int decline_f64(const char *what, const fl_tensor *t)
 {
@@ -379,8 +385,9 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
     float *out = cpu_data(states), *acts = cpu_data(gates_out);
     int threads = sequence_threads(rows, hs);
     /* Each thread's W_hh^T columns [hs, 4 units], packed so that its gemm reads a
-     * dense row-major operand; then its preactivations [rows, 4 units]. */
-    float *packed = cpu_scratch_alloc((size_t)(4 * hs * hs) * sizeof *packed);
+     * row-major operand (rows PACKED_PAD apart past its width); then its
+     * preactivations [rows, 4 units]. */
+    float *packed = cpu_scratch_alloc((size_t)(hs * (4 * hs + PACKED_PAD * threads)) * sizeof *packed);
     float *pre = cpu_scratch_alloc((size_t)(4 * hs * rows) * sizeof *pre);
     float *zeros = bias ? NULL : cpu_scratch_alloc((size_t)(4 * hs) * sizeof *zeros);
     const float *biases = bias ? data[4] : zeros;
@@ -394,12 +401,12 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
     }
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : failed)
     {
-        int count = omp_get_num_threads();
+        int count = omp_get_num_threads(), p = omp_get_thread_num();
         int64_t a, b;
-        units_of(omp_get_thread_num(), count, hs, &a, &b);
-        int64_t u = b - a, width = 4 * u;
-        float *wp = packed + 4 * a * hs, *pp = pre + 4 * a * rows;
-        pack_gate_columns(wp, w, hs, a, u);
+        units_of(p, count, hs, &a, &b);
+        int64_t u = b - a, width = 4 * u, ld = width + PACKED_PAD;
+        float *wp = packed + (4 * a + PACKED_PAD * p) * hs, *pp = pre + 4 * a * rows;
+        pack_gate_columns(wp, ld, w, hs, a, u);
 #pragma omp barrier
         for (int64_t s = 0; s < steps; s++) {
             int64_t t = reverse ? steps - 1 - s : s, before = previous_step(t, steps, reverse);
@@ -410,7 +417,7 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
             float *act_t = acts + t * rows * 4 * hs;
             for (int g = 0; g < 4 && u > 0; g++)
                 prefetch_rows(x_t + g * hs + a, rows, 4 * hs, u);
-            if (u > 0 && dnnl_sgemm('N', 'N', rows, width, hs, 1.0f, h_prev, hs, wp, width, 0.0f, pp, width) !=
+            if (u > 0 && dnnl_sgemm('N', 'N', rows, width, hs, 1.0f, h_prev, hs, wp, ld, 0.0f, pp, width) !=
                              dnnl_success)
                 failed = true;
             for (int64_t r = 0; r < rows && u > 0; r++)
@@ -456,18 +463,24 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
     const float *acts = data[0], *dout = data[1], *out = data[2], *c_init = data[3], *w = data[4];
     float *dpre = cpu_data(dxproj), *dh_first = cpu_data(dh0), *dc_first = cpu_data(dc0);
     int threads = sequence_threads(rows, hs);
-    /* Each thread's dh and dc flowing into the step before, [rows, units]. */
+    /* Each thread's dh and dc flowing into the step before, [rows, units]; and its
+     * columns of W_hh [4H, units], copied with rows PACKED_PAD apart past their width. */
     float *carry = cpu_scratch_alloc((size_t)(2 * rows * hs) * sizeof *carry);
+    float *columns = cpu_scratch_alloc((size_t)(4 * hs * (hs + PACKED_PAD * threads)) * sizeof *columns);
     bool failed = false;
-    if (!carry) {
+    if (!carry || !columns) {
         rc = fl_backend_error(FL_ERR_MEMORY, "no memory for lstm_sequence_backward's scratch");
         goto done;
     }
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(|| : failed)
     {
         int64_t a, b;
-        units_of(omp_get_thread_num(), omp_get_num_threads(), hs, &a, &b);
-        int64_t u = b - a;
+        int p = omp_get_thread_num();
+        units_of(p, omp_get_num_threads(), hs, &a, &b);
+        int64_t u = b - a, ld = u + PACKED_PAD;
+        float *wc = columns + 4 * hs * (a + PACKED_PAD * p);
+        for (int64_t r = 0; r < 4 * hs; r++)
+            memcpy(wc + r * ld, w + r * hs + a, (size_t)u * sizeof *wc);
         float *dh_next = carry + 2 * a * rows, *dc_next = dh_next + u * rows;
         for (int64_t k = 0; k < 2 * u * rows; k++)
             dh_next[k] = 0;
@@ -489,7 +502,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
                 prefetch_rows(c_prev + a, rows, hs, u);
             }
             /* dh_prev[:, a:b] = dpre_t [rows, 4H] W_hh[:, a:b] */
-            if (u > 0 && dnnl_sgemm('N', 'N', rows, u, 4 * hs, 1.0f, d_t, 4 * hs, w + a, hs, 0.0f, dh_next, u) !=
+            if (u > 0 && dnnl_sgemm('N', 'N', rows, u, 4 * hs, 1.0f, d_t, 4 * hs, wc, ld, 0.0f, dh_next, u) !=
                              dnnl_success)
                 failed = true;
         }
@@ -503,6 +516,7 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
         rc = fl_backend_error(FL_ERR_BACKEND, "oneDNN sgemm failed in lstm_sequence_backward");
 done:
     cpu_scratch_free(carry);
+    cpu_scratch_free(columns);
     cpu_scratch_free_all(5, scratch);
     return rc;
 }
