@@ -204,19 +204,21 @@ static int materialize(const fl_tensor *t)
             continue;
         /* refs[j] counts the edges into it from the graph (the first visit included);
          * a reference count above that is a holder outside the graph. */
-        if (n->refcount > g->refs[j] && g->p.noutputs == KG_MAX_OUTPUTS) {
+        if (n->refcount <= g->refs[j])
+            continue;
+        if (g->p.noutputs == KG_MAX_OUTPUTS) {
             after[nafter++] = fl_retain(n);
-        } else if (n->refcount > g->refs[j]) {
-            fl_tensor *extra = fl_tensor_alloc(t->backend, n->dtype, n->ndim, n->shape);
-            if (!extra || (rc = ocl_alloc(extra))) {
-                fl_release(extra);
-                rc = rc ? rc : FL_ERR_MEMORY;
-                break;
-            }
-            outputs[g->p.noutputs] = extra;
-            written[g->p.noutputs] = n;
-            g->p.outputs[g->p.noutputs++] = j;
+            continue;
         }
+        fl_tensor *extra = fl_tensor_alloc(t->backend, n->dtype, n->ndim, n->shape);
+        if (!extra || (rc = ocl_alloc(extra))) {
+            fl_release(extra);
+            rc = rc ? rc : FL_ERR_MEMORY;
+            break;
+        }
+        outputs[g->p.noutputs] = extra;
+        written[g->p.noutputs] = n;
+        g->p.outputs[g->p.noutputs++] = j;
     }
     if (!rc)
         rc = ocl_run_program("fused elementwise", &g->p, g->leaves, g->constants, outputs);
