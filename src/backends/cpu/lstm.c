@@ -7,9 +7,9 @@
  * ([20, 1024]) cost more in calls, forks and temporaries than in arithmetic; here each
  * row is read once and its outputs written once. The activations are the elementwise
  * kernels' own (vm_sigmoidf and vm_tanhf for f32, libm's for f64), except in the
- * recurrence built for AVX-512, whose cells use 16-lane versions of the same
- * functions; the products are taken in the composition's order, so the results agree
- * with it to rounding.
+ * recurrence built for AVX-512 or AVX2, whose cells use 16- or 8-lane versions of the
+ * same functions; the products are taken in the composition's order, so the results
+ * agree with it to rounding.
  */
 #include <cblas.h>
 #include <dnnl.h>
@@ -17,7 +17,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -176,81 +176,156 @@ static int sequence_threads(int64_t rows, int64_t hs)
 }
 
 /* Asks for rows x count floats, row r at base + r * stride, to be brought into the
- * core's L2 cache: the step's inputs written long before (the input projection, the
- * saved gates and states), requested before the step's product so that they arrive
- * while it runs instead of stalling the cell that reads them after it. */
-static void prefetch_rows(const float *base, int64_t rows, int64_t stride, int64_t count)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < count; k += 64 / (int64_t)sizeof *base)
-            __builtin_prefetch(base + r * stride + k, 0, 2);
-}
+ * cache: the step's inputs written long before (the input projection, the saved gates
+ * and states), requested ahead of the cell that reads them. locality is
+ * __builtin_prefetch's, which must be a constant (hence a macro): 2 for the core's L2,
+ * 3 for its L1. */
+#define prefetch_rows(base, rows, stride, count, locality)                                  \
+    do {                                                                                   \
+        for (int64_t r_ = 0; r_ < (rows); r_++)                                            \
+            for (int64_t k_ = 0; k_ < (count); k_ += 16)                                   \
+                __builtin_prefetch((base) + r_ * (stride) + k_, 0, (locality));            \
+    } while (0)
+
+/* The forward asks for the input projection's row CELL_AHEAD rows before the cell
+ * that reads it, and for the first rows before the step's product. Requested all
+ * before the product, as the backward's inputs are, they were evicted from L2 again
+ * on machines whose L2 the product's operand fills (512 KiB a core, AMD Zen 3) before
+ * the cells read them. */
+#define CELL_AHEAD 2
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* The cell's activations on vectors, five per unit forward and one backward, in fewer
+ * instructions than vecmath.h's, which are written to vectorize from scalar code and
+ * build 2^n from integer bits with selects around it. The reduction and the
+ * polynomials are vm_exp_parts' and vm_tanhf's, so the results stay within a few ulp
+ * of theirs, and NaN passes through (tests/test_nn_sequence.c compares the recurrence
+ * with the composition, whose activations are vecmath.h's, at every instruction set).
+ * They are written once over the few operations below, which each instruction set
+ * defines: 16 lanes on AVX-512, 8 on AVX2 with FMA. */
+#define VECTOR_CELLS 1
+
+/* ln 2 in two parts, the polynomial of e^r, and tanh's odd polynomial, highest degree
+ * first */
+static const float exp_ln2_parts[2] = {-0.693359375f, 2.12194440e-4f};
+static const float exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+static const float tanh_poly[5] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
+                                   -3.33332819422e-1f};
+#endif
 
 #if defined(__AVX512F__)
-/* The cell's activations on 16 lanes, five per unit forward and one backward, in
- * fewer instructions than vecmath.h's, which are written to vectorize from scalar code
- * and build 2^n from integer bits with selects around it, where AVX-512 has scalef,
- * which rounds once into the subnormals and gives 0 below them. The reduction and the
- * polynomial are vm_exp_parts', so the results stay within a few ulp of theirs, and
- * NaN passes through (tests/test_nn_sequence.c compares the recurrence with the
- * composition, whose activations are vecmath.h's). */
+typedef __m512 vec;
+typedef __mmask16 vlanes; /* the lanes of a block that lie in the row */
+#define VEC_WIDTH 16
+#define V(op) _mm512_##op
+#define V_ROUND(x) _mm512_roundscale_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* yes where a pred b, else no */
+#define V_WHERE(a, b, pred, yes, no) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((a), (b), (pred)), (no), (yes))
+#define V_LOAD(m, p) _mm512_maskz_loadu_ps((m), (p))
+#define V_STORE(m, p, v) _mm512_mask_storeu_ps((p), (m), (v))
 
+static inline vlanes lanes_of(int64_t j, int64_t count)
+{
+    return count - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (count - j)) - 1);
+}
+
+static inline vec v_abs(vec x) { return _mm512_abs_ps(x); }
+
+/* p 2^n for integral n in [-150, 0]: scalef rounds once into the subnormals. */
+static inline vec v_scale(vec p, vec n) { return _mm512_scalef_ps(p, n); }
+
+static inline vec v_copysign(vec magnitude, vec x)
+{
+    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(magnitude), sign));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 vec;
+/* Masked moves are slow on some machines (AMD's stores), so a block whose lanes all
+ * lie in the row uses plain ones and only a row's partial last block the mask. */
+typedef struct vlanes {
+    bool full;
+    __m256i mask;
+} vlanes;
+#define VEC_WIDTH 8
+#define V(op) _mm256_##op
+#define V_ROUND(x) _mm256_round_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_WHERE(a, b, pred, yes, no) _mm256_blendv_ps((no), (yes), _mm256_cmp_ps((a), (b), (pred)))
+#define V_LOAD(m, p) ((m).full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), (m).mask))
+#define V_STORE(m, p, v)                             \
+    do {                                             \
+        if ((m).full)                                \
+            _mm256_storeu_ps((p), (v));              \
+        else                                         \
+            _mm256_maskstore_ps((p), (m).mask, (v)); \
+    } while (0)
+
+static inline vlanes lanes_of(int64_t j, int64_t count)
+{
+    int64_t left = count - j < 8 ? count - j : 8;
+    return (vlanes){left == 8, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))};
+}
+
+static inline vec v_abs(vec x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+/* p 2^n for integral n in [-150, 0]: without scalef, 2^n is built in the exponent
+ * field in two halves, each a normal number, so that a result in the subnormals
+ * rounds once, as scalef's does. */
+static inline vec v_scale(vec p, vec n)
+{
+    __m256i whole = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(whole, 1), bias = _mm256_set1_epi32(127);
+    __m256 first = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    __m256 second = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(whole, half), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, first), second);
+}
+
+static inline vec v_copysign(vec magnitude, vec x)
+{
+    return _mm256_or_ps(magnitude, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+}
+#endif
+
+#if defined(VECTOR_CELLS)
 /* e^x for x <= 0 or NaN (NaN gives an unspecified value; callers pass NaN through). */
-static inline __m512 exp_of_nonpositive16(__m512 x)
+static inline vec exp_of_nonpositive(vec x)
 {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    x = V(max_ps)(x, V(set1_ps)(-104.0f));
+    vec n = V_ROUND(V(mul_ps)(x, V(set1_ps)(1.44269504088896341f)));
+    vec r = V(fmadd_ps)(n, V(set1_ps)(exp_ln2_parts[0]), x);
+    r = V(fmadd_ps)(n, V(set1_ps)(exp_ln2_parts[1]), r);
+    vec p = V(set1_ps)(exp_poly[0]);
+    for (int k = 1; k < 6; k++)
+        p = V(fmadd_ps)(p, r, V(set1_ps)(exp_poly[k]));
+    p = V(add_ps)(V(fmadd_ps)(p, V(mul_ps)(r, r), r), V(set1_ps)(1.0f));
+    return v_scale(p, n);
 }
 
-static inline __m512 pass_nan16(__m512 x, __m512 y)
-{
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
-}
+static inline vec pass_nan(vec x, vec y) { return V_WHERE(x, x, _CMP_UNORD_Q, x, y); }
 
 /* 1 / (1 + e^-x) as vm_sigmoidf: from e = e^-|x|, 1 / (1 + e) or e / (1 + e). */
-static inline __m512 sigmoid16(__m512 x)
+static inline vec v_sigmoid(vec x)
 {
-    __m512 e = exp_of_nonpositive16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
-    __m512 top = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_set1_ps(1.0f), e);
-    return pass_nan16(x, _mm512_div_ps(top, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+    vec zero = V(setzero_ps)(), one = V(set1_ps)(1.0f);
+    vec e = exp_of_nonpositive(V(sub_ps)(zero, v_abs(x)));
+    vec top = V_WHERE(x, zero, _CMP_LT_OQ, e, one);
+    return pass_nan(x, V(div_ps)(top, V(add_ps)(one, e)));
 }
 
 /* tanh as vm_tanhf: x + x^3 P(x^2) up to |x| = 0.625, (1 - e) / (1 + e) with
  * e = e^-2|x| above, x's sign. */
-static inline __m512 tanh16(__m512 x)
+static inline vec v_tanh(vec x)
 {
-    __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);
-    __m512 e = exp_of_nonpositive16(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
-    __m512 large = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), e), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-    __m512 p = _mm512_set1_ps(-5.70498872745e-3f);
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), ax, ax);
-    __m512 magnitude = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_GT_OQ), small, large);
-    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
-    return pass_nan16(x, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(magnitude), sign)));
+    vec ax = v_abs(x), z = V(mul_ps)(x, x), one = V(set1_ps)(1.0f);
+    vec e = exp_of_nonpositive(V(mul_ps)(ax, V(set1_ps)(-2.0f)));
+    vec large = V(div_ps)(V(sub_ps)(one, e), V(add_ps)(one, e));
+    vec p = V(set1_ps)(tanh_poly[0]);
+    for (int k = 1; k < 5; k++)
+        p = V(fmadd_ps)(p, z, V(set1_ps)(tanh_poly[k]));
+    vec small = V(fmadd_ps)(V(mul_ps)(p, z), ax, ax);
+    vec magnitude = V_WHERE(ax, V(set1_ps)(0.625f), _CMP_GT_OQ, large, small);
+    return pass_nan(x, v_copysign(magnitude, x));
 }
-
-/* Lanes j .. j + 15 of count, as a mask. */
-static inline __mmask16 lanes(int64_t j, int64_t count)
-{
-    return count - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (count - j)) - 1);
-}
-#define LOAD16(m, p) _mm512_maskz_loadu_ps((m), (p))
-#define STORE16(m, p, v) _mm512_mask_storeu_ps((p), (m), (v))
 #endif
 
 /* Index of the step before step t in the order the recurrence runs; -1 for its first. */
@@ -290,20 +365,19 @@ static void cell_row(const float *restrict p, const float *restrict x, const flo
                      const float *restrict c_prev, float *restrict gates, float *restrict c, float *restrict h,
                      int64_t u, int64_t hs)
 {
-#if defined(__AVX512F__)
-    for (int64_t j = 0; j < u; j += 16) {
-        __mmask16 m = lanes(j, u);
-#define PRE16(g) _mm512_add_ps(_mm512_add_ps(LOAD16(m, x + (g) * hs + j), LOAD16(m, bias + (g) * hs + j)), \
-                               LOAD16(m, p + (g) * u + j))
-        __m512 i = sigmoid16(PRE16(0)), f = sigmoid16(PRE16(1)), g = tanh16(PRE16(2)), o = sigmoid16(PRE16(3));
-#undef PRE16
-        __m512 cell = _mm512_add_ps(_mm512_mul_ps(f, LOAD16(m, c_prev + j)), _mm512_mul_ps(i, g));
-        STORE16(m, gates + j, i);
-        STORE16(m, gates + hs + j, f);
-        STORE16(m, gates + 2 * hs + j, g);
-        STORE16(m, gates + 3 * hs + j, o);
-        STORE16(m, c + j, cell);
-        STORE16(m, h + j, _mm512_mul_ps(o, tanh16(cell)));
+#if defined(VECTOR_CELLS)
+    for (int64_t j = 0; j < u; j += VEC_WIDTH) {
+        vlanes m = lanes_of(j, u);
+#define PRE(g) V(add_ps)(V(add_ps)(V_LOAD(m, x + (g) * hs + j), V_LOAD(m, bias + (g) * hs + j)), V_LOAD(m, p + (g) * u + j))
+        vec i = v_sigmoid(PRE(0)), f = v_sigmoid(PRE(1)), g = v_tanh(PRE(2)), o = v_sigmoid(PRE(3));
+#undef PRE
+        vec cell = V(add_ps)(V(mul_ps)(f, V_LOAD(m, c_prev + j)), V(mul_ps)(i, g));
+        V_STORE(m, gates + j, i);
+        V_STORE(m, gates + hs + j, f);
+        V_STORE(m, gates + 2 * hs + j, g);
+        V_STORE(m, gates + 3 * hs + j, o);
+        V_STORE(m, c + j, cell);
+        V_STORE(m, h + j, V(mul_ps)(o, v_tanh(cell)));
     }
 #else
 #pragma omp simd
@@ -329,21 +403,20 @@ static void cell_gradient_row(float *restrict d, const float *restrict dh_next, 
                               const float *restrict act, const float *restrict c_prev, const float *restrict c,
                               const float *restrict dh_in, const float *restrict dc_in, int64_t u, int64_t hs)
 {
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (int64_t j = 0; j < u; j += 16) {
-        __mmask16 m = lanes(j, u);
-        __m512 i = LOAD16(m, act + j), f = LOAD16(m, act + hs + j), g = LOAD16(m, act + 2 * hs + j),
-               o = LOAD16(m, act + 3 * hs + j);
-        __m512 dh = _mm512_add_ps(LOAD16(m, dh_in + j), LOAD16(m, dh_next + j)), tc = tanh16(LOAD16(m, c + j));
-        __m512 total = _mm512_add_ps(_mm512_add_ps(LOAD16(m, dc_in + j), LOAD16(m, dc_next + j)),
-                                     _mm512_mul_ps(_mm512_mul_ps(dh, o), _mm512_sub_ps(one, _mm512_mul_ps(tc, tc))));
-        STORE16(m, d + j, _mm512_mul_ps(_mm512_mul_ps(total, g), _mm512_sub_ps(i, _mm512_mul_ps(i, i))));
-        STORE16(m, d + hs + j,
-                _mm512_mul_ps(_mm512_mul_ps(total, LOAD16(m, c_prev + j)), _mm512_sub_ps(f, _mm512_mul_ps(f, f))));
-        STORE16(m, d + 2 * hs + j, _mm512_mul_ps(_mm512_mul_ps(total, i), _mm512_sub_ps(one, _mm512_mul_ps(g, g))));
-        STORE16(m, d + 3 * hs + j, _mm512_mul_ps(_mm512_mul_ps(dh, tc), _mm512_sub_ps(o, _mm512_mul_ps(o, o))));
-        STORE16(m, dc_next + j, _mm512_mul_ps(total, f));
+#if defined(VECTOR_CELLS)
+    const vec one = V(set1_ps)(1.0f);
+    for (int64_t j = 0; j < u; j += VEC_WIDTH) {
+        vlanes m = lanes_of(j, u);
+        vec i = V_LOAD(m, act + j), f = V_LOAD(m, act + hs + j), g = V_LOAD(m, act + 2 * hs + j),
+            o = V_LOAD(m, act + 3 * hs + j);
+        vec dh = V(add_ps)(V_LOAD(m, dh_in + j), V_LOAD(m, dh_next + j)), tc = v_tanh(V_LOAD(m, c + j));
+        vec total = V(add_ps)(V(add_ps)(V_LOAD(m, dc_in + j), V_LOAD(m, dc_next + j)),
+                              V(mul_ps)(V(mul_ps)(dh, o), V(sub_ps)(one, V(mul_ps)(tc, tc))));
+        V_STORE(m, d + j, V(mul_ps)(V(mul_ps)(total, g), V(sub_ps)(i, V(mul_ps)(i, i))));
+        V_STORE(m, d + hs + j, V(mul_ps)(V(mul_ps)(total, V_LOAD(m, c_prev + j)), V(sub_ps)(f, V(mul_ps)(f, f))));
+        V_STORE(m, d + 2 * hs + j, V(mul_ps)(V(mul_ps)(total, i), V(sub_ps)(one, V(mul_ps)(g, g))));
+        V_STORE(m, d + 3 * hs + j, V(mul_ps)(V(mul_ps)(dh, tc), V(sub_ps)(o, V(mul_ps)(o, o))));
+        V_STORE(m, dc_next + j, V(mul_ps)(total, f));
     }
 #else
 #pragma omp simd
@@ -416,13 +489,16 @@ static int cpu_lstm_sequence(const fl_backend *self, fl_tensor *states, fl_tenso
             const float *x_t = x + t * rows * 4 * hs;
             float *act_t = acts + t * rows * 4 * hs;
             for (int g = 0; g < 4 && u > 0; g++)
-                prefetch_rows(x_t + g * hs + a, rows, 4 * hs, u);
+                prefetch_rows(x_t + g * hs + a, rows < CELL_AHEAD ? rows : CELL_AHEAD, 4 * hs, u, 2);
             if (u > 0 && dnnl_sgemm('N', 'N', rows, width, hs, 1.0f, h_prev, hs, wp, ld, 0.0f, pp, width) !=
                              dnnl_success)
                 failed = true;
-            for (int64_t r = 0; r < rows && u > 0; r++)
+            for (int64_t r = 0; r < rows && u > 0; r++) {
+                for (int g = 0; g < 4 && r + CELL_AHEAD < rows; g++)
+                    prefetch_rows(x_t + (r + CELL_AHEAD) * 4 * hs + g * hs + a, 1, 0, u, 3);
                 cell_row(pp + r * width, x_t + r * 4 * hs + a, biases + a, c_prev + r * hs + a,
                          act_t + r * 4 * hs + a, c_t + r * hs + a, h_t + r * hs + a, u, hs);
+            }
 #pragma omp barrier
         }
     }
@@ -496,10 +572,10 @@ static int cpu_lstm_sequence_backward(const fl_backend *self, fl_tensor *dxproj,
 #pragma omp barrier
             if (before >= 0 && u > 0) {
                 for (int g = 0; g < 4; g++)
-                    prefetch_rows(acts + before * rows * 4 * hs + g * hs + a, rows, 4 * hs, u);
-                prefetch_rows(dout + before * rows * hs + a, rows, hs, u);
-                prefetch_rows(dout + (steps + before) * rows * hs + a, rows, hs, u);
-                prefetch_rows(c_prev + a, rows, hs, u);
+                    prefetch_rows(acts + before * rows * 4 * hs + g * hs + a, rows, 4 * hs, u, 2);
+                prefetch_rows(dout + before * rows * hs + a, rows, hs, u, 2);
+                prefetch_rows(dout + (steps + before) * rows * hs + a, rows, hs, u, 2);
+                prefetch_rows(c_prev + a, rows, hs, u, 2);
             }
             /* dh_prev[:, a:b] = dpre_t [rows, 4H] W_hh[:, a:b] */
             if (u > 0 && dnnl_sgemm('N', 'N', rows, u, 4 * hs, 1.0f, d_t, 4 * hs, wc, ld, 0.0f, dh_next, u) !=
