@@ -6,8 +6,9 @@ where two processes differ by more than the frameworks do (docs/BENCHMARKS.md).
     python bench/same_process.py [--lib build/libflare.so ...] [--threads 2] [--rounds 40]
                                  [--batch 300] [CASE ...]
 
-CASE is add_1e6, mul_1e6, sum_dim1_4096x4096 (these three by default), exp_1e6 or
-sum_dim0_4096x4096. Given --lib more
+CASE is add_1e6, mul_1e6, sum_dim1_4096x4096 (these three by default), exp_1e6,
+sum_dim0_4096x4096, or one of the LSTM language model's input gradients,
+matmul_700x1024x256 and matmul_700x2000x256 ([700, K] x [K, 256]). Given --lib more
 than once, it loads every build (each with its own memory manager and globals) and
 also reports each one's median round ratio to the first: an A/B of a change to Flare
 on the same load, e.g. a build of the parent commit against this one.
@@ -23,10 +24,10 @@ import torch
 def flare_library(path, threads):
     lib = ctypes.CDLL(path)
     pointer = ctypes.c_void_p
-    for name in ("fl_randn", "fl_add", "fl_mul", "fl_exp", "fl_sum"):
+    for name in ("fl_randn", "fl_add", "fl_mul", "fl_exp", "fl_sum", "fl_matmul"):
         getattr(lib, name).restype = pointer
     lib.fl_randn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
-    lib.fl_add.argtypes = lib.fl_mul.argtypes = [pointer, pointer]
+    lib.fl_add.argtypes = lib.fl_mul.argtypes = lib.fl_matmul.argtypes = [pointer, pointer]
     lib.fl_exp.argtypes = [pointer]
     lib.fl_sum.argtypes = [pointer, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_bool]
     lib.fl_release.argtypes = [pointer]
@@ -53,6 +54,8 @@ CASES = {
                            lambda x: x.sum(0)),
     "sum_dim1_4096x4096": ([(4096, 4096)], lambda lib, x: lib.fl_sum(x, (ctypes.c_int * 1)(1), 1, False),
                            lambda x: x.sum(1)),
+    "matmul_700x1024x256": ([(700, 1024), (1024, 256)], lambda lib, x, w: lib.fl_matmul(x, w), lambda x, w: x @ w),
+    "matmul_700x2000x256": ([(700, 2000), (2000, 256)], lambda lib, x, w: lib.fl_matmul(x, w), lambda x, w: x @ w),
 }
 
 

@@ -185,6 +185,31 @@ static void matmul_with_a_transposed_left_operand_matches_f64(void **state)
     assert_no_error();
 }
 
+/* dY W as a layer's input gradient takes it, in f32 against f64: B of 256 columns
+ * 256 apart, which below AVX-512 (the x86-64 rows of the suite) sgemm reads from a
+ * padded copy of B, its neighbours of 255 and 257 columns and one under 64^3
+ * multiply-adds, which read B in place, a batch (one copy per matrix) and a B that is
+ * the first 256 columns of a wider one (rows further apart, read in place).
+ * {B, M, K, N}. */
+static void matmul_with_a_256_column_right_operand_matches_f64(void **state)
+{
+    static const int64_t cases[][4] = {{1, 700, 130, 256}, {1, 5, 300, 256}, {1, 3, 300, 256},
+                                       {1, 70, 100, 255},  {1, 70, 100, 257}, {2, 33, 40, 256}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t B = cases[c][0], M = cases[c][1], K = cases[c][2], N = cases[c][3];
+        fl_manual_seed(31 + c);
+        fl_tensor *dy = fl_randn(FL_F64, FL_SHAPE(B, M, K)), *w = fl_randn(FL_F64, FL_SHAPE(B, K, N));
+        fl_tensor *y = fl_matmul(fl_cast(dy, FL_F32), fl_cast(w, FL_F32));
+        assert_dtype(y, FL_F32);
+        assert_close(y, fl_matmul(dy, w), 1e-4, 1e-4);
+    }
+    fl_manual_seed(7);
+    fl_tensor *wide = fl_randn(FL_F32, FL_SHAPE(300, 263)), *dy = fl_randn(FL_F32, FL_SHAPE(40, 300));
+    fl_tensor *w = strided_view(wide, (int64_t[]){300, 256}, (int64_t[]){0, 0}, (int64_t[]){1, 1});
+    assert_close(fl_matmul(dy, w), fl_matmul(fl_cast(dy, FL_F64), fl_cast(w, FL_F64)), 1e-4, 1e-4);
+    assert_no_error();
+}
+
 /* The plan cache on plans that count their builds and destructions: least recently
  * used out, never a plan in use, and a plan built when every slot is busy is dropped
  * when its call ends. */
@@ -667,6 +692,7 @@ int main(void)
         scoped_test(matmul_larger_shapes_match_a_naive_product),
         scoped_test(matmul_with_a_transposed_weight_matches_f64),
         scoped_test(matmul_with_a_transposed_left_operand_matches_f64),
+        scoped_test(matmul_with_a_256_column_right_operand_matches_f64),
         scoped_test(matmul_primitives_are_safe_from_several_threads),
         scoped_test(plan_cache_evicts_the_least_recently_used_plan_not_in_use),
         scoped_test(matmul_dtypes_and_empty_operands),

@@ -23,7 +23,8 @@
  *  - dY^T X, a linear layer's weight gradient, with 512 rows or more and at most 512
  *    columns. With fewer rows, or more columns, sgemm is as fast or faster.
  *
- * Below AVX-512, dY^T X goes to OpenBLAS instead (transposed_a_to_openblas).
+ * Below AVX-512, dY^T X goes to OpenBLAS instead (transposed_a_to_openblas), and
+ * sgemm reads a B of 256 columns 256 apart from a padded copy (pad_b).
  *
  * A linear layer's product with its bias (the linear entry) goes to the primitive,
  * which adds the bias as it writes C, from 16 rows and SMALL_GEMM multiply-adds up
@@ -331,6 +332,30 @@ static bool transposed_a_to_openblas(const gemm_operand *a, const gemm_operand *
     return a->transposed && !b->transposed && M * N * K >= SMALL_GEMM && !cpu_onednn_has_avx512();
 }
 
+/* Whether an f32 A B goes to sgemm with B copied, its rows PADDED_LD floats apart.
+ * oneDNN's kernels below AVX-512 take an untransposed B of 256 columns 256 floats
+ * apart (1 KiB, so that its rows share cache sets) 5-10% more slowly than the same B
+ * with its rows 272 apart, copy included: a layer's input gradient, dY W, where the
+ * layer has 256 inputs. Narrower and wider B, and AVX-512, gain nothing from the copy
+ * (docs/BENCHMARKS.md, "Input gradients"). */
+#define PADDED_LD 272
+static bool pad_b(const gemm_operand *b, int64_t M, int64_t N, int64_t K)
+{
+    return !b->transposed && N == 256 && b->ld == 256 && M * N * K >= SMALL_GEMM && !cpu_onednn_has_avx512();
+}
+
+/* B [K x N] copied into padded [K x PADDED_LD] rows by the team; NULL if out of memory. */
+static float *padded_copy(const float *b, int64_t K, int64_t N, int64_t ld, int threads)
+{
+    float *copy = cpu_scratch_alloc((size_t)(K * PADDED_LD) * sizeof *copy);
+    if (!copy)
+        return NULL;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+    for (int64_t k = 0; k < K; k++)
+        memcpy(copy + k * PADDED_LD, b + k * ld, (size_t)N * sizeof *copy);
+    return copy;
+}
+
 /* C[M x N] = op(A) op(B) (+ bias [N] on every row, where not NULL) for one matrix, on
  * the library path its shape and dtype take; 0 or an fl_backend_error. */
 static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b, int64_t a_offset, int64_t b_offset,
@@ -343,6 +368,14 @@ static int product(fl_dtype dtype, const gemm_operand *a, const gemm_operand *b,
     } else if (dtype == FL_F32 && use_primitive(a, b, M, N, K, bias != NULL)) {
         return primitive_product(a, (const float *)a->base + a_offset, b, (const float *)b->base + b_offset, c, M, N,
                                  K, bias);
+    } else if (dtype == FL_F32 && !bias && pad_b(b, M, N, K)) {
+        float *padded = padded_copy((const float *)b->base + b_offset, K, N, b->ld, threads);
+        if (!padded)
+            return fl_backend_error(FL_ERR_MEMORY, "no memory for a padded copy of matmul's [%lld, %lld] operand",
+                                    (long long)K, (long long)N);
+        ok = dnnl_sgemm(a->transposed ? 'T' : 'N', 'N', M, N, K, 1.0f, (const float *)a->base + a_offset, a->ld,
+                        padded, PADDED_LD, 0.0f, c, N) == dnnl_success;
+        cpu_scratch_free(padded);
     } else {
         if (bias)
             fill_rows(cpu_element_size(dtype), c, bias, M, N);
