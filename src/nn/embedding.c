@@ -9,7 +9,8 @@ typedef struct embedding_context {
 } embedding_context;
 
 /* Saved: the flat indices. dW = zeros with each row of dy added at its index; rows
- * of the padding index contribute nothing. */
+ * of the padding index contribute nothing. The zeros are a broadcast scalar, which the
+ * scatter writes out once, instead of a [num, dim] tensor filled and then copied. */
 static void embedding_grad(fl_grad *g)
 {
     const embedding_context *c = g->context;
@@ -19,7 +20,8 @@ static void embedding_grad(fl_grad *g)
         dy = fl_where(fl_unsqueeze(fl_ne(index, fl_new_scalar(index, (double)c->padding_idx, fl_dtype_of(index))), 1),
                       dy, fl_new_scalar(dy, 0, fl_dtype_of(dy)));
     fl_tensor *rows = fl_expand(fl_unsqueeze(index, 1), FL_SHAPE(-1, c->dim));
-    g->input_grads[0] = fl_scatter_add(fl_new_full(dy, 0, fl_dtype_of(dy), FL_SHAPE(c->num, c->dim)), 0, rows, dy);
+    fl_tensor *zeros = fl_expand(fl_new_scalar(dy, 0, fl_dtype_of(dy)), FL_SHAPE(c->num, c->dim));
+    g->input_grads[0] = fl_scatter_add(zeros, 0, rows, dy);
 }
 
 static fl_variable *embedding_forward(fl_module *m, fl_variable *x)
