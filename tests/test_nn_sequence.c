@@ -603,6 +603,39 @@ static void bidirectional_lstm_matches_pytorch(void **state)
     fl_module_release(m);
 }
 
+/* Without h0 the recurrence knows its initial state is zero and leaves the first
+ * step out of W_hh's gradient (src/nn/recurrence.c): the same outputs and gradients
+ * as with h0 given as zeros, which takes every step, in both directions, for one step
+ * (no step left) and for five. */
+static void lstm_without_h0_matches_a_zero_h0(void **state)
+{
+    for (int64_t steps = 1; steps <= 5; steps += 4) {
+        fl_manual_seed(29);
+        fl_module *m = fl_nn_lstm(3, 4, 2, true, true, 0.0, true);
+        fl_parameters *p = fl_module_parameters(m);
+        fl_tensor *x = fl_randn(FL_F32, FL_SHAPE(2, steps, 3)), *w = fl_randn(FL_F32, FL_SHAPE(2, steps, 8));
+        const fl_tensor *outputs[2];
+        fl_tensor *grads[2][16];
+        assert_true(p->count <= 16);
+        for (int given = 0; given < 2; given++) {
+            fl_module_zero_grad(m);
+            fl_variable *h0 = given ? fl_v_new(fl_zeros(FL_F32, FL_SHAPE(4, 2, 4)), false) : NULL, *y;
+            assert_int_equal(fl_nn_lstm_forward(m, fl_v_new(x, false), h0, NULL, &y, NULL, NULL), FL_OK);
+            assert_int_equal(fl_v_backward(fl_v_sum(fl_v_mul(y, fl_v_new(w, false)), FL_ALL_AXES, false), NULL, false),
+                             FL_OK);
+            outputs[given] = fl_v_value(y);
+            for (size_t i = 0; i < p->count; i++)
+                grads[given][i] = fl_copy(fl_v_grad(p->items[i]));
+        }
+        assert_close(outputs[0], outputs[1], 0, 0);
+        for (size_t i = 0; i < p->count; i++)
+            assert_close(grads[0][i], grads[1][i], 1e-6, 1e-6);
+        fl_parameters_free(p);
+        fl_module_release(m);
+    }
+    assert_no_error();
+}
+
 static void bidirectional_two_layer_gru_without_bias_matches_pytorch(void **state)
 {
     fl_module *m = fl_nn_gru(3, 4, 2, false, false, 0.0, true);
@@ -1106,6 +1139,7 @@ int main(void)
         scoped_test(two_layer_lstm_matches_pytorch),
         scoped_test(two_layer_gru_matches_pytorch),
         scoped_test(bidirectional_lstm_matches_pytorch),
+        scoped_test(lstm_without_h0_matches_a_zero_h0),
         scoped_test(bidirectional_two_layer_gru_without_bias_matches_pytorch),
         scoped_test(dropout_between_layers_acts_in_training_only),
         scoped_test(ctc_loss_matches_pytorch_for_every_reduction),

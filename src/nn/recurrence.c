@@ -16,6 +16,7 @@
 typedef struct recurrence_context {
     bool reverse;
     bool has_bias; /* LSTM: b_ih + b_hh is an input; GRU: b_hh is */
+    bool zero_h0;  /* LSTM: h0 is zeros of the recurrence's own */
 } recurrence_context;
 
 static void release_tensor(void *t) { fl_release(t); }
@@ -46,6 +47,17 @@ static fl_tensor *previous_states(const fl_tensor *states, const fl_tensor *init
     fl_tensor *rest = fl_index(states, FL_INDEX(reverse ? FL_RANGE(1, FL_END) : FL_RANGE(0, steps - 1)));
     return fl_concat((fl_tensor *[]){reverse ? rest : first, reverse ? first : rest}, 2, 0);
 }
+
+/* The steps after the first in the direction of the recurrence (t > 0 forward,
+ * t < T - 1 in reverse) of x [T, ...], and the steps before the last (their
+ * previous states, from hidden states [T, N, H]): a dense view each. */
+static fl_tensor *after_first(const fl_tensor *x, bool reverse)
+{
+    int64_t steps = fl_dim(x, 0);
+    return fl_index(x, FL_INDEX(reverse ? FL_RANGE(0, steps - 1) : FL_RANGE(1, steps)));
+}
+
+static fl_tensor *before_last(const fl_tensor *x, bool reverse) { return after_first(x, !reverse); }
 
 /* sum over steps and batch of d^T prev: d [T, N, G], prev [T, N, H] -> [G, H] */
 static fl_tensor *summed_outer(const fl_tensor *d, const fl_tensor *prev)
@@ -86,9 +98,12 @@ static void lstm_grad(fl_grad *g)
     g->input_grads[1] = dh0;
     g->input_grads[2] = dc0;
     if (g->needs_grad[3]) {
+        /* With h0 zero the first step adds nothing, and leaving it out spares the
+         * copy of every state behind h0 that previous_states makes. */
         int64_t steps = fl_dim(out, 0) / 2;
         fl_tensor *hidden = fl_index(out, FL_INDEX(FL_RANGE(0, steps)));
-        g->input_grads[3] = summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
+        g->input_grads[3] = c->zero_h0 ? summed_outer(after_first(dxproj, c->reverse), before_last(hidden, c->reverse))
+                                       : summed_outer(dxproj, previous_states(hidden, h0, c->reverse));
     }
     if (c->has_bias && g->needs_grad[4])
         g->input_grads[4] = fl_sum(dxproj, FL_AXES(0, 1), false);
@@ -99,14 +114,17 @@ static void lstm_grad(fl_grad *g)
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *bias, fl_variable *h0, fl_variable *c0,
                                  fl_variable *w_hh, bool reverse)
 {
-    if (fl_null_args("lstm recurrence", 4, xproj, h0, c0, w_hh))
+    if (fl_null_args("lstm recurrence", 3, xproj, c0, w_hh))
         return NULL;
     fl_scope scope = fl_scope_begin();
+    bool zero_h0 = h0 == NULL;
+    if (zero_h0)
+        h0 = fl_v_new(fl_zeros_like(fl_v_value(c0)), false);
     fl_tensor *out = NULL, *gates = NULL;
     fl_variable *y = NULL;
-    if (fl_lstm_sequence(fl_v_value(xproj), bias ? fl_v_value(bias) : NULL, fl_v_value(h0), fl_v_value(c0),
-                         fl_v_value(w_hh), reverse, &out, &gates) == FL_OK) {
-        recurrence_context c = {.reverse = reverse, .has_bias = bias != NULL};
+    if (h0 && fl_lstm_sequence(fl_v_value(xproj), bias ? fl_v_value(bias) : NULL, fl_v_value(h0), fl_v_value(c0),
+                               fl_v_value(w_hh), reverse, &out, &gates) == FL_OK) {
+        recurrence_context c = {.reverse = reverse, .has_bias = bias != NULL, .zero_h0 = zero_h0};
         const fl_tensor *save[] = {out, fl_v_value(h0), fl_v_value(c0), fl_v_value(w_hh), gates};
         y = bias ? fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh, bias), lstm_grad, save, 5, &c, sizeof c)
                  : fl_v_record(out, FL_VARS(xproj, h0, c0, w_hh), lstm_grad, save, 5, &c, sizeof c);

@@ -8,9 +8,10 @@
 
 /* xproj [T, N, 4H]: x W_ih^T, gates in PyTorch's order i, f, g, o; bias [4H]: b_ih +
  * b_hh, or NULL (the recurrence adds it to each step, which saves a pass over xproj);
- * h0 and c0 [N, H]; w_hh [4H, H]. Gives [2T, N, H]: the hidden state h_t of every step
- * t at t, its cell state c_t at T + t (so that the hidden states are a dense
- * [T, N, H] view). reverse runs from t = T - 1 down to 0. */
+ * h0 and c0 [N, H], h0 NULL for zeros (then the gradient of w_hh leaves out the first
+ * step, whose term is zero); w_hh [4H, H]. Gives [2T, N, H]: the hidden state h_t of
+ * every step t at t, its cell state c_t at T + t (so that the hidden states are a
+ * dense [T, N, H] view). reverse runs from t = T - 1 down to 0. */
 fl_variable *fl__lstm_recurrence(fl_variable *xproj, fl_variable *bias, fl_variable *h0, fl_variable *c0,
                                  fl_variable *w_hh, bool reverse);
 

@@ -117,7 +117,7 @@ static fl_status run(const char *fn, fl_module *m, const fl_module_type *type, f
                  * in the recurrence's steps rather than a pass over the projection. */
                 fl_variable *xproj = fl_f_linear(seq, w_ih, NULL);
                 fl_variable *out = fl__lstm_recurrence(xproj, st->bias ? fl_v_add(b_ih, b_hh) : NULL,
-                                                       initial(h0, index, batch, h, xt),
+                                                       h0 ? initial(h0, index, batch, h, xt) : NULL,
                                                        initial(c0, index, batch, h, xt),
                                                        weight(m, "weight_hh", layer, d), d == 1);
                 outputs[d] = fl_v_index(out, FL_INDEX(FL_RANGE(0, last + 1)));
