@@ -88,6 +88,8 @@ PERFORMS = {
     "cross_entropy_backward": ("add",),
     # x W^T + b: the bias's add (the products' sums are matmul's, which counts none)
     "linear": ("add",),
+    # SGD's step: the buffer's, the step's and weight decay's scaled sums
+    "sgd_update": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

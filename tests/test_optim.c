@@ -243,6 +243,97 @@ static void resuming_from_saved_state_is_exact(void **state)
     assert_no_error();
 }
 
+/* SGD with momentum steps in place after its first two steps where the backend has
+ * the fused kernel (backend.h, sgd_update) and nothing else holds the value or the
+ * buffer: the value tensor stays the same from step to step, and its values are the
+ * composition's bit for bit (the same backend with the kernel removed), with dampening,
+ * weight decay and Nesterov momentum, f32 and f64, on a parameter large enough for
+ * the threads to split it (and with a tail past the last whole cache line). */
+static void sgd_in_place_matches_the_composition(void **state)
+{
+    const char *name = fl_backend_name(fl_zeros(FL_F32, FL_SHAPE(1)));
+    bool fused = fl_default_backend()->sgd_update != NULL;
+    const fl_sgd_options options[] = {{.lr = 0.1, .momentum = 0.9, .dampening = 0.1},
+                                      {.lr = 0.05, .momentum = 0.8, .nesterov = true, .weight_decay = 0.01},
+                                      {.lr = 0.1, .momentum = 0.5, .dampening = 0.5, .weight_decay = 0.1}};
+    for (fl_dtype dtype = FL_F32; dtype <= FL_F64; dtype++)
+        for (size_t c = 0; c < sizeof options / sizeof options[0]; c++) {
+            fl_manual_seed(41 + c);
+            fl_tensor *start = fl_cast(fl_randn(FL_F64, FL_SHAPE(70001)), dtype), *grads[6];
+            for (int t = 0; t < 6; t++)
+                grads[t] = fl_cast(fl_randn(FL_F64, FL_SHAPE(70001)), dtype);
+            fl_tensor *values[2];
+            for (int composed = 0; composed < 2; composed++) {
+                fl_backend without = support_derive(name), original;
+                without.sgd_update = NULL;
+                if (composed)
+                    original = support_override(&without);
+                fl_variable *p = fl_v_new(fl_copy(start), true);
+                fl_optimizer *o = fl_sgd(&p, 1, &options[c]);
+                const fl_tensor *before = NULL;
+                for (int t = 0; t < 6; t++) {
+                    assert_int_equal(fl_v_set_grad(p, grads[t]), FL_OK);
+                    before = fl_v_value(p);
+                    assert_int_equal(fl_optimizer_step(o), FL_OK);
+                }
+                if (fused && !composed) /* the last step wrote the value it found */
+                    assert_ptr_equal(fl_v_value(p), before);
+                values[composed] = fl_retain(fl_v_value(p));
+                fl_optimizer_free(o);
+                if (composed)
+                    support_override(&original);
+            }
+            assert_close(values[0], values[1], 0, 0);
+            fl_release(values[0]);
+            fl_release(values[1]);
+        }
+    assert_no_error();
+}
+
+/* A value or a momentum buffer that anything else holds is never written: a reference
+ * to the value (the tensor layer's check), a view of it (the backend's: the view is
+ * another tensor over the same storage) and the buffer of a saved state each keep
+ * their values through two steps, while the parameter takes the same new values as
+ * one that nothing else holds. */
+static void sgd_never_writes_what_others_hold(void **state)
+{
+    fl_sgd_options options = {.lr = 0.1, .momentum = 0.9};
+    fl_manual_seed(43);
+    fl_tensor *start = fl_randn(FL_F32, FL_SHAPE(40000)), *grad = fl_randn(FL_F32, FL_SHAPE(40000));
+    for (int kind = 0; kind < 3; kind++) {
+        fl_variable *alone = fl_v_new(fl_copy(start), true), *held = fl_v_new(fl_copy(start), true);
+        fl_optimizer *a = fl_sgd(&alone, 1, &options), *h = fl_sgd(&held, 1, &options);
+        for (int t = 0; t < 5; t++) {
+            if (t == 3) { /* a holder appears once both step in place */
+                fl_tensor_map *saved = fl_tensor_map_create();
+                assert_int_equal(fl_optimizer_state(h, saved, NULL), FL_OK);
+                fl_tensor *holder = kind == 0   ? fl_retain(fl_v_value(held))
+                                    : kind == 1 ? fl_retain(fl_reshape(fl_v_value(held), FL_SHAPE(200, 200)))
+                                                : fl_retain(fl_tensor_map_get(saved, "state.0.momentum_buffer"));
+                fl_tensor_map_free(saved);
+                fl_tensor *copy = fl_copy(holder);
+                for (; t < 5; t++) {
+                    fl_v_set_grad(alone, grad);
+                    fl_v_set_grad(held, grad);
+                    assert_int_equal(fl_optimizer_step(a), FL_OK);
+                    assert_int_equal(fl_optimizer_step(h), FL_OK);
+                }
+                assert_close(holder, copy, 0, 0);
+                fl_release(holder);
+                break;
+            }
+            fl_v_set_grad(alone, grad);
+            fl_v_set_grad(held, grad);
+            assert_int_equal(fl_optimizer_step(a), FL_OK);
+            assert_int_equal(fl_optimizer_step(h), FL_OK);
+        }
+        assert_close(fl_v_value(held), fl_v_value(alone), 0, 0);
+        fl_optimizer_free(a);
+        fl_optimizer_free(h);
+    }
+    assert_no_error();
+}
+
 /* Moves o to backend: its parameters and its state buffers arrive there unchanged. */
 static void assert_moves(fl_optimizer *o, const char *backend)
 {
@@ -605,6 +696,8 @@ int main(void)
         scoped_test(novograd_matches_flashlight_formula),
         scoped_test(state_has_pytorch_names_and_values),
         scoped_test(resuming_from_saved_state_is_exact),
+        scoped_test(sgd_in_place_matches_the_composition),
+        scoped_test(sgd_never_writes_what_others_hold),
         scoped_test(moving_to_another_backend_and_back),
         scoped_test(defaults_lr_and_zero_grad),
         scoped_test(construction_errors),

@@ -43,7 +43,7 @@
  *    cpu entry means under the lazy backend.
  *
  * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell, the
- * LSTM recurrence, add_scaled, cross_entropy_backward and linear compute what the tensor
+ * LSTM recurrence, add_scaled, cross_entropy_backward, linear and sgd_update compute what the tensor
  * layer also composes from the primitives, in one pass instead of several. A backend
  * may leave any of them NULL and the composition is used; the composition defines
  * the semantics, and the tests check each fused kernel against it. They exist
@@ -120,6 +120,23 @@
  *    large as any of the step's. Fused, the bias is added as the product writes out.
  *    It may decline a call with FL_ERR_UNSUPPORTED; the tensor layer composes then.
  *
+ *  - sgd_update (version 7): one step of SGD with momentum for one parameter, as
+ *    torch.optim.SGD takes it after its first, written into param and buffer (the
+ *    momentum buffer), grad of their shape and all three of one float dtype. With
+ *    d's options: g = grad + weight_decay param (left out when weight_decay is 0),
+ *    buffer = momentum buffer + (1 - dampening) g, then param = param - lr (g +
+ *    momentum buffer) with nesterov, param - lr buffer without: the composition's
+ *    sums (add_scaled's alpha a + beta b), in its order. The only entry that writes
+ *    into tensors it is given: the tensor
+ *    layer calls it only for a param and a buffer that no other fl_tensor references,
+ *    and the entry must decline (FL_ERR_UNSUPPORTED, having written nothing) where
+ *    either's storage is shared with another tensor (a view) or is not a layout it
+ *    takes; the tensor layer then composes the step from add_scaled into new
+ *    tensors. Composed, the step is two passes that each write a new tensor as
+ *    large as the parameter: reading memory back for ownership before writing it,
+ *    they move about twice the bytes of one pass in place, which on a small model's
+ *    step is most of the optimizer's time.
+ *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
  *  - empty: out gets storage whose values are unspecified, to be written through
@@ -173,6 +190,12 @@ typedef struct fl_pool2d_desc {
     int kernel[2], stride[2], padding[2];
     bool count_include_pad;
 } fl_pool2d_desc;
+
+/* SGD's options for sgd_update (torch.optim.SGD's names). */
+typedef struct fl_sgd_desc {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} fl_sgd_desc;
 
 typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_kind;
 
@@ -268,7 +291,9 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     X(5, cross_entropy_backward, (fl_tensor *dlogits, const fl_tensor *log_probs, const fl_tensor *index,         \
                                   const fl_tensor *scale, double smoothing))                                      \
     /* -- version 6: a linear layer's product with its bias (see "Fused kernels" above) -- */                    \
-    X(6, linear, (fl_tensor *out, const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias))
+    X(6, linear, (fl_tensor *out, const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias))           \
+    /* -- version 7: SGD's step in place (see "Fused kernels" above) -- */                                       \
+    X(7, sgd_update, (fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad, const fl_sgd_desc *d))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -276,7 +301,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 6
+#define FL_BACKEND_VERSION 7
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -1,11 +1,24 @@
 /* Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
  * torch.optim.SGD. */
+#include "../tensor/internal.h" /* fl__sgd_update, the fused step */
 #include "internal.h"
 
 static fl_tensor *sgd_update(const fl__optim *o, const fl_tensor *value, const fl_tensor *grad, double step,
                              fl_tensor **buffers)
 {
     const fl_sgd_options *opt = o->options;
+    if (opt->momentum != 0 && buffers[0]) {
+        /* After the first step, the step in place where the backend has the kernel and
+         * nothing but the parameter and this optimizer holds the value and the buffer
+         * (fl__sgd_update checks): the parameter's value tensor is then its own
+         * again, its values the new ones. */
+        fl_sgd_desc d = {o->base.lr, opt->momentum, opt->dampening, opt->weight_decay, opt->nesterov};
+        fl_status status = fl__sgd_update("fl_optimizer_step", value, buffers[0], grad, &d);
+        if (status == FL_OK)
+            return fl_out(fl_retain(value));
+        if (status != FL_ERR_UNSUPPORTED)
+            return NULL;
+    }
     fl_tensor *g = fl__decayed_grad(grad, value, opt->weight_decay);
     if (opt->momentum != 0) {
         /* The first step starts the buffer at the gradient itself, undamped. Each sum

@@ -258,6 +258,31 @@ fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, d
                                          beta == 1 ? b : fl_mul_scalar(b, beta)));
 }
 
+fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
+                         const fl_sgd_desc *d)
+{
+    FL_ENTRY_TYPE(sgd_update) fused = param->backend->sgd_update;
+    bool applies = fused && param != buffer && param->refcount == 1 && buffer->refcount == 1 &&
+                   (param->dtype == FL_F32 || param->dtype == FL_F64) && buffer->dtype == param->dtype &&
+                   grad->dtype == param->dtype && buffer->backend == param->backend &&
+                   grad->backend == param->backend && fl_same_shape(param, buffer) && fl_same_shape(param, grad);
+    if (!applies)
+        return FL_ERR_UNSUPPORTED;
+    fl__begin("sgd_update");
+    int rc = fused(param->backend, (fl_tensor *)(uintptr_t)param, buffer, grad, d);
+    if (fl__declined(rc))
+        return FL_ERR_UNSUPPORTED;
+    fl__end();
+    if (rc == 0)
+        return FL_OK;
+    char message[512] = "", described[FL_DESC_SIZE];
+    fl_status status = fl__take_backend_error(message, sizeof message);
+    status = status != FL_OK ? status : (fl_status)rc;
+    fl_error(status, fn, "%s (backend %s; parameter %s)", message[0] ? message : fl_status_name(status),
+             param->backend->name, fl_describe(param, described));
+    return status;
+}
+
 /* The base's dtype decides: a negative whole exponent of an integer tensor is refused. */
 static fl_tensor *pow_checked(const fl_tensor *t, const fl_tensor *s) { return power("fl_pow_scalar", t, s, false); }
 

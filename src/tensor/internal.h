@@ -136,6 +136,19 @@ int fl__batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias,
                             const fl_tensor *x, const fl_tensor *mean, const fl_tensor *invstd,
                             const fl_tensor *weight, bool training);
 
+/* ---- fused kernels for the optimizers (elementwise.c) ---- */
+
+/* One step of SGD with momentum written into param and buffer, through the backend's
+ * sgd_update (backend.h), where it has one, param and buffer are f32 or f64 tensors
+ * that nothing else references (an fl_tensor reference count of 1: a variable's
+ * value, an optimizer's buffer), and the backend takes them. param is const as a
+ * variable hands out its value: the tensor layer, which alone decides when a tensor's
+ * values may change, writes it only once nothing else can see it. FL_OK; or
+ * FL_ERR_UNSUPPORTED, having changed nothing and recorded no error, for the caller to
+ * compose the step; or another status with an error recorded naming fn. */
+fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
+                         const fl_sgd_desc *d);
+
 /* ---- random ---- */
 
 /* Reserves count Philox counters from the global generator; returns the seed and the

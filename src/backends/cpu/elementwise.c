@@ -110,6 +110,16 @@ static int no_kernel(const char *name, const fl_tensor *a)
     return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(a->dtype));
 }
 
+
+/* The calling thread's span [*begin, *end) of n elements of size bytes, in the team
+ * running it: equal spans, rounded to whole cache lines so that threads never write
+ * to the same one. */
+static void thread_span(int64_t n, int64_t size, int64_t *begin, int64_t *end)
+{
+    int64_t t = omp_get_thread_num(), count = omp_get_num_threads(), align = 64 / size;
+    *begin = (n * t / count) / align * align;
+    *end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+}
 static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, row_kernel row)
 {
     int rc = cpu_alloc(out);
@@ -134,10 +144,8 @@ static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, row_
     }
 #pragma omp parallel num_threads(threads)
     {
-        /* Equal spans, rounded to whole cache lines of output so threads never share one. */
-        int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-        int64_t align = 64 / (int64_t)w.out_size;
-        int64_t begin = (n * t / count) / align * align, end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+        int64_t begin, end;
+        thread_span(n, (int64_t)w.out_size, &begin, &end);
         if (begin < end)
             walk_span(&w, y, row, begin, end);
     }
@@ -436,18 +444,36 @@ static int cpu_logical_or(const fl_backend *self, fl_tensor *out, const fl_tenso
     return run_binary(out, a, b, rows, "logical_or");
 }
 
+/* alpha a + beta b as add_scaled and sgd_update both round it: beta b rounded, then
+ * one fused multiply-add where the machine has it. Written out, so that the compiler's
+ * choice of which product to fuse cannot differ between the two kernels: SGD's step
+ * in place gives the composition's bits. */
+#if defined(__FMA__)
+static inline float scaled_sum_f32(float a, float alpha, float b, float beta)
+{
+    return __builtin_fmaf(a, alpha, b * beta);
+}
+static inline double scaled_sum_f64(double a, double alpha, double b, double beta)
+{
+    return __builtin_fma(a, alpha, b * beta);
+}
+#else
+static inline float scaled_sum_f32(float a, float alpha, float b, float beta) { return a * alpha + b * beta; }
+static inline double scaled_sum_f64(double a, double alpha, double b, double beta) { return a * alpha + b * beta; }
+#endif
+
 /* out = alpha a + beta b (backend.h, add_scaled), for dense f32 and f64 operands; the
  * scalars are taken in the operands' dtype, as mul_scalar takes them. It streams
  * memory, as add does. Other operands are declined, for the tensor layer to compose. */
-#define ADD_SCALED_SPAN(fn, type)                                                                  \
+#define ADD_SCALED_SPAN(fn, type, sum)                                                             \
     CPU_STREAMING static void fn(type *restrict y, const type *restrict a, const type *restrict b,  \
                                  type alpha, type beta, int64_t n)                                 \
     {                                                                                              \
         for (int64_t i = 0; i < n; i++)                                                            \
-            y[i] = a[i] * alpha + b[i] * beta;                                                     \
+            y[i] = sum(a[i], alpha, b[i], beta);                                                   \
     }
-ADD_SCALED_SPAN(add_scaled_f32, float)
-ADD_SCALED_SPAN(add_scaled_f64, double)
+ADD_SCALED_SPAN(add_scaled_f32, float, scaled_sum_f32)
+ADD_SCALED_SPAN(add_scaled_f64, double, scaled_sum_f64)
 
 static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tensor *a, const fl_tensor *b, double alpha,
                           double beta)
@@ -464,10 +490,8 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
     int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        /* Equal spans in whole cache lines of output, as the other elementwise kernels. */
-        int64_t t = omp_get_thread_num(), count = omp_get_num_threads(), align = 64 / size;
-        int64_t begin = (n * t / count) / align * align;
-        int64_t end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
+        int64_t begin, end;
+        thread_span(n, size, &begin, &end);
         if (begin < end && a->dtype == FL_F32)
             add_scaled_f32((float *)y + begin, (const float *)pa + begin, (const float *)pb + begin, (float)alpha,
                            (float)beta, end - begin);
@@ -478,9 +502,59 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
     return 0;
 }
 
+/* SGD's step in place (backend.h, sgd_update), in one pass over param, buffer and
+ * grad where the composition makes two, each writing a new tensor. */
+#define SGD_SPAN(fn, type, sum)                                                                                \
+    CPU_STREAMING static void fn(type *restrict p, type *restrict buf, const type *restrict g, const fl_sgd_desc *d, \
+                                 int64_t n)                                                                    \
+    {                                                                                                          \
+        type lr = (type)-d->lr, momentum = (type)d->momentum, damped = (type)(1 - d->dampening);                \
+        type decay = (type)d->weight_decay;                                                                    \
+        bool decays = d->weight_decay != 0, nesterov = d->nesterov;                                            \
+        for (int64_t i = 0; i < n; i++) {                                                                      \
+            type grad = decays ? sum(g[i], 1, p[i], decay) : g[i];                                             \
+            type b = sum(buf[i], momentum, grad, damped);                                                      \
+            buf[i] = b;                                                                                        \
+            p[i] = sum(p[i], 1, nesterov ? sum(grad, 1, b, momentum) : b, lr);                                 \
+        }                                                                                                      \
+    }
+SGD_SPAN(sgd_f32, float, scaled_sum_f32)
+SGD_SPAN(sgd_f64, double, scaled_sum_f64)
+
+/* Whether t alone holds its storage, from its start: what may be written in place. */
+static bool sole_dense_owner(const fl_tensor *t)
+{
+    const cpu_tensor *c = cpu_impl(t);
+    return cpu_contiguous(t) && c->offset == 0 && c->storage->refcount == 1;
+}
+
+static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
+                          const fl_sgd_desc *d)
+{
+    if ((param->dtype != FL_F32 && param->dtype != FL_F64) || !sole_dense_owner(param) || !sole_dense_owner(buffer) ||
+        cpu_impl(param)->storage == cpu_impl(buffer)->storage || !cpu_contiguous(grad))
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "sgd_update writes only dense tensors that alone hold their "
+                                                    "storage, with a dense gradient");
+    int64_t n = param->numel, size = (int64_t)cpu_element_size(param->dtype);
+    char *p = cpu_data(param), *buf = cpu_data(buffer);
+    const char *g = cpu_data(grad);
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t begin, end;
+        thread_span(n, size, &begin, &end);
+        if (begin < end && param->dtype == FL_F32)
+            sgd_f32((float *)p + begin, (float *)buf + begin, (const float *)g + begin, d, end - begin);
+        else if (begin < end)
+            sgd_f64((double *)p + begin, (double *)buf + begin, (const double *)g + begin, d, end - begin);
+    }
+    return 0;
+}
+
 void cpu_register_elementwise(fl_backend *b)
 {
     b->add_scaled = cpu_add_scaled;
+    b->sgd_update = cpu_sgd_update;
     b->neg = cpu_neg;
     b->abs = cpu_abs;
     b->sign = cpu_sign;
