@@ -12,7 +12,8 @@ static fl_tensor *sgd_update(const fl__optim *o, const fl_tensor *value, const f
          * nothing but the parameter and this optimizer holds the value and the buffer
          * (fl__sgd_update checks): the parameter's value tensor is then its own
          * again, its values the new ones. */
-        fl_sgd_desc d = {o->base.lr, opt->momentum, opt->dampening, opt->weight_decay, opt->nesterov};
+        fl_sgd_desc d = {.lr = o->base.lr, .momentum = opt->momentum, .dampening = opt->dampening,
+                         .weight_decay = opt->weight_decay, .nesterov = opt->nesterov};
         fl_status status = fl__sgd_update("fl_optimizer_step", value, buffers[0], grad, &d);
         if (status == FL_OK)
             return fl_out(fl_retain(value));
