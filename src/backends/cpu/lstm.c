@@ -205,13 +205,9 @@ static int sequence_threads(int64_t rows, int64_t hs)
  * defines: 16 lanes on AVX-512, 8 on AVX2 with FMA. */
 #define VECTOR_CELLS 1
 
-/* ln 2 in two parts, the polynomial of e^r, and tanh's odd polynomial, highest degree
- * first */
-static const float exp_ln2_parts[2] = {-0.693359375f, 2.12194440e-4f};
-static const float exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-static const float tanh_poly[5] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
-                                   -3.33332819422e-1f};
+/* vecmath.h's polynomials, highest degree first */
+static const float exp_poly[6] = {VM_EXP_P5, VM_EXP_P4, VM_EXP_P3, VM_EXP_P2, VM_EXP_P1, VM_EXP_P0};
+static const float tanh_poly[5] = {VM_TANH_Q4, VM_TANH_Q3, VM_TANH_Q2, VM_TANH_Q1, VM_TANH_Q0};
 #endif
 
 #if defined(__AVX512F__)
@@ -292,8 +288,8 @@ static inline vec exp_of_nonpositive(vec x)
 {
     x = V(max_ps)(x, V(set1_ps)(-104.0f));
     vec n = V_ROUND(V(mul_ps)(x, V(set1_ps)(1.44269504088896341f)));
-    vec r = V(fmadd_ps)(n, V(set1_ps)(exp_ln2_parts[0]), x);
-    r = V(fmadd_ps)(n, V(set1_ps)(exp_ln2_parts[1]), r);
+    vec r = V(fmadd_ps)(n, V(set1_ps)(-VM_LN2_HI), x);
+    r = V(fmadd_ps)(n, V(set1_ps)(VM_LN2_LO), r);
     vec p = V(set1_ps)(exp_poly[0]);
     for (int k = 1; k < 6; k++)
         p = V(fmadd_ps)(p, r, V(set1_ps)(exp_poly[k]));

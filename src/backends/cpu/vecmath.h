@@ -57,6 +57,25 @@ static inline float vm_select(bool c, float a, float b)
     return vm_float((vm_bits(a) & mask) | (vm_bits(b) & ~mask));
 }
 
+/* ln 2 = VM_LN2_HI - VM_LN2_LO, its high part exact in 9 bits, for the reductions
+ * of exp and log; e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2, with P's coefficients
+ * VM_EXP_Pk of r^k; tanh(x) = x + x^3 Q(x^2) for |x| <= 0.625, with Q's VM_TANH_Qk of
+ * (x^2)^k (Cephes' expf and tanhf). Named, because the LSTM recurrence's vector cells
+ * (lstm.c) evaluate the same polynomials with intrinsics. */
+#define VM_LN2_HI 0.693359375f
+#define VM_LN2_LO 2.12194440e-4f
+#define VM_EXP_P5 1.9875691500e-4f
+#define VM_EXP_P4 1.3981999507e-3f
+#define VM_EXP_P3 8.3334519073e-3f
+#define VM_EXP_P2 4.1665795894e-2f
+#define VM_EXP_P1 1.6666665459e-1f
+#define VM_EXP_P0 5.0000001201e-1f
+#define VM_TANH_Q4 -5.70498872745e-3f
+#define VM_TANH_Q3 2.06390887954e-2f
+#define VM_TANH_Q2 -5.37397155531e-2f
+#define VM_TANH_Q1 1.33314422036e-1f
+#define VM_TANH_Q0 -3.33332819422e-1f
+
 /* 2^n for n in [-126, 127], built in the exponent field. */
 static inline float vm_pow2i(int32_t n) { return vm_float((uint32_t)(n + 127) << 23); }
 
@@ -68,14 +87,14 @@ static inline float vm_exp_parts(float x, int32_t *n)
     float k = VM_FMA(x, 1.44269504088896341f, shifter);
     *n = (int32_t)(vm_bits(k) - vm_bits(shifter));
     k -= shifter;
-    float r = VM_FMA(k, -0.693359375f, x);
-    r = VM_FMA(k, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = VM_FMA(p, r, 1.3981999507e-3f);
-    p = VM_FMA(p, r, 8.3334519073e-3f);
-    p = VM_FMA(p, r, 4.1665795894e-2f);
-    p = VM_FMA(p, r, 1.6666665459e-1f);
-    p = VM_FMA(p, r, 5.0000001201e-1f);
+    float r = VM_FMA(k, -VM_LN2_HI, x);
+    r = VM_FMA(k, VM_LN2_LO, r);
+    float p = VM_EXP_P5;
+    p = VM_FMA(p, r, VM_EXP_P4);
+    p = VM_FMA(p, r, VM_EXP_P3);
+    p = VM_FMA(p, r, VM_EXP_P2);
+    p = VM_FMA(p, r, VM_EXP_P1);
+    p = VM_FMA(p, r, VM_EXP_P0);
     return VM_FMA(p, r * r, r) + 1.0f;
 }
 
@@ -118,10 +137,10 @@ static inline float vm_logf(float x)
     p = VM_FMA(p, f, -2.4999993993e-1f);
     p = VM_FMA(p, f, 3.3333331174e-1f);
     float y = p * f * z;
-    y = VM_FMA(e, -2.12194440e-4f, y);
+    y = VM_FMA(e, -VM_LN2_LO, y);
     y = VM_FMA(z, -0.5f, y);
     y = f + y;
-    y = VM_FMA(e, 0.693359375f, y);
+    y = VM_FMA(e, VM_LN2_HI, y);
     y = vm_select(x == INFINITY, INFINITY, y);
     y = vm_select(x == 0.0f, -INFINITY, y);
     y = vm_select(x < 0.0f, NAN, y);
@@ -146,11 +165,11 @@ static inline float vm_tanhf(float x)
 {
     float ax = fabsf(x);
     float z = x * x;
-    float p = -5.70498872745e-3f;
-    p = VM_FMA(p, z, 2.06390887954e-2f);
-    p = VM_FMA(p, z, -5.37397155531e-2f);
-    p = VM_FMA(p, z, 1.33314422036e-1f);
-    p = VM_FMA(p, z, -3.33332819422e-1f);
+    float p = VM_TANH_Q4;
+    p = VM_FMA(p, z, VM_TANH_Q3);
+    p = VM_FMA(p, z, VM_TANH_Q2);
+    p = VM_FMA(p, z, VM_TANH_Q1);
+    p = VM_FMA(p, z, VM_TANH_Q0);
     float small = VM_FMA(p * z, x, x);
     float large = 1.0f - 2.0f / (vm_expf(ax + ax) + 1.0f);
     return copysignf(vm_select(ax > 0.625f, large, small), x); /* tanh(-0) is -0 */
