@@ -110,7 +110,6 @@ static int no_kernel(const char *name, const fl_tensor *a)
     return fl_backend_error(FL_ERR_DTYPE, "%s has no %s kernel", name, fl_dtype_name(a->dtype));
 }
 
-
 /* The calling thread's span [*begin, *end) of n elements of size bytes, in the team
  * running it: equal spans, rounded to whole cache lines so that threads never write
  * to the same one. */
@@ -120,6 +119,7 @@ static void thread_span(int64_t n, int64_t size, int64_t *begin, int64_t *end)
     *begin = (n * t / count) / align * align;
     *end = t == count - 1 ? n : (n * (t + 1) / count) / align * align;
 }
+
 static int run(fl_tensor *out, int ninputs, const fl_tensor *const *inputs, row_kernel row)
 {
     int rc = cpu_alloc(out);
