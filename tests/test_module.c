@@ -122,7 +122,7 @@ static void load_errors_change_nothing(void **state)
     fl_module *big = fl_nn_sequential(FL_MODULES(affine(1, 2), affine(1, 2), affine(1, 2), affine(1, 2)));
     fl_tensor_map *renamed = fl_tensor_map_create();
     for (int i = 0; i < 12; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "model.%d", i);
         fl_tensor_map_set(renamed, name, T_F32(FL_SHAPE(1), 0));
     }
