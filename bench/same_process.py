@@ -7,11 +7,16 @@ where two processes differ by more than the frameworks do (docs/BENCHMARKS.md).
                                  [--batch 300] [CASE ...]
 
 CASE is add_1e6, mul_1e6, sum_dim1_4096x4096 (these three by default), exp_1e6,
-sum_dim0_4096x4096, or one of the LSTM language model's input gradients,
-matmul_700x1024x256 and matmul_700x2000x256 ([700, K] x [K, 256]). Given --lib more
-than once, it loads every build (each with its own memory manager and globals) and
-also reports each one's median round ratio to the first: an A/B of a change to Flare
-on the same load, e.g. a build of the parent commit against this one.
+sum_dim0_4096x4096, or one of the LSTM language model's step: its input gradients
+matmul_700x1024x256 and matmul_700x2000x256 ([700, K] x [K, 256]), its head
+linear_700x256x2000 (with the bias), its weight gradients weight_grad_2000x700x256
+and weight_grad_1024x700x256 (dY^T x over 700 rows), its loss's
+log_softmax_700x2000, the head's bias gradient sum_dim0_700x2000, its batch-first
+copy transposed_copy_20x35x256 and the padding of a layer's output gradient
+pad_35x20x256. Given --lib more than once, it loads every build (each with its own
+memory manager and globals) and also reports each one's median round ratio to the
+first: an A/B of a change to Flare on the same load, e.g. a build of the parent
+commit against this one.
 """
 
 import argparse
@@ -24,11 +29,17 @@ import torch
 def flare_library(path, threads):
     lib = ctypes.CDLL(path)
     pointer = ctypes.c_void_p
-    for name in ("fl_randn", "fl_add", "fl_mul", "fl_exp", "fl_sum", "fl_matmul"):
+    for name in ("fl_randn", "fl_add", "fl_mul", "fl_exp", "fl_sum", "fl_matmul", "fl_transpose", "fl_linear",
+                 "fl_copy", "fl_log_softmax", "fl_pad"):
         getattr(lib, name).restype = pointer
     lib.fl_randn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
     lib.fl_add.argtypes = lib.fl_mul.argtypes = lib.fl_matmul.argtypes = [pointer, pointer]
     lib.fl_exp.argtypes = [pointer]
+    lib.fl_transpose.argtypes = [pointer, ctypes.c_int, ctypes.c_int]
+    lib.fl_linear.argtypes = [pointer, pointer, pointer]
+    lib.fl_copy.argtypes = [pointer]
+    lib.fl_log_softmax.argtypes = [pointer, ctypes.c_int]
+    lib.fl_pad.argtypes = [pointer, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.c_double]
     lib.fl_sum.argtypes = [pointer, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_bool]
     lib.fl_release.argtypes = [pointer]
     lib.fl_set_num_threads(threads)
@@ -45,6 +56,22 @@ def f32(lib):
     raise RuntimeError("libflare has no dtype named f32")
 
 
+def weight_grad(lib, dy, x):
+    """A linear layer's weight gradient dY^T x, through a transposed view as the layer takes it."""
+    dy_t = lib.fl_transpose(dy, 0, 1)
+    dw = lib.fl_matmul(dy_t, x)
+    lib.fl_release(dy_t)
+    return dw
+
+
+def transposed_copy(lib, x):
+    """x [N, T, F] copied to [T, N, F]: a batch-first sequence made time-major."""
+    view = lib.fl_transpose(x, 0, 1)
+    y = lib.fl_copy(view)
+    lib.fl_release(view)
+    return y
+
+
 # Each case: its input shapes and what it does, in Flare (lib, inputs) and in PyTorch.
 CASES = {
     "add_1e6": ([(10**6,), (10**6,)], lambda lib, x, y: lib.fl_add(x, y), lambda x, y: x + y),
@@ -56,6 +83,17 @@ CASES = {
                            lambda x: x.sum(1)),
     "matmul_700x1024x256": ([(700, 1024), (1024, 256)], lambda lib, x, w: lib.fl_matmul(x, w), lambda x, w: x @ w),
     "matmul_700x2000x256": ([(700, 2000), (2000, 256)], lambda lib, x, w: lib.fl_matmul(x, w), lambda x, w: x @ w),
+    "linear_700x256x2000": ([(700, 256), (2000, 256), (2000,)], lambda lib, x, w, b: lib.fl_linear(x, w, b),
+                            lambda x, w, b: torch.nn.functional.linear(x, w, b)),
+    "weight_grad_2000x700x256": ([(700, 2000), (700, 256)], weight_grad, lambda dy, x: dy.t() @ x),
+    "weight_grad_1024x700x256": ([(700, 1024), (700, 256)], weight_grad, lambda dy, x: dy.t() @ x),
+    "log_softmax_700x2000": ([(700, 2000)], lambda lib, x: lib.fl_log_softmax(x, -1), lambda x: x.log_softmax(-1)),
+    "sum_dim0_700x2000": ([(700, 2000)], lambda lib, x: lib.fl_sum(x, (ctypes.c_int * 1)(0), 1, False),
+                          lambda x: x.sum(0)),
+    "transposed_copy_20x35x256": ([(20, 35, 256)], transposed_copy, lambda x: x.transpose(0, 1).contiguous()),
+    "pad_35x20x256": ([(35, 20, 256)], lambda lib, x: lib.fl_pad(x, (ctypes.c_int64 * 3)(0, 0, 0),
+                                                                (ctypes.c_int64 * 3)(35, 0, 0), 0.0),
+                      lambda x: torch.nn.functional.pad(x, (0, 0, 0, 0, 0, 35))),
 }
 
 
