@@ -19,22 +19,30 @@
 #include "cpu.h"
 #include "vecmath.h"
 
-/* Independent accumulators, two AVX-512 registers of floats: the loops below then
- * vectorize without reassociating one running value, and two chains hide the
- * latency of the adds. */
-#define LANES 32
+/* Independent accumulators: the loops below then vectorize without reassociating one
+ * running value, and several chains hide the latency of the maxima and adds. The
+ * maximum's are two AVX-512 registers of floats. The sums' are two registers of the
+ * widest vectors the kernels are built for: below AVX-512, 32 of them, next to the
+ * exponential's constants and temporaries, no longer fit in the 16 registers, and
+ * GCC kept them on the stack, each add waiting on the store before it. */
+#define MAX_LANES 32
+#if defined(__AVX512F__)
+#define SUM_LANES 32
+#else
+#define SUM_LANES 16
+#endif
 
 static float row_max_f32(const float *restrict x, int64_t n)
 {
-    float acc[LANES];
-    for (int k = 0; k < LANES; k++)
+    float acc[MAX_LANES];
+    for (int k = 0; k < MAX_LANES; k++)
         acc[k] = -INFINITY;
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
+    for (; i + MAX_LANES <= n; i += MAX_LANES)
+        for (int k = 0; k < MAX_LANES; k++)
             acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
     float m = -INFINITY;
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < MAX_LANES; k++)
         m = acc[k] > m ? acc[k] : m;
     for (; i < n; i++)
         m = x[i] > m ? x[i] : m;
@@ -57,10 +65,10 @@ static inline float exp_nonpositive(float x)
 /* y = exp(x - m); returns the sum of y. */
 static float row_exp_store_f32(const float *restrict x, float *restrict y, int64_t n, float m)
 {
-    float acc[LANES] = {0};
+    float acc[SUM_LANES] = {0};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++) {
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int k = 0; k < SUM_LANES; k++) {
             y[i + k] = exp_nonpositive(x[i + k] - m);
             acc[k] += y[i + k];
         }
@@ -69,7 +77,7 @@ static float row_exp_store_f32(const float *restrict x, float *restrict y, int64
         y[i] = exp_nonpositive(x[i] - m);
         s += y[i];
     }
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < SUM_LANES; k++)
         s += acc[k];
     return s;
 }
@@ -77,15 +85,15 @@ static float row_exp_store_f32(const float *restrict x, float *restrict y, int64
 /* The sum of exp(x - m), storing nothing. */
 static float row_exp_sum_f32(const float *restrict x, int64_t n, float m)
 {
-    float acc[LANES] = {0};
+    float acc[SUM_LANES] = {0};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int k = 0; k < SUM_LANES; k++)
             acc[k] += exp_nonpositive(x[i + k] - m);
     float s = 0;
     for (; i < n; i++)
         s += exp_nonpositive(x[i] - m);
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < SUM_LANES; k++)
         s += acc[k];
     return s;
 }
