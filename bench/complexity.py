@@ -90,6 +90,8 @@ PERFORMS = {
     "linear": ("add",),
     # SGD's step: the buffer's, the step's and weight decay's scaled sums
     "sgd_update": ("add",),
+    # Adam's step: the moments' running sums, the denominator's eps and the step
+    "adam_update": ("add",),
 }
 FUNCTIONS = ("add", "conv", "sum")
 

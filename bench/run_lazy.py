@@ -152,7 +152,7 @@ def main():
         print(f"{r['name']:<26}{ms('cpu_s'):>10}{ms('lazy_s'):>10}{ms('torch_s'):>10}{ratio('torch_over_lazy'):>12}"
               f"{ratio('cpu_over_lazy'):>10}{mb('bytes_fused'):>10}{mb('bytes_unfused'):>12}")
         if "torch-native_s" in r:
-            print(f"{'  (torch F.layer_norm)':<26}{'':>10}{'':>10}{ms('torch-native_s'):>10}"
+            print(f"{'  (torch fused kernel)':<26}{'':>10}{'':>10}{ms('torch-native_s'):>10}"
                   f"{ratio('torch_native_over_lazy'):>12}")
     rows += model_rows(args, env)
     report = {"machine": machine_name(), "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,

@@ -11,8 +11,8 @@
 int main(void)
 {
     int last = fl_backend_primitive_count() - 1;
-    if (strcmp(fl_backend_primitive_name(last), "hypot") != 0 || fl_backend_primitive_version(last) != 8 ||
-        fl_backend_size(8) != sizeof(fl_backend)) {
+    if (strcmp(fl_backend_primitive_name(last), "hypot") != 0 || fl_backend_primitive_version(last) != 9 ||
+        fl_backend_size(9) != sizeof(fl_backend)) {
         fprintf(stderr, "the list did not make the entry: last is %s\n", fl_backend_primitive_name(last));
         return 1;
     }

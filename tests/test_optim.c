@@ -243,73 +243,75 @@ static void resuming_from_saved_state_is_exact(void **state)
     assert_no_error();
 }
 
-/* SGD with momentum steps in place after its first two steps where the backend has
- * the fused kernel (backend.h, sgd_update) and nothing else holds the value or the
- * buffer: the value tensor stays the same from step to step, and its values are the
- * composition's bit for bit (the same backend with the kernel removed), with dampening,
- * weight decay and Nesterov momentum, f32 and f64, on a parameter large enough for
- * the threads to split it (and with a tail past the last whole cache line). */
-static void sgd_in_place_matches_the_composition(void **state)
+/* An optimizer whose step may run in place: how to make it over one parameter, and
+ * which backend entry runs that step (cleared to compose instead). */
+typedef struct in_place_case {
+    fl_optimizer *(*make)(fl_variable **param, const void *options);
+    void (*clear)(fl_backend *table);
+    bool fused; /* whether the default backend has the entry */
+} in_place_case;
+
+/* Six steps of the optimizer on a parameter large enough for the threads to split it
+ * (and with a tail past the last whole cache line), f32 and f64, with gradients that
+ * shrink (so that AMSGrad's maximum holds on): the values equal, bit for bit, those of
+ * the same backend with the entry cleared, and where the entry runs, the last step
+ * wrote into the value tensor it found. */
+static void assert_in_place_matches_the_composition(const in_place_case *k, const void *options, uint64_t seed)
 {
     const char *name = fl_default_backend()->name;
-    bool fused = fl_default_backend()->sgd_update != NULL;
-    const fl_sgd_options options[] = {{.lr = 0.1, .momentum = 0.9, .dampening = 0.1},
-                                      {.lr = 0.05, .momentum = 0.8, .nesterov = true, .weight_decay = 0.01},
-                                      {.lr = 0.1, .momentum = 0.5, .dampening = 0.5, .weight_decay = 0.1}};
-    for (fl_dtype dtype = FL_F32; dtype <= FL_F64; dtype++)
-        for (size_t c = 0; c < sizeof options / sizeof options[0]; c++) {
-            fl_manual_seed(41 + c);
-            fl_tensor *start = fl_cast(fl_randn(FL_F64, FL_SHAPE(70001)), dtype), *grads[6];
-            for (int t = 0; t < 6; t++)
-                grads[t] = fl_cast(fl_randn(FL_F64, FL_SHAPE(70001)), dtype);
-            fl_tensor *values[2];
-            for (int composed = 0; composed < 2; composed++) {
-                fl_backend without = support_derive(name), original;
-                without.sgd_update = NULL;
-                if (composed)
-                    original = support_override(&without);
-                fl_variable *p = fl_v_new(fl_copy(start), true);
-                fl_optimizer *o = fl_sgd(&p, 1, &options[c]);
-                const fl_tensor *before = NULL;
-                for (int t = 0; t < 6; t++) {
-                    assert_int_equal(fl_v_set_grad(p, grads[t]), FL_OK);
-                    before = fl_v_value(p);
-                    assert_int_equal(fl_optimizer_step(o), FL_OK);
-                }
-                if (fused && !composed) /* the last step wrote the value it found */
-                    assert_ptr_equal(fl_v_value(p), before);
-                values[composed] = fl_retain(fl_v_value(p));
-                fl_optimizer_free(o);
-                if (composed)
-                    support_override(&original);
+    for (fl_dtype dtype = FL_F32; dtype <= FL_F64; dtype++) {
+        fl_manual_seed(seed);
+        fl_tensor *start = fl_cast(fl_randn(FL_F64, FL_SHAPE(70001)), dtype), *grads[6];
+        for (int t = 0; t < 6; t++)
+            grads[t] = fl_cast(fl_mul_scalar(fl_randn(FL_F64, FL_SHAPE(70001)), 1.0 / (1 + t)), dtype);
+        fl_tensor *values[2];
+        for (int composed = 0; composed < 2; composed++) {
+            fl_backend without = support_derive(name), original;
+            k->clear(&without);
+            if (composed)
+                original = support_override(&without);
+            fl_variable *p = fl_v_new(fl_copy(start), true);
+            fl_optimizer *o = k->make(&p, options);
+            const fl_tensor *before = NULL;
+            for (int t = 0; t < 6; t++) {
+                assert_int_equal(fl_v_set_grad(p, grads[t]), FL_OK);
+                before = fl_v_value(p);
+                assert_int_equal(fl_optimizer_step(o), FL_OK);
             }
-            assert_close(values[0], values[1], 0, 0);
-            fl_release(values[0]);
-            fl_release(values[1]);
+            if (k->fused && !composed)
+                assert_ptr_equal(fl_v_value(p), before);
+            values[composed] = fl_retain(fl_v_value(p));
+            fl_optimizer_free(o);
+            if (composed)
+                support_override(&original);
         }
-    assert_no_error();
+        assert_close(values[0], values[1], 0, 0);
+        fl_release(values[0]);
+        fl_release(values[1]);
+    }
 }
 
-/* A value or a momentum buffer that anything else holds is never written: a reference
- * to the value (the tensor layer's check), a view of it (the backend's: the view is
- * another tensor over the same storage) and the buffer of a saved state each keep
- * their values through two steps, while the parameter takes the same new values as
- * one that nothing else holds. */
-static void sgd_never_writes_what_others_hold(void **state)
+/* A tensor that anything else holds is never written: a reference to the value (the
+ * tensor layer's check), a view of it (the backend's: the view is another tensor over
+ * the same storage) and each named state buffer of a saved state keep their values
+ * through the steps after they appear, while the parameter takes the same new values
+ * as one that nothing else holds. */
+static void assert_never_writes_what_others_hold(const in_place_case *k, const void *options,
+                                                 const char *const *buffers, int nbuffers)
 {
-    fl_sgd_options options = {.lr = 0.1, .momentum = 0.9};
     fl_manual_seed(43);
     fl_tensor *start = fl_randn(FL_F32, FL_SHAPE(40000)), *grad = fl_randn(FL_F32, FL_SHAPE(40000));
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 2 + nbuffers; kind++) {
         fl_variable *alone = fl_v_new(fl_copy(start), true), *held = fl_v_new(fl_copy(start), true);
-        fl_optimizer *a = fl_sgd(&alone, 1, &options), *h = fl_sgd(&held, 1, &options);
+        fl_optimizer *a = k->make(&alone, options), *h = k->make(&held, options);
         for (int t = 0; t < 5; t++) {
             if (t == 3) { /* a holder appears once both step in place */
                 fl_tensor_map *saved = fl_tensor_map_create();
                 assert_int_equal(fl_optimizer_state(h, saved, NULL), FL_OK);
                 fl_tensor *holder = kind == 0   ? fl_retain(fl_v_value(held))
                                     : kind == 1 ? fl_retain(fl_reshape(fl_v_value(held), FL_SHAPE(200, 200)))
-                                                : fl_retain(fl_tensor_map_get(saved, "state.0.momentum_buffer"));
+                                                : fl_retain(fl_tensor_map_get(saved, buffers[kind - 2]));
+                assert_non_null(holder);
                 fl_tensor_map_free(saved);
                 fl_tensor *copy = fl_copy(holder);
                 for (; t < 5; t++) {
@@ -331,6 +333,59 @@ static void sgd_never_writes_what_others_hold(void **state)
         fl_optimizer_free(a);
         fl_optimizer_free(h);
     }
+}
+
+static fl_optimizer *make_sgd(fl_variable **param, const void *options) { return fl_sgd(param, 1, options); }
+static fl_optimizer *make_adam(fl_variable **param, const void *options) { return fl_adam(param, 1, options); }
+static fl_optimizer *make_adamw(fl_variable **param, const void *options) { return fl_adamw(param, 1, options); }
+static void clear_sgd(fl_backend *table) { table->sgd_update = NULL; }
+static void clear_adam(fl_backend *table) { table->adam_update = NULL; }
+
+/* SGD with momentum steps in place after its first two steps where the backend has
+ * the fused kernel (backend.h, sgd_update) and nothing else holds the value or the
+ * buffer: with dampening, weight decay and Nesterov momentum. */
+static void sgd_in_place_matches_the_composition(void **state)
+{
+    const in_place_case sgd = {make_sgd, clear_sgd, fl_default_backend()->sgd_update != NULL};
+    const fl_sgd_options options[] = {{.lr = 0.1, .momentum = 0.9, .dampening = 0.1},
+                                      {.lr = 0.05, .momentum = 0.8, .nesterov = true, .weight_decay = 0.01},
+                                      {.lr = 0.1, .momentum = 0.5, .dampening = 0.5, .weight_decay = 0.1}};
+    for (size_t c = 0; c < sizeof options / sizeof options[0]; c++)
+        assert_in_place_matches_the_composition(&sgd, &options[c], 41 + c);
+    assert_no_error();
+}
+
+static void sgd_never_writes_what_others_hold(void **state)
+{
+    const in_place_case sgd = {make_sgd, clear_sgd, fl_default_backend()->sgd_update != NULL};
+    const char *buffers[] = {"state.0.momentum_buffer"};
+    assert_never_writes_what_others_hold(&sgd, &(fl_sgd_options){.lr = 0.1, .momentum = 0.9}, buffers, 1);
+    assert_no_error();
+}
+
+/* Adam and AdamW step in place after their first step where the backend has the fused
+ * kernel (backend.h, adam_update), as SGD does: with and without weight decay and
+ * AMSGrad. */
+static void adam_in_place_matches_the_composition(void **state)
+{
+    bool fused = fl_default_backend()->adam_update != NULL;
+    const in_place_case adam = {make_adam, clear_adam, fused}, adamw = {make_adamw, clear_adam, fused};
+    const fl_adam_options options[] = {
+        {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
+        {.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1, .amsgrad = true},
+        {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05},
+        {.lr = 5e-2, .beta1 = 0.5, .beta2 = 0.9, .eps = 1e-3, .weight_decay = 0.01, .amsgrad = true}};
+    for (size_t c = 0; c < sizeof options / sizeof options[0]; c++)
+        assert_in_place_matches_the_composition(c < 2 ? &adam : &adamw, &options[c], 47 + c);
+    assert_no_error();
+}
+
+static void adam_never_writes_what_others_hold(void **state)
+{
+    const in_place_case adam = {make_adam, clear_adam, fl_default_backend()->adam_update != NULL};
+    const char *buffers[] = {"state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq"};
+    fl_adam_options options = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true};
+    assert_never_writes_what_others_hold(&adam, &options, buffers, 3);
     assert_no_error();
 }
 
@@ -698,6 +753,8 @@ int main(void)
         scoped_test(resuming_from_saved_state_is_exact),
         scoped_test(sgd_in_place_matches_the_composition),
         scoped_test(sgd_never_writes_what_others_hold),
+        scoped_test(adam_in_place_matches_the_composition),
+        scoped_test(adam_never_writes_what_others_hold),
         scoped_test(moving_to_another_backend_and_back),
         scoped_test(defaults_lr_and_zero_grad),
         scoped_test(construction_errors),

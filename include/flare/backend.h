@@ -43,7 +43,7 @@
  *    cpu entry means under the lazy backend.
  *
  * Fused kernels. softmax, batch_norm, batch_norm_backward, gelu, the LSTM cell, the
- * LSTM recurrence, add_scaled, cross_entropy_backward, linear and sgd_update compute what the tensor
+ * LSTM recurrence, add_scaled, cross_entropy_backward, linear, sgd_update and adam_update compute what the tensor
  * layer also composes from the primitives, in one pass instead of several. A backend
  * may leave any of them NULL and the composition is used; the composition defines
  * the semantics, and the tests check each fused kernel against it. They exist
@@ -137,6 +137,23 @@
  *    they move about twice the bytes of one pass in place, which on a small model's
  *    step is most of the optimizer's time.
  *
+ *  - adam_update (version 8): one step of Adam or AdamW for one parameter, as
+ *    torch.optim.Adam and AdamW take it after their first, written into param,
+ *    exp_avg, exp_avg_sq and, with amsgrad, max_exp_avg_sq (NULL without); grad of
+ *    their shape and all of one float dtype. With d's options, t the step counted from
+ *    1, and each scalar taken in the dtype: AdamW first scales param by 1 - lr
+ *    weight_decay, Adam adds weight_decay param to the gradient g (add_scaled's sum;
+ *    both left out when weight_decay is 0); exp_avg += (g - exp_avg) (1 - beta1);
+ *    exp_avg_sq = exp_avg_sq beta2 + (g (1 - beta2)) g; with amsgrad, max_exp_avg_sq =
+ *    maximum(max_exp_avg_sq, exp_avg_sq), which the denominator then takes in place
+ *    of exp_avg_sq; denom = sqrt(exp_avg_sq) / sqrt(1 - beta2^t) + eps; param -=
+ *    (exp_avg / denom) (lr / (1 - beta1^t)). Each operation rounded as the
+ *    composition's own, in its order, so that the step in place gives its bits. It
+ *    writes into the tensors it is given under sgd_update's rules: the tensor layer
+ *    calls it only for tensors that nothing else references, and the entry declines
+ *    where any one's storage is shared or not a layout it takes. Composed, the step is
+ *    about a dozen passes, each writing a new tensor as large as the parameter.
+ *
  * Host access (version 2), for layers that hand memory to code outside Flare (the
  * MPI engine of the distributed layer), so that they never look inside a backend:
  *  - empty: out gets storage whose values are unspecified, to be written through
@@ -196,6 +213,14 @@ typedef struct fl_sgd_desc {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
 } fl_sgd_desc;
+
+/* Adam's options for adam_update (torch.optim.Adam's names); step is the step being
+ * taken, counted from 1, which the bias corrections raise beta1 and beta2 to. */
+typedef struct fl_adam_desc {
+    double lr, beta1, beta2, eps, weight_decay, step;
+    bool decoupled; /* AdamW: weight decay scales the value, rather than adding to the gradient */
+    bool amsgrad;
+} fl_adam_desc;
 
 typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_kind;
 
@@ -293,7 +318,10 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
     /* -- version 6: a linear layer's product with its bias (see "Fused kernels" above) -- */                    \
     X(6, linear, (fl_tensor *out, const fl_tensor *x, const fl_tensor *weight, const fl_tensor *bias))           \
     /* -- version 7: SGD's step in place (see "Fused kernels" above) -- */                                       \
-    X(7, sgd_update, (fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad, const fl_sgd_desc *d))
+    X(7, sgd_update, (fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad, const fl_sgd_desc *d))        \
+    /* -- version 8: Adam's step in place (see "Fused kernels" above) -- */                                       \
+    X(8, adam_update, (fl_tensor *param, fl_tensor *exp_avg, fl_tensor *exp_avg_sq, fl_tensor *max_exp_avg_sq,    \
+                       const fl_tensor *grad, const fl_adam_desc *d))
 
 #define FL_UNARY_PARAMS (fl_tensor *out, const fl_tensor *a)
 #define FL_BINARY_PARAMS (fl_tensor *out, const fl_tensor *a, const fl_tensor *b)
@@ -301,7 +329,7 @@ typedef enum fl_random_kind { FL_RANDOM_UNIFORM, FL_RANDOM_NORMAL } fl_random_ki
 #define FL_REDUCE_PARAMS (fl_tensor *out, const fl_tensor *a, unsigned axes)
 
 /* The version of struct fl_backend this header declares. */
-#define FL_BACKEND_VERSION 7
+#define FL_BACKEND_VERSION 8
 
 #define FL__BACKEND_SELF(...) (const fl_backend *self, __VA_ARGS__)
 /* The parameter list of an entry whose parameters after self are params. */

@@ -7,9 +7,10 @@
  * parameters without a gradient, as PyTorch does: their state, step count included,
  * does not advance. Values are replaced with fl_v_set_value; the arithmetic runs with
  * gradient recording off, inside a scope, so a step leaves nothing behind but the new
- * values and state. SGD with momentum, once it has a momentum buffer, writes a value
- * and the buffer in place instead, where the backend has the kernel (backend.h,
- * sgd_update) and nothing else holds either tensor: a tensor taken with fl_v_value
+ * values and state. SGD with momentum, once it has a momentum buffer, and Adam and
+ * AdamW, once they have their moments, write a value and its state in place instead,
+ * where the backend has the kernel (backend.h, sgd_update and adam_update) and nothing
+ * else holds any of those tensors: a tensor taken with fl_v_value
  * and kept (fl_retain), or a view of it, keeps the values it had, as with every other
  * step; only a pointer kept without a reference sees the new values.
  *

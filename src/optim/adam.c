@@ -1,6 +1,7 @@
 /* Adam and AdamW, with or without AMSGrad, as torch.optim.Adam and AdamW. */
 #include <math.h>
 
+#include "../tensor/internal.h" /* fl__adam_update, the fused step */
 #include "internal.h"
 
 typedef struct adam_config {
@@ -14,6 +15,23 @@ static fl_tensor *adam_update(const fl__optim *o, const fl_tensor *value, const 
     const adam_config *c = o->options;
     const fl_adam_options *opt = &c->options;
     double lr = o->base.lr;
+    if (buffers[0] && buffers[1] && (!opt->amsgrad || buffers[2])) {
+        /* After the first step, the step in place, under SGD's conditions (sgd.c). */
+        fl_adam_desc d = {.lr = lr,
+                          .beta1 = opt->beta1,
+                          .beta2 = opt->beta2,
+                          .eps = opt->eps,
+                          .weight_decay = opt->weight_decay,
+                          .step = step,
+                          .decoupled = c->decoupled,
+                          .amsgrad = opt->amsgrad};
+        fl_status status = fl__adam_update("fl_optimizer_step", value, buffers[0], buffers[1],
+                                           opt->amsgrad ? buffers[2] : NULL, grad, &d);
+        if (status == FL_OK)
+            return fl_out(fl_retain(value));
+        if (status != FL_ERR_UNSUPPORTED)
+            return NULL;
+    }
     const fl_tensor *g = grad;
     if (opt->weight_decay != 0) {
         if (c->decoupled)

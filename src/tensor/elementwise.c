@@ -258,18 +258,17 @@ fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, d
                                          beta == 1 ? b : fl_mul_scalar(b, beta)));
 }
 
-fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
-                         const fl_sgd_desc *d)
+/* Whether the fused step may write t, one of the optimizer's tensors written in place:
+ * nothing else references it, and it is like param. */
+static bool writable_like(const fl_tensor *t, const fl_tensor *param)
 {
-    FL_ENTRY_TYPE(sgd_update) fused = param->backend->sgd_update;
-    bool applies = fused && param != buffer && param->refcount == 1 && buffer->refcount == 1 &&
-                   (param->dtype == FL_F32 || param->dtype == FL_F64) && buffer->dtype == param->dtype &&
-                   grad->dtype == param->dtype && buffer->backend == param->backend &&
-                   grad->backend == param->backend && fl_same_shape(param, buffer) && fl_same_shape(param, grad);
-    if (!applies)
-        return FL_ERR_UNSUPPORTED;
-    fl__begin("sgd_update");
-    int rc = fused(param->backend, (fl_tensor *)(uintptr_t)param, buffer, grad, d);
+    return t->refcount == 1 && t->dtype == param->dtype && t->backend == param->backend && fl_same_shape(t, param);
+}
+
+/* The status of a fused optimizer step that the backend ran (rc): FL_OK,
+ * FL_ERR_UNSUPPORTED where it declined, or an error recorded naming fn. */
+static fl_status optimizer_step_status(const char *fn, int rc, const fl_tensor *param)
+{
     if (fl__declined(rc))
         return FL_ERR_UNSUPPORTED;
     fl__end();
@@ -281,6 +280,40 @@ fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buff
     fl_error(status, fn, "%s (backend %s; parameter %s)", message[0] ? message : fl_status_name(status),
              param->backend->name, fl_describe(param, described));
     return status;
+}
+
+fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
+                         const fl_sgd_desc *d)
+{
+    FL_ENTRY_TYPE(sgd_update) fused = param->backend->sgd_update;
+    bool applies = fused && param != buffer && param->refcount == 1 &&
+                   (param->dtype == FL_F32 || param->dtype == FL_F64) && writable_like(buffer, param) &&
+                   grad->dtype == param->dtype && grad->backend == param->backend && fl_same_shape(param, grad);
+    if (!applies)
+        return FL_ERR_UNSUPPORTED;
+    fl__begin("sgd_update");
+    return optimizer_step_status(fn, fused(param->backend, (fl_tensor *)(uintptr_t)param, buffer, grad, d), param);
+}
+
+fl_status fl__adam_update(const char *fn, const fl_tensor *param, fl_tensor *exp_avg, fl_tensor *exp_avg_sq,
+                          fl_tensor *max_exp_avg_sq, const fl_tensor *grad, const fl_adam_desc *d)
+{
+    FL_ENTRY_TYPE(adam_update) fused = param->backend->adam_update;
+    const fl_tensor *written[4] = {param, exp_avg, exp_avg_sq, max_exp_avg_sq};
+    int count = max_exp_avg_sq ? 4 : 3;
+    bool applies = fused && param->refcount == 1 && (param->dtype == FL_F32 || param->dtype == FL_F64) &&
+                   grad->dtype == param->dtype && grad->backend == param->backend && fl_same_shape(param, grad) &&
+                   d->amsgrad == (max_exp_avg_sq != NULL);
+    for (int i = 1; i < count && applies; i++) {
+        applies = writable_like(written[i], param);
+        for (int j = 0; j < i; j++)
+            applies = applies && written[i] != written[j];
+    }
+    if (!applies)
+        return FL_ERR_UNSUPPORTED;
+    fl__begin("adam_update");
+    return optimizer_step_status(
+        fn, fused(param->backend, (fl_tensor *)(uintptr_t)param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, d), param);
 }
 
 /* The base's dtype decides: a negative whole exponent of an integer tensor is refused. */

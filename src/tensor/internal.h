@@ -149,6 +149,12 @@ int fl__batch_norm_backward(fl_tensor *dx, fl_tensor *dweight, fl_tensor *dbias,
 fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
                          const fl_sgd_desc *d);
 
+/* One step of Adam or AdamW written into param and its state (max_exp_avg_sq NULL
+ * without amsgrad), through the backend's adam_update (backend.h) under
+ * fl__sgd_update's conditions, for every tensor written; its results likewise. */
+fl_status fl__adam_update(const char *fn, const fl_tensor *param, fl_tensor *exp_avg, fl_tensor *exp_avg_sq,
+                          fl_tensor *max_exp_avg_sq, const fl_tensor *grad, const fl_adam_desc *d);
+
 /* ---- random ---- */
 
 /* Reserves count Philox counters from the global generator; returns the seed and the

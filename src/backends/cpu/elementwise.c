@@ -551,10 +551,78 @@ static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *b
     return 0;
 }
 
+/* Adam's step in place (backend.h, adam_update), in one pass over the parameter, its
+ * state and its gradient where the composition makes about a dozen. Each operation is
+ * rounded as the composition's kernel rounds it: the compiler must not fuse a product
+ * into the sum after it (fp-contract), and weight decay's sum is add_scaled's. */
+#define ADAM_SPAN(fn, type, sum, root)                                                                          \
+    __attribute__((optimize("fp-contract=off"))) CPU_STREAMING static void fn(                                  \
+        type *restrict p, type *restrict m, type *restrict v, type *restrict vmax, const type *restrict g,      \
+        const fl_adam_desc *d, int64_t n)                                                                       \
+    {                                                                                                           \
+        type shrink = (type)(1 - d->lr * d->weight_decay), decay = (type)d->weight_decay;                       \
+        type keep1 = (type)(1 - d->beta1), beta2 = (type)d->beta2, keep2 = (type)(1 - d->beta2);                \
+        type correction2 = (type)sqrt(1 - pow(d->beta2, d->step)), eps = (type)d->eps;                          \
+        type rate = (type)(d->lr / (1 - pow(d->beta1, d->step)));                                               \
+        bool decays = d->weight_decay != 0, decoupled = d->decoupled;                                           \
+        for (int64_t i = 0; i < n; i++) {                                                                       \
+            type value = p[i], grad = g[i];                                                                     \
+            if (decays && decoupled)                                                                            \
+                value = value * shrink;                                                                         \
+            else if (decays)                                                                                    \
+                grad = sum(grad, 1, value, decay);                                                              \
+            type mean = m[i] + (grad - m[i]) * keep1;                                                           \
+            type square = v[i] * beta2 + (grad * keep2) * grad;                                                 \
+            m[i] = mean;                                                                                        \
+            v[i] = square;                                                                                      \
+            if (vmax) {                                                                                         \
+                square = vmax[i] > square || vmax[i] != vmax[i] ? vmax[i] : square;                             \
+                vmax[i] = square;                                                                               \
+            }                                                                                                   \
+            p[i] = value - (mean / (root(square) / correction2 + eps)) * rate;                                  \
+        }                                                                                                       \
+    }
+ADAM_SPAN(adam_f32, float, scaled_sum_f32, sqrtf)
+ADAM_SPAN(adam_f64, double, scaled_sum_f64, sqrt)
+
+static int cpu_adam_update(const fl_backend *self, fl_tensor *param, fl_tensor *exp_avg, fl_tensor *exp_avg_sq,
+                           fl_tensor *max_exp_avg_sq, const fl_tensor *grad, const fl_adam_desc *d)
+{
+    fl_tensor *written[4] = {param, exp_avg, exp_avg_sq, max_exp_avg_sq};
+    int count = max_exp_avg_sq ? 4 : 3;
+    bool takes = (param->dtype == FL_F32 || param->dtype == FL_F64) && cpu_contiguous(grad);
+    for (int i = 0; i < count && takes; i++) {
+        takes = sole_dense_owner(written[i]);
+        for (int j = 0; j < i; j++)
+            takes = takes && cpu_impl(written[i])->storage != cpu_impl(written[j])->storage;
+    }
+    if (!takes)
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "adam_update writes only dense tensors that alone hold their "
+                                                    "storage, with a dense gradient");
+    int64_t n = param->numel, size = (int64_t)cpu_element_size(param->dtype);
+    char *p = cpu_data(param), *m = cpu_data(exp_avg), *v = cpu_data(exp_avg_sq);
+    char *vmax = max_exp_avg_sq ? cpu_data(max_exp_avg_sq) : NULL;
+    const char *g = cpu_data(grad);
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t begin, end;
+        thread_span(n, size, &begin, &end);
+        if (begin < end && param->dtype == FL_F32)
+            adam_f32((float *)p + begin, (float *)m + begin, (float *)v + begin, vmax ? (float *)vmax + begin : NULL,
+                     (const float *)g + begin, d, end - begin);
+        else if (begin < end)
+            adam_f64((double *)p + begin, (double *)m + begin, (double *)v + begin,
+                     vmax ? (double *)vmax + begin : NULL, (const double *)g + begin, d, end - begin);
+    }
+    return 0;
+}
+
 void cpu_register_elementwise(fl_backend *b)
 {
     b->add_scaled = cpu_add_scaled;
     b->sgd_update = cpu_sgd_update;
+    b->adam_update = cpu_adam_update;
     b->neg = cpu_neg;
     b->abs = cpu_abs;
     b->sign = cpu_sign;
