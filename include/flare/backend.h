@@ -126,9 +126,9 @@
  *    d's options: g = grad + weight_decay param (left out when weight_decay is 0),
  *    buffer = momentum buffer + (1 - dampening) g, then param = param - lr (g +
  *    momentum buffer) with nesterov, param - lr buffer without: the composition's
- *    sums (add_scaled's alpha a + beta b), in its order. The only entry that writes
- *    into tensors it is given: the tensor
- *    layer calls it only for a param and a buffer that no other fl_tensor references,
+ *    sums (add_scaled's alpha a + beta b), in its order. With adam_update, one of
+ *    the two entries that write into tensors they are given: the tensor layer calls
+ *    it only for a param and a buffer that no other fl_tensor references,
  *    and the entry must decline (FL_ERR_UNSUPPORTED, having written nothing) where
  *    either's storage is shared with another tensor (a view) or is not a layout it
  *    takes; the tensor layer then composes the step from add_scaled into new
