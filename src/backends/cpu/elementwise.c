@@ -554,12 +554,21 @@ static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *b
 /* Adam's step in place (backend.h, adam_update), in one pass over the parameter, its
  * state and its gradient where the composition makes about a dozen. Each operation is
  * rounded as the composition's kernel rounds it: the compiler must not fuse a product
- * into the sum after it (fp-contract), and weight decay's sum is add_scaled's. */
+ * into the sum after it (GCC's fp-contract, on by default; clang's FP_CONTRACT, which
+ * contracts within an expression by default), and weight decay's sum is add_scaled's. */
+#if defined(__clang__)
+#define SEPARATE_ROUNDINGS
+#define SEPARATE_ROUNDINGS_IN_BODY _Pragma("STDC FP_CONTRACT OFF")
+#else
+#define SEPARATE_ROUNDINGS __attribute__((optimize("fp-contract=off")))
+#define SEPARATE_ROUNDINGS_IN_BODY
+#endif
 #define ADAM_SPAN(fn, type, sum, root)                                                                          \
-    __attribute__((optimize("fp-contract=off"))) CPU_STREAMING static void fn(                                  \
-        type *restrict p, type *restrict m, type *restrict v, type *restrict vmax, const type *restrict g,      \
-        const fl_adam_desc *d, int64_t n)                                                                       \
+    SEPARATE_ROUNDINGS CPU_STREAMING static void fn(type *restrict p, type *restrict m, type *restrict v,       \
+                                                    type *restrict vmax, const type *restrict g,                \
+                                                    const fl_adam_desc *d, int64_t n)                           \
     {                                                                                                           \
+        SEPARATE_ROUNDINGS_IN_BODY                                                                              \
         type shrink = (type)(1 - d->lr * d->weight_decay), decay = (type)d->weight_decay;                       \
         type keep1 = (type)(1 - d->beta1), beta2 = (type)d->beta2, keep2 = (type)(1 - d->beta2);                \
         type correction2 = (type)sqrt(1 - pow(d->beta2, d->step)), eps = (type)d->eps;                          \
