@@ -224,6 +224,9 @@ static void the_cpu_kernels_suit_the_machine(void **state)
     const char *isa = cpu_kernels(), *wanted = getenv("FLARE_CPU_KERNELS");
     if (strcmp(isa, "native") == 0)
         return;
+#if defined(__clang__)
+    skip(); /* clang's __builtin_cpu_supports knows features, not the levels this checks against */
+#else
     static const char *const levels[] = {"x86-64-v4", "x86-64-v3", "x86-64"};
     __builtin_cpu_init();
     int best = __builtin_cpu_supports("x86-64-v4") ? 0 : __builtin_cpu_supports("x86-64-v3") ? 1 : 2, chosen = best;
@@ -231,6 +234,7 @@ static void the_cpu_kernels_suit_the_machine(void **state)
         if (strcmp(levels[i], wanted) == 0)
             chosen = i; /* a level the machine runs; a higher one is not taken */
     assert_string_equal(isa, levels[chosen]);
+#endif
 }
 
 static void unimplemented_primitive_is_a_clear_error(void **state)

@@ -400,6 +400,22 @@ CPU_VARIANTS(DECLARE_VARIANT)
 #define VARIANT_ENTRY(variant, isa) {isa, {CPU_FAMILIES(FAMILY_OF, variant)}},
 static const kernel_variant variants[] = {CPU_VARIANTS(VARIANT_ENTRY)};
 
+/* Whether the machine runs code built for x86-64-v3 and -v4. GCC's builtin knows the
+ * levels; clang's (14) knows only features, so there the level is its features that
+ * compiled code uses, among those clang can test (F16C and MOVBE came with or before
+ * AVX2 in every processor). */
+#if defined(__clang__)
+#define RUNS_X86_64_V3                                                                                \
+    (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") && \
+     __builtin_cpu_supports("bmi2"))
+#define RUNS_X86_64_V4                                                                                      \
+    (RUNS_X86_64_V3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&           \
+     __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+#else
+#define RUNS_X86_64_V3 __builtin_cpu_supports("x86-64-v3")
+#define RUNS_X86_64_V4 __builtin_cpu_supports("x86-64-v4")
+#endif
+
 /* The first variant the machine runs and the settings allow: FLARE_CPU_KERNELS may
  * name a lower instruction set, to compare them or to test one. */
 static const kernel_variant *chosen_variant(void)
@@ -407,9 +423,9 @@ static const kernel_variant *chosen_variant(void)
     __builtin_cpu_init();
     const char *wanted = fl_config_current()->cpu_kernels;
     size_t count = sizeof variants / sizeof variants[0], first = 0;
-    if (__builtin_cpu_supports("x86-64-v4"))
+    if (RUNS_X86_64_V4)
         first = 0;
-    else if (__builtin_cpu_supports("x86-64-v3"))
+    else if (RUNS_X86_64_V3)
         first = 1;
     else
         first = count - 1;
