@@ -21,10 +21,11 @@
 
 /* Independent accumulators: the loops below then vectorize without reassociating one
  * running value, and several chains hide the latency of the maxima and adds. The
- * maximum's are two AVX-512 registers of floats. The sums' are two registers of the
- * widest vectors the kernels are built for: below AVX-512, 32 of them, next to the
- * exponential's constants and temporaries, no longer fit in the 16 registers, and
- * GCC kept them on the stack, each add waiting on the store before it. */
+ * maximum's are 32 floats, two AVX-512 registers (with 16, GCC stops vectorizing it
+ * below AVX-512). The sums' are two registers of the widest vectors the kernels are
+ * built for: below AVX-512, 32 floats are four registers, which beside the
+ * exponential's constants and temporaries do not fit in the 16 there, and GCC kept
+ * them on the stack, each add waiting on the store before it. */
 #define MAX_LANES 32
 #if defined(__AVX512F__)
 #define SUM_LANES 32
