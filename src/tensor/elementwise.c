@@ -258,11 +258,24 @@ fl_tensor *fl_add_scaled(const fl_tensor *a, double alpha, const fl_tensor *b, d
                                          beta == 1 ? b : fl_mul_scalar(b, beta)));
 }
 
-/* Whether the fused step may write t, one of the optimizer's tensors written in place:
- * nothing else references it, and it is like param. */
-static bool writable_like(const fl_tensor *t, const fl_tensor *param)
+/* Whether a fused optimizer step may write written[0..count) (the parameter first; a
+ * NULL one is an absent state): each is referenced by nothing else and is distinct
+ * from the others, and all, and the gradient, are like the parameter: one float
+ * dtype, one backend, one shape. */
+static bool may_step_in_place(const fl_tensor *const *written, int count, const fl_tensor *grad)
 {
-    return t->refcount == 1 && t->dtype == param->dtype && t->backend == param->backend && fl_same_shape(t, param);
+    const fl_tensor *param = written[0];
+    bool may = (param->dtype == FL_F32 || param->dtype == FL_F64) && grad->dtype == param->dtype &&
+               grad->backend == param->backend && fl_same_shape(grad, param);
+    for (int i = 0; i < count && may; i++) {
+        const fl_tensor *t = written[i];
+        if (!t)
+            continue;
+        may = t->refcount == 1 && t->dtype == param->dtype && t->backend == param->backend && fl_same_shape(t, param);
+        for (int j = 0; j < i; j++)
+            may = may && t != written[j];
+    }
+    return may;
 }
 
 /* The status of a fused optimizer step that the backend ran (rc): FL_OK,
@@ -286,10 +299,7 @@ fl_status fl__sgd_update(const char *fn, const fl_tensor *param, fl_tensor *buff
                          const fl_sgd_desc *d)
 {
     FL_ENTRY_TYPE(sgd_update) fused = param->backend->sgd_update;
-    bool applies = fused && param != buffer && param->refcount == 1 &&
-                   (param->dtype == FL_F32 || param->dtype == FL_F64) && writable_like(buffer, param) &&
-                   grad->dtype == param->dtype && grad->backend == param->backend && fl_same_shape(param, grad);
-    if (!applies)
+    if (!fused || !may_step_in_place((const fl_tensor *[]){param, buffer}, 2, grad))
         return FL_ERR_UNSUPPORTED;
     fl__begin("sgd_update");
     return optimizer_step_status(fn, fused(param->backend, (fl_tensor *)(uintptr_t)param, buffer, grad, d), param);
@@ -299,17 +309,8 @@ fl_status fl__adam_update(const char *fn, const fl_tensor *param, fl_tensor *exp
                           fl_tensor *max_exp_avg_sq, const fl_tensor *grad, const fl_adam_desc *d)
 {
     FL_ENTRY_TYPE(adam_update) fused = param->backend->adam_update;
-    const fl_tensor *written[4] = {param, exp_avg, exp_avg_sq, max_exp_avg_sq};
-    int count = max_exp_avg_sq ? 4 : 3;
-    bool applies = fused && param->refcount == 1 && (param->dtype == FL_F32 || param->dtype == FL_F64) &&
-                   grad->dtype == param->dtype && grad->backend == param->backend && fl_same_shape(param, grad) &&
-                   d->amsgrad == (max_exp_avg_sq != NULL);
-    for (int i = 1; i < count && applies; i++) {
-        applies = writable_like(written[i], param);
-        for (int j = 0; j < i; j++)
-            applies = applies && written[i] != written[j];
-    }
-    if (!applies)
+    if (!fused || d->amsgrad != (max_exp_avg_sq != NULL) ||
+        !may_step_in_place((const fl_tensor *[]){param, exp_avg, exp_avg_sq, max_exp_avg_sq}, 4, grad))
         return FL_ERR_UNSUPPORTED;
     fl__begin("adam_update");
     return optimizer_step_status(

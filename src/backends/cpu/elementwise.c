@@ -502,11 +502,60 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
     return 0;
 }
 
-/* SGD's step in place (backend.h, sgd_update), in one pass over param, buffer and
- * grad where the composition makes two, each writing a new tensor. */
+/* ---- the optimizers' steps in place (sgd_update, adam_update) ----
+ *
+ * Each writes a parameter and its state where it finds them, in one pass where the
+ * composition makes several, each writing a new tensor. A span kernel takes the
+ * written tensors' storage and the gradient's from element begin; step_in_place
+ * checks that every written tensor may be written and runs the span of each thread. */
+
+typedef void (*step_span)(char *const *written, const char *grad, const void *desc, int64_t begin, int64_t n);
+
+/* Whether t alone holds its storage, from its start: what may be written in place. */
+static bool sole_dense_owner(const fl_tensor *t)
+{
+    const cpu_tensor *c = cpu_impl(t);
+    return cpu_contiguous(t) && c->offset == 0 && c->storage->refcount == 1;
+}
+
+/* Runs the step over written[0..count) (the parameter first; a NULL one is an absent
+ * state, handed on as NULL) and grad, all of one float dtype; declines, having
+ * written nothing, unless each written tensor alone holds storage of its own and the
+ * gradient is dense. */
+static int step_in_place(const char *entry, fl_tensor *const *written, int count, const fl_tensor *grad,
+                         step_span f32, step_span f64, const void *desc)
+{
+    char *storage[4] = {NULL};
+    bool takes = (written[0]->dtype == FL_F32 || written[0]->dtype == FL_F64) && cpu_contiguous(grad);
+    for (int i = 0; i < count && takes; i++) {
+        if (!written[i])
+            continue;
+        takes = sole_dense_owner(written[i]);
+        for (int j = 0; j < i; j++)
+            takes = takes && (!written[j] || cpu_impl(written[i])->storage != cpu_impl(written[j])->storage);
+        storage[i] = cpu_data(written[i]);
+    }
+    if (!takes)
+        return fl_backend_error(FL_ERR_UNSUPPORTED, "%s writes only dense tensors that alone hold their storage, "
+                                                    "with a dense gradient", entry);
+    int64_t n = written[0]->numel, size = (int64_t)cpu_element_size(written[0]->dtype);
+    step_span span = written[0]->dtype == FL_F32 ? f32 : f64;
+    const char *g = cpu_data(grad);
+    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t begin, end;
+        thread_span(n, size, &begin, &end);
+        if (begin < end)
+            span(storage, g, desc, begin, end - begin);
+    }
+    return 0;
+}
+
+/* SGD with momentum: param, then the momentum buffer. */
 #define SGD_SPAN(fn, type, sum)                                                                                \
-    CPU_STREAMING static void fn(type *restrict p, type *restrict buf, const type *restrict g, const fl_sgd_desc *d, \
-                                 int64_t n)                                                                    \
+    CPU_STREAMING static void fn##_rows(type *restrict p, type *restrict buf, const type *restrict g,           \
+                                        const fl_sgd_desc *d, int64_t n)                                       \
     {                                                                                                          \
         type lr = (type)-d->lr, momentum = (type)d->momentum, damped = (type)(1 - d->dampening);                \
         type decay = (type)d->weight_decay;                                                                    \
@@ -517,45 +566,25 @@ static int cpu_add_scaled(const fl_backend *self, fl_tensor *out, const fl_tenso
             buf[i] = b;                                                                                        \
             p[i] = sum(p[i], 1, nesterov ? sum(grad, 1, b, momentum) : b, lr);                                 \
         }                                                                                                      \
+    }                                                                                                          \
+    static void fn(char *const *w, const char *g, const void *d, int64_t begin, int64_t n)                     \
+    {                                                                                                          \
+        fn##_rows((type *)w[0] + begin, (type *)w[1] + begin, (const type *)g + begin, d, n);                   \
     }
 SGD_SPAN(sgd_f32, float, scaled_sum_f32)
 SGD_SPAN(sgd_f64, double, scaled_sum_f64)
 
-/* Whether t alone holds its storage, from its start: what may be written in place. */
-static bool sole_dense_owner(const fl_tensor *t)
-{
-    const cpu_tensor *c = cpu_impl(t);
-    return cpu_contiguous(t) && c->offset == 0 && c->storage->refcount == 1;
-}
-
 static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *buffer, const fl_tensor *grad,
                           const fl_sgd_desc *d)
 {
-    if ((param->dtype != FL_F32 && param->dtype != FL_F64) || !sole_dense_owner(param) || !sole_dense_owner(buffer) ||
-        cpu_impl(param)->storage == cpu_impl(buffer)->storage || !cpu_contiguous(grad))
-        return fl_backend_error(FL_ERR_UNSUPPORTED, "sgd_update writes only dense tensors that alone hold their "
-                                                    "storage, with a dense gradient");
-    int64_t n = param->numel, size = (int64_t)cpu_element_size(param->dtype);
-    char *p = cpu_data(param), *buf = cpu_data(buffer);
-    const char *g = cpu_data(grad);
-    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t begin, end;
-        thread_span(n, size, &begin, &end);
-        if (begin < end && param->dtype == FL_F32)
-            sgd_f32((float *)p + begin, (float *)buf + begin, (const float *)g + begin, d, end - begin);
-        else if (begin < end)
-            sgd_f64((double *)p + begin, (double *)buf + begin, (const double *)g + begin, d, end - begin);
-    }
-    return 0;
+    return step_in_place("sgd_update", (fl_tensor *[]){param, buffer}, 2, grad, sgd_f32, sgd_f64, d);
 }
 
-/* Adam's step in place (backend.h, adam_update), in one pass over the parameter, its
- * state and its gradient where the composition makes about a dozen. Each operation is
- * rounded as the composition's kernel rounds it: the compiler must not fuse a product
- * into the sum after it (GCC's fp-contract, on by default; clang's FP_CONTRACT, which
- * contracts within an expression by default), and weight decay's sum is add_scaled's. */
+/* Adam and AdamW: param, exp_avg, exp_avg_sq, then AMSGrad's max_exp_avg_sq or NULL.
+ * Each operation is rounded as the composition's kernel rounds it: the compiler must
+ * not fuse a product into the sum after it (GCC's fp-contract, on by default; clang's
+ * FP_CONTRACT, which contracts within an expression by default), and weight decay's
+ * sum is add_scaled's. */
 #if defined(__clang__)
 #define SEPARATE_ROUNDINGS
 #define SEPARATE_ROUNDINGS_IN_BODY _Pragma("STDC FP_CONTRACT OFF")
@@ -564,9 +593,9 @@ static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *b
 #define SEPARATE_ROUNDINGS_IN_BODY
 #endif
 #define ADAM_SPAN(fn, type, sum, root)                                                                          \
-    SEPARATE_ROUNDINGS CPU_STREAMING static void fn(type *restrict p, type *restrict m, type *restrict v,       \
-                                                    type *restrict vmax, const type *restrict g,                \
-                                                    const fl_adam_desc *d, int64_t n)                           \
+    SEPARATE_ROUNDINGS CPU_STREAMING static void fn##_rows(type *restrict p, type *restrict m, type *restrict v, \
+                                                           type *restrict vmax, const type *restrict g,         \
+                                                           const fl_adam_desc *d, int64_t n)                    \
     {                                                                                                           \
         SEPARATE_ROUNDINGS_IN_BODY                                                                              \
         type shrink = (type)(1 - d->lr * d->weight_decay), decay = (type)d->weight_decay;                       \
@@ -590,6 +619,11 @@ static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *b
             }                                                                                                   \
             p[i] = value - (mean / (root(square) / correction2 + eps)) * rate;                                  \
         }                                                                                                       \
+    }                                                                                                           \
+    static void fn(char *const *w, const char *g, const void *d, int64_t begin, int64_t n)                      \
+    {                                                                                                           \
+        fn##_rows((type *)w[0] + begin, (type *)w[1] + begin, (type *)w[2] + begin,                             \
+                  w[3] ? (type *)w[3] + begin : NULL, (const type *)g + begin, d, n);                           \
     }
 ADAM_SPAN(adam_f32, float, scaled_sum_f32, sqrtf)
 ADAM_SPAN(adam_f64, double, scaled_sum_f64, sqrt)
@@ -597,34 +631,8 @@ ADAM_SPAN(adam_f64, double, scaled_sum_f64, sqrt)
 static int cpu_adam_update(const fl_backend *self, fl_tensor *param, fl_tensor *exp_avg, fl_tensor *exp_avg_sq,
                            fl_tensor *max_exp_avg_sq, const fl_tensor *grad, const fl_adam_desc *d)
 {
-    fl_tensor *written[4] = {param, exp_avg, exp_avg_sq, max_exp_avg_sq};
-    int count = max_exp_avg_sq ? 4 : 3;
-    bool takes = (param->dtype == FL_F32 || param->dtype == FL_F64) && cpu_contiguous(grad);
-    for (int i = 0; i < count && takes; i++) {
-        takes = sole_dense_owner(written[i]);
-        for (int j = 0; j < i; j++)
-            takes = takes && cpu_impl(written[i])->storage != cpu_impl(written[j])->storage;
-    }
-    if (!takes)
-        return fl_backend_error(FL_ERR_UNSUPPORTED, "adam_update writes only dense tensors that alone hold their "
-                                                    "storage, with a dense gradient");
-    int64_t n = param->numel, size = (int64_t)cpu_element_size(param->dtype);
-    char *p = cpu_data(param), *m = cpu_data(exp_avg), *v = cpu_data(exp_avg_sq);
-    char *vmax = max_exp_avg_sq ? cpu_data(max_exp_avg_sq) : NULL;
-    const char *g = cpu_data(grad);
-    int threads = n >= CPU_PARALLEL_GRAIN ? cpu_threads() : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t begin, end;
-        thread_span(n, size, &begin, &end);
-        if (begin < end && param->dtype == FL_F32)
-            adam_f32((float *)p + begin, (float *)m + begin, (float *)v + begin, vmax ? (float *)vmax + begin : NULL,
-                     (const float *)g + begin, d, end - begin);
-        else if (begin < end)
-            adam_f64((double *)p + begin, (double *)m + begin, (double *)v + begin,
-                     vmax ? (double *)vmax + begin : NULL, (const double *)g + begin, d, end - begin);
-    }
-    return 0;
+    return step_in_place("adam_update", (fl_tensor *[]){param, exp_avg, exp_avg_sq, max_exp_avg_sq}, 4, grad,
+                         adam_f32, adam_f64, d);
 }
 
 void cpu_register_elementwise(fl_backend *b)
