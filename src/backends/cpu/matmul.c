@@ -335,9 +335,9 @@ static bool transposed_a_to_openblas(const gemm_operand *a, const gemm_operand *
 /* Whether an f32 A B goes to sgemm with B copied, its rows PADDED_LD floats apart.
  * oneDNN's kernels below AVX-512 take an untransposed B of 256 columns 256 floats
  * apart (1 KiB, so that its rows share cache sets) more slowly than the same B with
- * its rows 272 apart, copy included (4-8% in bench/same_process.py's two cases): a
- * layer's input gradient, dY W, where the layer has 256 inputs. Narrower and wider B, and AVX-512, gain nothing from the copy
- * (docs/BENCHMARKS.md, "Input gradients"). */
+ * its rows 272 apart, copy included: a layer's input gradient, dY W, where the layer
+ * has 256 inputs. Narrower and wider B, and AVX-512, gain nothing from the copy
+ * (docs/BENCHMARKS.md, "Input gradients", has the cases and their command). */
 #define PADDED_LD 272
 static bool pad_b(const gemm_operand *b, int64_t M, int64_t N, int64_t K)
 {
