@@ -613,7 +613,7 @@ static int cpu_sgd_update(const fl_backend *self, fl_tensor *param, fl_tensor *b
             type square = v[i] * beta2 + (grad * keep2) * grad;                                                 \
             m[i] = mean;                                                                                        \
             v[i] = square;                                                                                      \
-            if (vmax) {                                                                                         \
+            if (vmax) { /* the maximum kernel's rule, NaN winning */                                            \
                 square = vmax[i] > square || vmax[i] != vmax[i] ? vmax[i] : square;                             \
                 vmax[i] = square;                                                                               \
             }                                                                                                   \
