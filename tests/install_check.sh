@@ -29,7 +29,7 @@ grep -q '1.0000, 1.0000, 1.0000, 1.0000' "$prefix/out" || fail "the shared examp
 
 # Static: libflare.a and what Libs.private says it needs.
 cc "$prefix/user/example.c" $(pkg-config --cflags flare) "$libdir/libflare.a" \
-    $(pkg-config --static --libs-only-l flare | sed 's/-lflare //') -o "$prefix/user/static"
+    $(pkg-config --static --libs flare | sed "s/-lflare //") -o "$prefix/user/static"
 "$prefix/user/static" >"$prefix/out"
 grep -q '1.0000, 1.0000, 1.0000, 1.0000' "$prefix/out" || fail "the static example printed the wrong sum"
 echo "install check: 2 passed, 0 failed"
