@@ -1,0 +1,329 @@
+/*
+ * embed: sentence embeddings and semantic search with a pretrained BERT-family
+ * checkpoint in the Hugging Face layout (models/hf_bert.c).
+ *
+ *   embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T]
+ *         [--backend NAME] DIR [QUERY ...]
+ *
+ * DIR is a checkpoint directory as transformers saves it and the hub publishes it
+ * (config.json, model.safetensors, tokenizer.json): BERT, RoBERTa, XLM-R, CamemBERT,
+ * DistilBERT, ALBERT or ELECTRA. Every non-empty line of the corpus (standard input
+ * for "-") is a text; each is tokenized with [CLS]/[SEP] (or the model's own
+ * template), run through the encoder in batches padded to their longest text, and
+ * mean-pooled over its tokens: the embedding sentence-transformers computes for
+ * models such as all-MiniLM-L6-v2. For each QUERY the program prints the K corpus
+ * texts of largest cosine similarity, best first; --save writes the corpus's
+ * embeddings [texts, hidden] to a safetensors file (under "embeddings", written to a
+ * temporary and renamed).
+ *
+ * A text longer than the model's positions is refused, naming its line; nothing is
+ * cut short silently.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flare/autograd.h"
+#include "flare/io.h"
+#include "flare/tensor.h"
+#include "flare/tensor_map.h"
+#include "flare/text.h"
+#include "cli.h"
+#include "input.h"
+#include "models.h"
+
+typedef struct options {
+    const char *corpus, *save, *dir;
+    int64_t top, batch;
+    int threads;
+    char **queries;
+    int query_count;
+} options;
+
+static const char usage[] = "embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T]\n"
+                            "             [--backend NAME] DIR [QUERY ...]\n"
+                            "  DIR: a BERT-family checkpoint directory (config.json, model.safetensors,\n"
+                            "       tokenizer.json); FILE: one text a line, - for standard input\n"
+                            "  --top K: the K nearest corpus texts of each QUERY (default 5)\n"
+                            "  --batch N: texts run together (default 32)\n"
+                            "  --save FILE: the corpus's embeddings, safetensors [texts, hidden]\n"
+                            "  --threads T: threads (default FLARE_NUM_THREADS, else the cores)\n"
+                            "  " CLI_BACKEND_HELP;
+
+static void parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.top = 5, .batch = 32};
+    enum { CORPUS = 256, TOP, BATCH, SAVE, THREADS, BACKEND };
+    static const struct option long_options[] = {
+        {"corpus", required_argument, NULL, CORPUS}, {"top", required_argument, NULL, TOP},
+        {"batch", required_argument, NULL, BATCH},   {"save", required_argument, NULL, SAVE},
+        {"threads", required_argument, NULL, THREADS}, {"backend", required_argument, NULL, BACKEND},
+        {NULL, 0, NULL, 0},
+    };
+    cli c = {.program = "embed", .usage = usage, .options = long_options, .operands = 1 << 20};
+    for (int key; (key = cli_next(&c, argc, argv)) != -1;)
+        switch (key) {
+        case CORPUS: o->corpus = optarg; break;
+        case TOP: o->top = cli_integer(&c, 1, 1000000); break;
+        case BATCH: o->batch = cli_integer(&c, 1, 4096); break;
+        case SAVE: o->save = optarg; break;
+        case THREADS: o->threads = (int)cli_integer(&c, 1, 1024); break;
+        case BACKEND: cli_backend(&c); break;
+        }
+    if (optind >= argc)
+        cli_fail(&c, "no checkpoint directory");
+    if (!o->corpus)
+        cli_fail(&c, "no --corpus");
+    o->dir = argv[optind];
+    o->queries = argv + optind + 1;
+    o->query_count = argc - optind - 1;
+    if (o->query_count == 0 && !o->save)
+        cli_fail(&c, "nothing to do: give a QUERY or --save");
+}
+
+/* The corpus's texts: its non-empty lines, each NUL-terminated inside *buffer, with
+ * the line number of each; exits on an unreadable or empty corpus. */
+typedef struct corpus {
+    char *buffer;
+    char **texts;
+    int64_t *lines;
+    int64_t count;
+} corpus;
+
+static char *read_stdin(size_t *size)
+{
+    size_t capacity = 1 << 16, used = 0;
+    char *data = malloc(capacity);
+    for (size_t n; data && (n = fread(data + used, 1, capacity - used, stdin)) > 0;) {
+        used += n;
+        if (used == capacity) {
+            char *grown = capacity <= SIZE_MAX / 2 ? realloc(data, capacity *= 2) : NULL;
+            if (!grown) {
+                free(data);
+                return NULL;
+            }
+            data = grown;
+        }
+    }
+    if (data && ferror(stdin)) {
+        free(data);
+        return NULL;
+    }
+    *size = used;
+    return data;
+}
+
+static corpus read_corpus(const char *path)
+{
+    corpus c = {0};
+    size_t size = 0;
+    bool from_stdin = strcmp(path, "-") == 0;
+    char *data = from_stdin ? read_stdin(&size) : input_read_all(path, &size);
+    if (!data) {
+        fprintf(stderr, "embed: cannot read the corpus %s\n", from_stdin ? "from standard input" : path);
+        exit(1);
+    }
+    char *buffer = malloc(size + 1);
+    int64_t capacity = 1;
+    for (size_t i = 0; i < size; i++)
+        capacity += data[i] == '\n';
+    c.texts = malloc((size_t)capacity * sizeof *c.texts);
+    c.lines = malloc((size_t)capacity * sizeof *c.lines);
+    if (!buffer || !c.texts || !c.lines) {
+        fprintf(stderr, "embed: no memory for a corpus of %zu bytes\n", size);
+        exit(1);
+    }
+    memcpy(buffer, data, size);
+    buffer[size] = '\n';
+    free(data);
+    int64_t line = 1;
+    for (char *start = buffer, *end; start < buffer + size; start = end + 1, line++) {
+        end = memchr(start, '\n', (size_t)(buffer + size - start) + 1);
+        *end = 0;
+        if (end > start && end[-1] == '\r')
+            end[-1] = 0;
+        if (*start) {
+            c.texts[c.count] = start;
+            c.lines[c.count++] = line;
+        }
+    }
+    if (c.count == 0) {
+        fprintf(stderr, "embed: the corpus %s holds no text\n", from_stdin ? "on standard input" : path);
+        exit(1);
+    }
+    c.buffer = buffer;
+    return c;
+}
+
+/* The positions a text may fill: RoBERTa's start after its padding id. */
+static int64_t longest_text(const hf_bert_config *config)
+{
+    return config->padding_id >= 0 ? config->max_positions - config->padding_id - 1 : config->max_positions;
+}
+
+static _Noreturn void fail(const char *what)
+{
+    fprintf(stderr, "embed: %s: %s\n", what, fl_last_error());
+    exit(1);
+}
+
+/* The embeddings of texts[0..count) into out [count, hidden], batch texts at a time.
+ * Messages name a corpus text by its line of source (lines), a query by its place. */
+static void embed_texts(fl_module *model, const hf_bert_config *config, const fl_tokenizer *tok, char **texts,
+                        int64_t count, int64_t batch, const char *source, const int64_t *lines, float *out)
+{
+    int64_t limit = longest_text(config);
+    for (int64_t first = 0; first < count; first += batch) {
+        int64_t rows = count - first < batch ? count - first : batch, width = 0;
+        int64_t **ids = calloc((size_t)rows, sizeof *ids);
+        size_t *lengths = calloc((size_t)rows, sizeof *lengths);
+        if (!ids || !lengths) {
+            fprintf(stderr, "embed: no memory for a batch of %lld texts\n", (long long)rows);
+            exit(1);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const char *text = texts[first + r];
+            int64_t *types = NULL;
+            if (fl_tokenizer_encode_special(tok, text, strlen(text), NULL, 0, &ids[r], &types, &lengths[r]) != FL_OK)
+                fail(lines ? "tokenizing the corpus" : "tokenizing a query");
+            free(types);
+            if ((int64_t)lengths[r] > limit) {
+                if (lines)
+                    fprintf(stderr, "embed: %s, line %lld: %zu tokens; the model takes at most %lld\n", source,
+                            (long long)lines[first + r], lengths[r], (long long)limit);
+                else
+                    fprintf(stderr, "embed: QUERY %lld: %zu tokens; the model takes at most %lld\n",
+                            (long long)(first + r + 1), lengths[r], (long long)limit);
+                exit(1);
+            }
+            width = (int64_t)lengths[r] > width ? (int64_t)lengths[r] : width;
+        }
+        /* Padded on the right with the tokenizer's padding id where it has one. */
+        int64_t pad = config->padding_id >= 0 ? config->padding_id : 0;
+        int64_t *batch_ids = malloc((size_t)(rows * width) * sizeof *batch_ids);
+        int64_t *mask = calloc((size_t)(rows * width), sizeof *mask);
+        if (!batch_ids || !mask) {
+            fprintf(stderr, "embed: no memory for a batch of %lld x %lld tokens\n", (long long)rows,
+                    (long long)width);
+            exit(1);
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < width; k++) {
+                bool token = k < (int64_t)lengths[r];
+                batch_ids[r * width + k] = token ? ids[r][k] : pad;
+                mask[r * width + k] = token;
+            }
+        fl_scope scope = fl_scope_begin();
+        fl_tensor *id_tensor = fl_from_data(batch_ids, FL_I64, FL_SHAPE(rows, width));
+        fl_tensor *mask_tensor = fl_from_data(mask, FL_I64, FL_SHAPE(rows, width));
+        fl_variable *hidden = id_tensor && mask_tensor ? hf_bert_forward(model, id_tensor, NULL, mask_tensor) : NULL;
+        fl_tensor *pooled = hidden ? hf_bert_mean_pool(fl_v_value(hidden), mask_tensor) : NULL;
+        if (!pooled ||
+            fl_to_host(pooled, out + first * config->hidden, (size_t)(rows * config->hidden) * sizeof *out) != FL_OK)
+            fail("running the encoder");
+        fl_scope_end(scope);
+        for (int64_t r = 0; r < rows; r++)
+            free(ids[r]);
+        free(ids);
+        free(lengths);
+        free(batch_ids);
+        free(mask);
+    }
+}
+
+static double norm_of(const float *v, int64_t n)
+{
+    double sum = 0;
+    for (int64_t k = 0; k < n; k++)
+        sum += (double)v[k] * v[k];
+    return sqrt(sum);
+}
+
+typedef struct ranked {
+    double score;
+    int64_t index;
+} ranked;
+
+static int by_score(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    return x->score < y->score ? 1 : x->score > y->score ? -1 : (x->index > y->index) - (x->index < y->index);
+}
+
+static void save_embeddings(const char *path, const float *embeddings, int64_t count, int64_t hidden,
+                            const char *dir)
+{
+    fl_tensor_map *map = fl_tensor_map_create();
+    fl_tensor *t = fl_from_data(embeddings, FL_F32, FL_SHAPE(count, hidden));
+    if (!map || !t || fl_tensor_map_set(map, "embeddings", t) != FL_OK ||
+        fl_tensor_map_set_metadata(map, "model", dir) != FL_OK ||
+        fl_tensor_map_set_metadata(map, "pooling", "mean") != FL_OK || fl_save_safetensors(path, map) != FL_OK)
+        fail(path);
+    fl_release(t);
+    fl_tensor_map_free(map);
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_args(argc, argv, &o);
+    if (o.threads)
+        fl_set_num_threads(o.threads);
+    corpus c = read_corpus(o.corpus);
+    fl_module *model = NULL;
+    hf_bert_config config;
+    if (hf_load_bert(o.dir, &model, &config) != FL_OK)
+        fail("loading the checkpoint");
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", o.dir) >= (int)sizeof path) {
+        fprintf(stderr, "embed: the directory's name is too long\n");
+        return 1;
+    }
+    fl_tokenizer *tok = NULL;
+    if (fl_tokenizer_load(path, &tok) != FL_OK)
+        fail("loading the tokenizer");
+    fl_set_grad_enabled(false);
+
+    int64_t hidden = config.hidden;
+    float *corpus_embeddings = malloc((size_t)(c.count * hidden) * sizeof *corpus_embeddings);
+    float *query_embeddings = malloc((size_t)((o.query_count ? o.query_count : 1) * hidden) * sizeof *query_embeddings);
+    ranked *order = malloc((size_t)c.count * sizeof *order);
+    if (!corpus_embeddings || !query_embeddings || !order) {
+        fprintf(stderr, "embed: no memory for %lld embeddings of %lld values\n", (long long)c.count,
+                (long long)hidden);
+        return 1;
+    }
+    const char *source = strcmp(o.corpus, "-") == 0 ? "standard input" : o.corpus;
+    embed_texts(model, &config, tok, c.texts, c.count, o.batch, source, c.lines, corpus_embeddings);
+    embed_texts(model, &config, tok, o.queries, o.query_count, o.batch, NULL, NULL, query_embeddings);
+    if (o.save)
+        save_embeddings(o.save, corpus_embeddings, c.count, hidden, o.dir);
+
+    int64_t top = o.top < c.count ? o.top : c.count;
+    for (int q = 0; q < o.query_count; q++) {
+        const float *query = query_embeddings + q * hidden;
+        double query_norm = norm_of(query, hidden);
+        for (int64_t i = 0; i < c.count; i++) {
+            const float *text = corpus_embeddings + i * hidden;
+            double dot = 0;
+            for (int64_t k = 0; k < hidden; k++)
+                dot += (double)query[k] * text[k];
+            order[i] = (ranked){dot / (query_norm * norm_of(text, hidden)), i};
+        }
+        qsort(order, (size_t)c.count, sizeof *order, by_score);
+        printf("%s%s\n", q ? "\n" : "", o.queries[q]);
+        for (int64_t k = 0; k < top; k++)
+            printf("  %.4f  line %lld: %s\n", order[k].score, (long long)c.lines[order[k].index],
+                   c.texts[order[k].index]);
+    }
+    free(order);
+    free(corpus_embeddings);
+    free(query_embeddings);
+    fl_tokenizer_free(tok);
+    fl_module_release(model);
+    free(c.texts);
+    free(c.lines);
+    free(c.buffer);
+    return 0;
+}
