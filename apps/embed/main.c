@@ -2,7 +2,7 @@
  * embed: sentence embeddings and semantic search with a pretrained BERT-family
  * checkpoint in the Hugging Face layout (models/hf_bert.c).
  *
- *   embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T]
+ *   embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T] [--time]
  *         [--backend NAME] DIR [QUERY ...]
  *
  * DIR is a checkpoint directory as transformers saves it and the hub publishes it
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "flare/autograd.h"
 #include "flare/io.h"
@@ -37,11 +38,12 @@ typedef struct options {
     const char *corpus, *save, *dir;
     int64_t top, batch;
     int threads;
+    bool time;
     char **queries;
     int query_count;
 } options;
 
-static const char usage[] = "embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T]\n"
+static const char usage[] = "embed --corpus FILE [--top K] [--batch N] [--save FILE] [--threads T] [--time]\n"
                             "             [--backend NAME] DIR [QUERY ...]\n"
                             "  DIR: a BERT-family checkpoint directory (config.json, model.safetensors,\n"
                             "       tokenizer.json); FILE: one text a line, - for standard input\n"
@@ -49,16 +51,18 @@ static const char usage[] = "embed --corpus FILE [--top K] [--batch N] [--save F
                             "  --batch N: texts run together (default 32)\n"
                             "  --save FILE: the corpus's embeddings, safetensors [texts, hidden]\n"
                             "  --threads T: threads (default FLARE_NUM_THREADS, else the cores)\n"
+                            "  --time: print the corpus's texts, tokens and seconds on stderr\n"
                             "  " CLI_BACKEND_HELP;
 
 static void parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.top = 5, .batch = 32};
-    enum { CORPUS = 256, TOP, BATCH, SAVE, THREADS, BACKEND };
+    enum { CORPUS = 256, TOP, BATCH, SAVE, THREADS, TIME, BACKEND };
     static const struct option long_options[] = {
         {"corpus", required_argument, NULL, CORPUS}, {"top", required_argument, NULL, TOP},
         {"batch", required_argument, NULL, BATCH},   {"save", required_argument, NULL, SAVE},
-        {"threads", required_argument, NULL, THREADS}, {"backend", required_argument, NULL, BACKEND},
+        {"threads", required_argument, NULL, THREADS}, {"time", no_argument, NULL, TIME},
+        {"backend", required_argument, NULL, BACKEND},
         {NULL, 0, NULL, 0},
     };
     cli c = {.program = "embed", .usage = usage, .options = long_options, .operands = 1 << 20};
@@ -69,6 +73,7 @@ static void parse_args(int argc, char **argv, options *o)
         case BATCH: o->batch = cli_integer(&c, 1, 4096); break;
         case SAVE: o->save = optarg; break;
         case THREADS: o->threads = (int)cli_integer(&c, 1, 1024); break;
+        case TIME: o->time = true; break;
         case BACKEND: cli_backend(&c); break;
         }
     if (optind >= argc)
@@ -168,68 +173,90 @@ static _Noreturn void fail(const char *what)
     exit(1);
 }
 
-/* The embeddings of texts[0..count) into out [count, hidden], batch texts at a time.
- * Messages name a corpus text by its line of source (lines), a query by its place. */
-static void embed_texts(fl_module *model, const hf_bert_config *config, const fl_tokenizer *tok, char **texts,
-                        int64_t count, int64_t batch, const char *source, const int64_t *lines, float *out)
+static void *allocate(size_t count, size_t size)
 {
-    int64_t limit = longest_text(config);
+    void *p = count ? calloc(count, size) : NULL;
+    if (count && !p) {
+        fprintf(stderr, "embed: no memory for %zu values of %zu bytes\n", count, size);
+        exit(1);
+    }
+    return p;
+}
+
+/* Sorts text indices by their token counts, longest first (then by index). */
+static const size_t *sort_lengths;
+static int by_length(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    size_t lx = sort_lengths[x], ly = sort_lengths[y];
+    return lx != ly ? (lx < ly) - (lx > ly) : (x > y) - (x < y);
+}
+
+/* The embeddings of texts[0..count) into out [count, hidden], batch texts at a time,
+ * the texts of similar lengths together (longest first, as sentence-transformers
+ * orders them), so that a batch pads little; returns the tokens. Messages name a
+ * corpus text by its line of source (lines), a query by its place. */
+static int64_t embed_texts(fl_module *model, const hf_bert_config *config, const fl_tokenizer *tok, char **texts,
+                           int64_t count, int64_t batch, const char *source, const int64_t *lines, float *out)
+{
+    int64_t limit = longest_text(config), tokens = 0, hidden = config->hidden;
+    int64_t **ids = allocate((size_t)count, sizeof *ids), *order = allocate((size_t)count, sizeof *order);
+    size_t *lengths = allocate((size_t)count, sizeof *lengths);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t *types = NULL;
+        if (fl_tokenizer_encode_special(tok, texts[i], strlen(texts[i]), NULL, 0, &ids[i], &types, &lengths[i]) !=
+            FL_OK)
+            fail(lines ? "tokenizing the corpus" : "tokenizing a query");
+        free(types);
+        if ((int64_t)lengths[i] > limit) {
+            if (lines)
+                fprintf(stderr, "embed: %s, line %lld: %zu tokens; the model takes at most %lld\n", source,
+                        (long long)lines[i], lengths[i], (long long)limit);
+            else
+                fprintf(stderr, "embed: QUERY %lld: %zu tokens; the model takes at most %lld\n", (long long)(i + 1),
+                        lengths[i], (long long)limit);
+            exit(1);
+        }
+        tokens += (int64_t)lengths[i];
+        order[i] = i;
+    }
+    sort_lengths = lengths;
+    qsort(order, (size_t)count, sizeof *order, by_length);
+
+    /* Padded on the right with the tokenizer's padding id where it has one. */
+    int64_t pad = config->padding_id >= 0 ? config->padding_id : 0, widest = count ? (int64_t)lengths[order[0]] : 0;
+    int64_t *batch_ids = allocate((size_t)(batch * widest), sizeof *batch_ids);
+    int64_t *mask = allocate((size_t)(batch * widest), sizeof *mask);
+    float *pooled_rows = allocate((size_t)(batch * hidden), sizeof *pooled_rows);
     for (int64_t first = 0; first < count; first += batch) {
-        int64_t rows = count - first < batch ? count - first : batch, width = 0;
-        int64_t **ids = calloc((size_t)rows, sizeof *ids);
-        size_t *lengths = calloc((size_t)rows, sizeof *lengths);
-        if (!ids || !lengths) {
-            fprintf(stderr, "embed: no memory for a batch of %lld texts\n", (long long)rows);
-            exit(1);
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const char *text = texts[first + r];
-            int64_t *types = NULL;
-            if (fl_tokenizer_encode_special(tok, text, strlen(text), NULL, 0, &ids[r], &types, &lengths[r]) != FL_OK)
-                fail(lines ? "tokenizing the corpus" : "tokenizing a query");
-            free(types);
-            if ((int64_t)lengths[r] > limit) {
-                if (lines)
-                    fprintf(stderr, "embed: %s, line %lld: %zu tokens; the model takes at most %lld\n", source,
-                            (long long)lines[first + r], lengths[r], (long long)limit);
-                else
-                    fprintf(stderr, "embed: QUERY %lld: %zu tokens; the model takes at most %lld\n",
-                            (long long)(first + r + 1), lengths[r], (long long)limit);
-                exit(1);
-            }
-            width = (int64_t)lengths[r] > width ? (int64_t)lengths[r] : width;
-        }
-        /* Padded on the right with the tokenizer's padding id where it has one. */
-        int64_t pad = config->padding_id >= 0 ? config->padding_id : 0;
-        int64_t *batch_ids = malloc((size_t)(rows * width) * sizeof *batch_ids);
-        int64_t *mask = calloc((size_t)(rows * width), sizeof *mask);
-        if (!batch_ids || !mask) {
-            fprintf(stderr, "embed: no memory for a batch of %lld x %lld tokens\n", (long long)rows,
-                    (long long)width);
-            exit(1);
-        }
+        int64_t rows = count - first < batch ? count - first : batch, width = (int64_t)lengths[order[first]];
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < width; k++) {
-                bool token = k < (int64_t)lengths[r];
-                batch_ids[r * width + k] = token ? ids[r][k] : pad;
+                int64_t i = order[first + r];
+                bool token = k < (int64_t)lengths[i];
+                batch_ids[r * width + k] = token ? ids[i][k] : pad;
                 mask[r * width + k] = token;
             }
         fl_scope scope = fl_scope_begin();
         fl_tensor *id_tensor = fl_from_data(batch_ids, FL_I64, FL_SHAPE(rows, width));
         fl_tensor *mask_tensor = fl_from_data(mask, FL_I64, FL_SHAPE(rows, width));
-        fl_variable *hidden = id_tensor && mask_tensor ? hf_bert_forward(model, id_tensor, NULL, mask_tensor) : NULL;
-        fl_tensor *pooled = hidden ? hf_bert_mean_pool(fl_v_value(hidden), mask_tensor) : NULL;
-        if (!pooled ||
-            fl_to_host(pooled, out + first * config->hidden, (size_t)(rows * config->hidden) * sizeof *out) != FL_OK)
+        fl_variable *states = id_tensor && mask_tensor ? hf_bert_forward(model, id_tensor, NULL, mask_tensor) : NULL;
+        fl_tensor *pooled = states ? hf_bert_mean_pool(fl_v_value(states), mask_tensor) : NULL;
+        if (!pooled || fl_to_host(pooled, pooled_rows, (size_t)(rows * hidden) * sizeof *pooled_rows) != FL_OK)
             fail("running the encoder");
         fl_scope_end(scope);
         for (int64_t r = 0; r < rows; r++)
-            free(ids[r]);
-        free(ids);
-        free(lengths);
-        free(batch_ids);
-        free(mask);
+            memcpy(out + order[first + r] * hidden, pooled_rows + r * hidden, (size_t)hidden * sizeof *out);
     }
+    for (int64_t i = 0; i < count; i++)
+        free(ids[i]);
+    free(ids);
+    free(order);
+    free(lengths);
+    free(batch_ids);
+    free(mask);
+    free(pooled_rows);
+    return tokens;
 }
 
 static double norm_of(const float *v, int64_t n)
@@ -295,7 +322,14 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *source = strcmp(o.corpus, "-") == 0 ? "standard input" : o.corpus;
-    embed_texts(model, &config, tok, c.texts, c.count, o.batch, source, c.lines, corpus_embeddings);
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int64_t tokens = embed_texts(model, &config, tok, c.texts, c.count, o.batch, source, c.lines, corpus_embeddings);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double seconds = (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
+    if (o.time)
+        fprintf(stderr, "embed: %lld texts, %lld tokens in %.3f s (%.1f texts a second, %d threads)\n",
+                (long long)c.count, (long long)tokens, seconds, (double)c.count / seconds, fl_num_threads());
     embed_texts(model, &config, tok, o.queries, o.query_count, o.batch, NULL, NULL, query_embeddings);
     if (o.save)
         save_embeddings(o.save, corpus_embeddings, c.count, hidden, o.dir);
