@@ -43,7 +43,7 @@ define install_packages
 endef
 
 .PHONY: all deps build test test-asan fuzz demo tour bench-ops bench-ceiling bench-layout bench-models bench-mnist bench-lazy bench-dist \
-        bench-opencl bench-speech bench-generate bench-hf-load bench-tokenize complexity speech-data \
+        bench-opencl bench-speech bench-generate bench-hf-load bench-tokenize bench-embed complexity speech-data \
         fixtures venv install clean
 
 all: build
@@ -232,6 +232,15 @@ bench-generate: build venv
 bench-hf-load: build venv
 	$(PYTHON) bench/run_hf_load.py --threads $(THREADS) --flare $(BUILD)/bench_hf_load \
 	    --dir $(BUILD)/hf_load --out $(BUILD)/bench-hf-load.json $(if $(REPEATS),--repeats $(REPEATS))
+
+# Sentence embeddings of 2,000 lines of Debian's fortunes with the published
+# all-MiniLM-L6-v2 (downloaded once, as for `make test`): apps/embed against PyTorch with
+# transformers' BertModel, the same batches and threads, a fresh process per side and
+# round, alternating (bench/run_embed.py); the embeddings must agree. Writes
+# build/bench-embed.json. REPEATS=5.
+bench-embed: build venv
+	$(PYTHON) bench/run_embed.py --threads $(THREADS) --flare $(BUILD)/embed --out $(BUILD)/bench-embed.json \
+	    $(if $(REPEATS),--repeats $(REPEATS))
 
 # Encoding 0.6 MB of Debian's fortunes, line by line, with the published tokenizer.json
 # files of tests/fixtures/published (gpt2, all-MiniLM-L6-v2, Phi-3-mini): Flare
