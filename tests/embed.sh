@@ -3,7 +3,8 @@
 # weights (FLARE_PUBLISHED_WEIGHTS, which `make test` sets after
 # tests/fixtures/fetch_published.py): sentence-transformers' semantic search example
 # gives the nearest texts and cosines its documentation shows, in batches of any size,
-# from a file or standard input, and --save writes the embeddings; a text longer than
+# from a file or standard input (CRLF lines, the last without a newline), and --save
+# writes the embeddings; a text longer than
 # the model's positions is refused, naming its line. Without the weights, only the
 # refusals that need no model run: no directory, no corpus, nothing to do, an empty
 # corpus, a directory that is not a checkpoint.
@@ -69,7 +70,9 @@ for batch in 32 3 1; do
     unset IFS
     diff "$dir/want" "$dir/got" > /dev/null || fail "batches of $batch: $(diff "$dir/want" "$dir/got")"
 done
-"$embed" --corpus - --top 1 --save "$dir/corpus.safetensors" "$model" "A man is eating pasta." < "$dir/corpus" \
+# from standard input, with CRLF line ends and no newline after the last line
+awk '{ printf "%s%s", (NR > 1 ? "\r\n" : ""), $0 }' "$dir/corpus" > "$dir/crlf"
+"$embed" --corpus - --top 1 --save "$dir/corpus.safetensors" "$model" "A man is eating pasta." < "$dir/crlf" \
     > "$dir/got" || fail "the search from standard input failed"
 head -n 2 "$dir/want" | diff - "$dir/got" > /dev/null || fail "standard input: $(cat "$dir/got")"
 grep -aq '"embeddings":{"dtype":"F32","shape":\[9,384\]' "$dir/corpus.safetensors" ||

@@ -5,10 +5,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 char *input_read_all(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
+    bool standard_input = strcmp(path, "-") == 0;
+    FILE *f = standard_input ? stdin : fopen(path, "rb");
     if (!f)
         return NULL;
     char *buffer = NULL;
@@ -30,11 +32,13 @@ char *input_read_all(const char *path, size_t *size)
             break;
     }
     failed = failed || ferror(f);
-    fclose(f);
+    if (!standard_input)
+        fclose(f);
     if (failed) {
         free(buffer);
         return NULL;
     }
+    buffer[n] = 0; /* the loop above left room: it reads until a read with room returns nothing */
     *size = n;
     return buffer;
 }

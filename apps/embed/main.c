@@ -96,27 +96,14 @@ typedef struct corpus {
     int64_t count;
 } corpus;
 
-static char *read_stdin(size_t *size)
+static void *allocate(size_t count, size_t size)
 {
-    size_t capacity = 1 << 16, used = 0;
-    char *data = malloc(capacity);
-    for (size_t n; data && (n = fread(data + used, 1, capacity - used, stdin)) > 0;) {
-        used += n;
-        if (used == capacity) {
-            char *grown = capacity <= SIZE_MAX / 2 ? realloc(data, capacity *= 2) : NULL;
-            if (!grown) {
-                free(data);
-                return NULL;
-            }
-            data = grown;
-        }
+    void *p = count ? calloc(count, size) : NULL;
+    if (count && !p) {
+        fprintf(stderr, "embed: no memory for %zu values of %zu bytes\n", count, size);
+        exit(1);
     }
-    if (data && ferror(stdin)) {
-        free(data);
-        return NULL;
-    }
-    *size = used;
-    return data;
+    return p;
 }
 
 static corpus read_corpus(const char *path)
@@ -124,27 +111,21 @@ static corpus read_corpus(const char *path)
     corpus c = {0};
     size_t size = 0;
     bool from_stdin = strcmp(path, "-") == 0;
-    char *data = from_stdin ? read_stdin(&size) : input_read_all(path, &size);
+    char *data = input_read_all(path, &size);
     if (!data) {
         fprintf(stderr, "embed: cannot read the corpus %s\n", from_stdin ? "from standard input" : path);
         exit(1);
     }
-    char *buffer = malloc(size + 1);
     int64_t capacity = 1;
     for (size_t i = 0; i < size; i++)
         capacity += data[i] == '\n';
-    c.texts = malloc((size_t)capacity * sizeof *c.texts);
-    c.lines = malloc((size_t)capacity * sizeof *c.lines);
-    if (!buffer || !c.texts || !c.lines) {
-        fprintf(stderr, "embed: no memory for a corpus of %zu bytes\n", size);
-        exit(1);
-    }
-    memcpy(buffer, data, size);
-    buffer[size] = '\n';
-    free(data);
+    c.texts = allocate((size_t)capacity, sizeof *c.texts);
+    c.lines = allocate((size_t)capacity, sizeof *c.lines);
+    /* each line NUL-terminated in place; the last may end with the file's NUL */
     int64_t line = 1;
-    for (char *start = buffer, *end; start < buffer + size; start = end + 1, line++) {
-        end = memchr(start, '\n', (size_t)(buffer + size - start) + 1);
+    for (char *start = data, *stop = data + size, *end; start < stop; start = end + 1, line++) {
+        end = memchr(start, '\n', (size_t)(stop - start));
+        end = end ? end : stop;
         *end = 0;
         if (end > start && end[-1] == '\r')
             end[-1] = 0;
@@ -157,7 +138,7 @@ static corpus read_corpus(const char *path)
         fprintf(stderr, "embed: the corpus %s holds no text\n", from_stdin ? "on standard input" : path);
         exit(1);
     }
-    c.buffer = buffer;
+    c.buffer = data;
     return c;
 }
 
@@ -173,23 +154,17 @@ static _Noreturn void fail(const char *what)
     exit(1);
 }
 
-static void *allocate(size_t count, size_t size)
-{
-    void *p = count ? calloc(count, size) : NULL;
-    if (count && !p) {
-        fprintf(stderr, "embed: no memory for %zu values of %zu bytes\n", count, size);
-        exit(1);
-    }
-    return p;
-}
+/* Indices by a score, to sort best first (ties by index): the texts by their lengths,
+ * the corpus by its similarity to a query. */
+typedef struct ranked {
+    double score;
+    int64_t index;
+} ranked;
 
-/* Sorts text indices by their token counts, longest first (then by index). */
-static const size_t *sort_lengths;
-static int by_length(const void *a, const void *b)
+static int by_score(const void *a, const void *b)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    size_t lx = sort_lengths[x], ly = sort_lengths[y];
-    return lx != ly ? (lx < ly) - (lx > ly) : (x > y) - (x < y);
+    const ranked *x = a, *y = b;
+    return x->score < y->score ? 1 : x->score > y->score ? -1 : (x->index > y->index) - (x->index < y->index);
 }
 
 /* The embeddings of texts[0..count) into out [count, hidden], batch texts at a time,
@@ -200,8 +175,9 @@ static int64_t embed_texts(fl_module *model, const hf_bert_config *config, const
                            int64_t count, int64_t batch, const char *source, const int64_t *lines, float *out)
 {
     int64_t limit = longest_text(config), tokens = 0, hidden = config->hidden;
-    int64_t **ids = allocate((size_t)count, sizeof *ids), *order = allocate((size_t)count, sizeof *order);
+    int64_t **ids = allocate((size_t)count, sizeof *ids);
     size_t *lengths = allocate((size_t)count, sizeof *lengths);
+    ranked *order = allocate((size_t)count, sizeof *order);
     for (int64_t i = 0; i < count; i++) {
         int64_t *types = NULL;
         if (fl_tokenizer_encode_special(tok, texts[i], strlen(texts[i]), NULL, 0, &ids[i], &types, &lengths[i]) !=
@@ -218,21 +194,20 @@ static int64_t embed_texts(fl_module *model, const hf_bert_config *config, const
             exit(1);
         }
         tokens += (int64_t)lengths[i];
-        order[i] = i;
+        order[i] = (ranked){(double)lengths[i], i};
     }
-    sort_lengths = lengths;
-    qsort(order, (size_t)count, sizeof *order, by_length);
+    qsort(order, (size_t)count, sizeof *order, by_score);
 
     /* Padded on the right with the tokenizer's padding id where it has one. */
-    int64_t pad = config->padding_id >= 0 ? config->padding_id : 0, widest = count ? (int64_t)lengths[order[0]] : 0;
+    int64_t pad = config->padding_id >= 0 ? config->padding_id : 0, widest = count ? (int64_t)lengths[order[0].index] : 0;
     int64_t *batch_ids = allocate((size_t)(batch * widest), sizeof *batch_ids);
     int64_t *mask = allocate((size_t)(batch * widest), sizeof *mask);
     float *pooled_rows = allocate((size_t)(batch * hidden), sizeof *pooled_rows);
     for (int64_t first = 0; first < count; first += batch) {
-        int64_t rows = count - first < batch ? count - first : batch, width = (int64_t)lengths[order[first]];
+        int64_t rows = count - first < batch ? count - first : batch, width = (int64_t)lengths[order[first].index];
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < width; k++) {
-                int64_t i = order[first + r];
+                int64_t i = order[first + r].index;
                 bool token = k < (int64_t)lengths[i];
                 batch_ids[r * width + k] = token ? ids[i][k] : pad;
                 mask[r * width + k] = token;
@@ -246,7 +221,7 @@ static int64_t embed_texts(fl_module *model, const hf_bert_config *config, const
             fail("running the encoder");
         fl_scope_end(scope);
         for (int64_t r = 0; r < rows; r++)
-            memcpy(out + order[first + r] * hidden, pooled_rows + r * hidden, (size_t)hidden * sizeof *out);
+            memcpy(out + order[first + r].index * hidden, pooled_rows + r * hidden, (size_t)hidden * sizeof *out);
     }
     for (int64_t i = 0; i < count; i++)
         free(ids[i]);
@@ -265,17 +240,6 @@ static double norm_of(const float *v, int64_t n)
     for (int64_t k = 0; k < n; k++)
         sum += (double)v[k] * v[k];
     return sqrt(sum);
-}
-
-typedef struct ranked {
-    double score;
-    int64_t index;
-} ranked;
-
-static int by_score(const void *a, const void *b)
-{
-    const ranked *x = a, *y = b;
-    return x->score < y->score ? 1 : x->score > y->score ? -1 : (x->index > y->index) - (x->index < y->index);
 }
 
 static void save_embeddings(const char *path, const float *embeddings, int64_t count, int64_t hidden,
@@ -313,14 +277,8 @@ int main(int argc, char **argv)
     fl_set_grad_enabled(false);
 
     int64_t hidden = config.hidden;
-    float *corpus_embeddings = malloc((size_t)(c.count * hidden) * sizeof *corpus_embeddings);
-    float *query_embeddings = malloc((size_t)((o.query_count ? o.query_count : 1) * hidden) * sizeof *query_embeddings);
-    ranked *order = malloc((size_t)c.count * sizeof *order);
-    if (!corpus_embeddings || !query_embeddings || !order) {
-        fprintf(stderr, "embed: no memory for %lld embeddings of %lld values\n", (long long)c.count,
-                (long long)hidden);
-        return 1;
-    }
+    float *corpus_embeddings = allocate((size_t)(c.count * hidden), sizeof *corpus_embeddings);
+    float *query_embeddings = allocate((size_t)(o.query_count * hidden), sizeof *query_embeddings);
     const char *source = strcmp(o.corpus, "-") == 0 ? "standard input" : o.corpus;
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -335,6 +293,10 @@ int main(int argc, char **argv)
         save_embeddings(o.save, corpus_embeddings, c.count, hidden, o.dir);
 
     int64_t top = o.top < c.count ? o.top : c.count;
+    ranked *order = allocate((size_t)c.count, sizeof *order);
+    double *norms = allocate((size_t)c.count, sizeof *norms);
+    for (int64_t i = 0; o.query_count && i < c.count; i++)
+        norms[i] = norm_of(corpus_embeddings + i * hidden, hidden);
     for (int q = 0; q < o.query_count; q++) {
         const float *query = query_embeddings + q * hidden;
         double query_norm = norm_of(query, hidden);
@@ -343,7 +305,7 @@ int main(int argc, char **argv)
             double dot = 0;
             for (int64_t k = 0; k < hidden; k++)
                 dot += (double)query[k] * text[k];
-            order[i] = (ranked){dot / (query_norm * norm_of(text, hidden)), i};
+            order[i] = (ranked){dot / (query_norm * norms[i]), i};
         }
         qsort(order, (size_t)c.count, sizeof *order, by_score);
         printf("%s%s\n", q ? "\n" : "", o.queries[q]);
@@ -352,6 +314,7 @@ int main(int argc, char **argv)
                    c.texts[order[k].index]);
     }
     free(order);
+    free(norms);
     free(corpus_embeddings);
     free(query_embeddings);
     fl_tokenizer_free(tok);
