@@ -19,7 +19,7 @@ which goes first; the medians are kept. The two sides' embeddings must agree (1e
 """
 
 import argparse
-import json
+import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +29,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from run_ops import benchmark_environment, machine_name, write_report
+from run_tokenize import run
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
@@ -87,20 +88,15 @@ def run_flare(args, model, corpus, out, env):
     command = [args.flare, "--corpus", str(corpus), "--batch", str(args.batch), "--threads", str(args.threads),
                "--time", "--save", str(out), model]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
-    # "embed: N texts, T tokens in S s (...)"
-    words = result.stderr.strip().splitlines()[-1].split() if result.stderr.strip() else []
-    if result.returncode != 0 or len(words) < 7 or words[5] != "in":
+    timed = re.search(r"embed: (\d+) texts, (\d+) tokens in ([0-9.]+) s", result.stderr)  # what --time prints
+    if result.returncode != 0 or not timed:
         sys.exit("flare: " + (result.stderr.strip() or "no output"))
-    return {"seconds": float(words[6]), "texts": int(words[1]), "tokens": int(words[3])}
+    return {"seconds": float(timed[3]), "texts": int(timed[1]), "tokens": int(timed[2])}
 
 
 def run_torch(args, model, corpus, out, env):
-    command = [sys.executable, "-c", TORCH, model, str(corpus), str(args.batch), str(args.threads), str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        sys.exit("pytorch: " + ((result.stderr.strip().splitlines() or ["no output"])[-1]))
-    return json.loads(lines[-1])
+    return run([sys.executable, "-c", TORCH, model, str(corpus), str(args.batch), str(args.threads), str(out)], env,
+               "pytorch")
 
 
 def main():
